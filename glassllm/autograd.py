@@ -1,0 +1,160 @@
+"""Gradient-mode switch, broadcasting helper and the reverse-mode traversal.
+
+The engine does the bookkeeping; operations do the maths. An operation hands the
+engine a vector-Jacobian product (VJP) that returns one gradient per parent; the
+engine orders the graph, adds contributions that arrive along shared paths,
+stores each intermediate's gradient and accumulates into leaves.
+Reverse mode as in Baydin et al., "Automatic differentiation in machine
+learning: a survey", JMLR 18(153), 2018.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import TYPE_CHECKING, Any, Callable
+
+import numpy as np
+
+if TYPE_CHECKING:
+    from glassllm.tensor import Tensor
+
+# Module-global, not thread- or coroutine-local: a `no_grad` block in one thread
+# switches tracking off for every thread of the process. Do not overlap training
+# and inference in one process expecting the scopes to be isolated.
+_grad_enabled = True
+
+
+def is_grad_enabled() -> bool:
+    """Whether operations currently record the graph."""
+    return _grad_enabled
+
+
+class no_grad:
+    """Context manager (and decorator) that switches graph recording off.
+
+    Results built inside keep neither parents nor backward functions and have
+    ``requires_grad=False``. Existing tensors keep their ``requires_grad`` and
+    ``grad``; a leaf created inside with ``requires_grad=True`` keeps it. On exit,
+    normal or by exception, the previous mode comes back, so scopes nest.
+    """
+
+    def __init__(self) -> None:
+        self._saved: list[bool] = []
+
+    def __enter__(self) -> no_grad:
+        global _grad_enabled
+        self._saved.append(_grad_enabled)
+        _grad_enabled = False
+        return self
+
+    def __exit__(self, *exc_info: Any) -> bool:
+        global _grad_enabled
+        _grad_enabled = self._saved.pop()
+        return False
+
+    def __call__(self, fn: Callable) -> Callable:
+        @functools.wraps(fn)
+        def wrapper(*args: Any, **kwargs: Any) -> Any:
+            with no_grad():
+                return fn(*args, **kwargs)
+
+        return wrapper
+
+
+def unbroadcast(grad: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:
+    """Sum ``grad`` over the axes that broadcasting added or stretched, back to ``shape``.
+
+    Forward broadcasting replicates an operand; each replica's gradient
+    contribution must be added up, so the VJP of broadcasting is a sum.
+    """
+    if grad.shape == shape:
+        return grad
+    leading = grad.ndim - len(shape)
+    if leading > 0:
+        grad = grad.sum(axis=tuple(range(leading)))
+    stretched = tuple(i for i, n in enumerate(shape) if n == 1 and grad.shape[i] != 1)
+    if stretched:
+        grad = grad.sum(axis=stretched, keepdims=True)
+    return grad.reshape(shape)
+
+
+def topological_order(root: Tensor) -> list[Tensor]:
+    """Nodes that require grad, each after all of its parents (iterative DFS).
+
+    Iterative on purpose: a recursive sort hits Python's recursion limit on a
+    chain of a few thousand operations. Parents are visited in their stored
+    order, so the order is deterministic.
+    """
+    order: list[Tensor] = []
+    visited: set[int] = set()
+    stack: list[tuple[Tensor, bool]] = [(root, False)]
+    while stack:
+        node, parents_done = stack.pop()
+        if parents_done:
+            order.append(node)
+            continue
+        if id(node) in visited:
+            continue
+        visited.add(id(node))
+        stack.append((node, True))
+        for parent in node.parents:
+            if parent.requires_grad and id(parent) not in visited:
+                stack.append((parent, False))
+    return order
+
+
+def run_backward(root: Tensor, seed: np.ndarray) -> None:
+    """Propagate ``seed`` (d loss / d root) through the graph below ``root``.
+
+    Leaves (nodes without a backward function) accumulate into ``.grad``
+    across calls; every intermediate's ``.grad`` is cleared first and then holds
+    this traversal's value. Contributions are added with out-of-place ``+``
+    because a VJP may return the very array it received (``add`` does), so two
+    nodes can legitimately share one gradient array.
+    """
+    order = topological_order(root)
+    for node in order:
+        if node._backward is not None:
+            node.grad = None
+    pending: dict[int, np.ndarray] = {id(root): seed}
+    for node in reversed(order):
+        grad = pending.pop(id(node), None)
+        if grad is None:
+            continue
+        if node._backward is None:
+            # A leaf owns its gradient: copy, so later in-place edits (clipping,
+            # an optimizer) cannot reach arrays that other nodes still hold.
+            node.grad = np.array(grad, dtype=_grad_dtype(node), copy=True) if node.grad is None \
+                else node.grad + grad
+            continue
+        node.grad = grad
+        contributions = node._backward(grad)
+        if len(contributions) != len(node.parents):
+            raise ValueError(
+                f"backward of a node with {len(node.parents)} parents returned "
+                f"{len(contributions)} gradients"
+            )
+        for parent, contribution in zip(node.parents, contributions):
+            if contribution is None or not parent.requires_grad:
+                continue
+            contribution = np.asarray(contribution)
+            if contribution.shape != parent.data.shape:
+                raise ValueError(
+                    f"backward returned a gradient of shape {contribution.shape} for a parent "
+                    f"of shape {parent.data.shape}"
+                )
+            if contribution.dtype != parent.data.dtype and _is_inexact(parent):
+                contribution = contribution.astype(parent.data.dtype)
+            key = id(parent)
+            previous = pending.get(key)
+            pending[key] = contribution if previous is None else previous + contribution
+
+
+def _is_inexact(node: Tensor) -> bool:
+    return np.issubdtype(node.data.dtype, np.inexact)
+
+
+def _grad_dtype(node: Tensor) -> np.dtype | None:
+    # Gradients take the data's dtype; integer leaves (accepted, but not a
+    # differentiation target) keep whatever dtype their gradient arrived in.
+    return node.data.dtype if _is_inexact(node) else None

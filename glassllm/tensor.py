@@ -1,0 +1,438 @@
+"""The Tensor: an ndarray that remembers how it was made.
+
+Each operation below computes its output and, right beside it, the
+vector-Jacobian product (VJP) that carries a gradient back to its inputs. The
+engine (``glassllm.autograd``) orders the graph and adds the contributions up.
+The longer derivations and the fused, numerically stable functions live in
+``glassllm.functional`` and ``docs/functional.md``.
+
+A user-defined operation uses the same constructor as the built-in ones. For
+``y = sin(x)``, the VJP maps ``g = dL/dy`` to ``dL/dx = g * cos(x)``:
+
+>>> import numpy as np
+>>> from glassllm import Tensor
+>>> def sin(x: Tensor) -> Tensor:
+...     def backward(g):                      # one entry per parent
+...         return (g * np.cos(x.data),)
+...     return Tensor(np.sin(x.data), parents=(x,), backward=backward,
+...                   requires_grad=x.requires_grad)
+>>> x = Tensor([0.0, np.pi], requires_grad=True)
+>>> sin(x).sum().backward()
+>>> x.grad
+array([ 1., -1.])
+
+``backward(grad_out)`` returns a tuple with, for each parent, an ndarray of
+that parent's shape (or ``None`` for no gradient). The engine accumulates;
+the op never touches ``.grad``. Capture arrays and parents in the closure, never
+the output Tensor itself: that would make a reference cycle that keeps the
+graph alive until the garbage collector runs. ``glassllm.gradcheck`` checks a
+custom op against finite differences.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Sequence
+
+import numpy as np
+
+from glassllm import autograd
+from glassllm.autograd import unbroadcast
+
+Axis = int | tuple[int, ...] | None
+VJP = Callable[[np.ndarray], Sequence[np.ndarray | None]]
+
+
+class Tensor:
+    """An n-dimensional array with reverse-mode automatic differentiation.
+
+    ``Tensor(data, parents=(), backward=None, requires_grad=False)`` converts
+    ``data`` with ``np.asarray`` (no dtype imposed, not always a copy). Ordinary
+    use passes only ``data`` and ``requires_grad``; ``parents`` and ``backward``
+    are how operations are built (see the module docstring). Read values through
+    ``.data``; ``float(t.data)`` for a scalar.
+    """
+
+    __slots__ = ("data", "grad", "requires_grad", "parents", "_backward", "__weakref__")
+    # NumPy defers to us: `ndarray + Tensor` calls Tensor.__radd__ and returns a Tensor.
+    __array_ufunc__ = None
+
+    def __init__(
+        self,
+        data: Any,
+        parents: Sequence[Tensor] = (),
+        backward: VJP | None = None,
+        requires_grad: bool = False,
+    ) -> None:
+        if isinstance(data, Tensor):
+            raise TypeError(
+                "Tensor(data) got a Tensor; pass its .data (Tensor(t.data)) or use the Tensor itself"
+            )
+        self.data: np.ndarray = np.asarray(data)
+        self.grad: np.ndarray | None = None
+        parents = tuple(parents)
+        for parent in parents:
+            if not isinstance(parent, Tensor):
+                raise TypeError(f"parents must be Tensors, got {type(parent).__name__}")
+        if (parents or backward is not None) and not autograd.is_grad_enabled():
+            # Under no_grad a result keeps no graph; a new leaf keeps its flag.
+            parents, backward, requires_grad = (), None, False
+        self.parents: tuple[Tensor, ...] = parents
+        self._backward: VJP | None = backward
+        self.requires_grad: bool = bool(requires_grad)
+
+    @classmethod
+    def from_op(cls, data: np.ndarray, parents: Sequence[Tensor], vjp: VJP) -> Tensor:
+        """The result of an operation: tracked only if some parent requires grad."""
+        if autograd.is_grad_enabled() and any(p.requires_grad for p in parents):
+            return cls(data, parents, vjp, requires_grad=True)
+        return cls(data)
+
+    # ----------------------------------------------------------- attributes
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return self.data.shape
+
+    @property
+    def ndim(self) -> int:
+        return self.data.ndim
+
+    @property
+    def dtype(self) -> np.dtype:
+        return self.data.dtype
+
+    @property
+    def size(self) -> int:
+        return self.data.size
+
+    def __len__(self) -> int:
+        return len(self.data)
+
+    def __repr__(self) -> str:
+        body = np.array2string(self.data, separator=", ", prefix="Tensor(")
+        extras = [f"dtype={self.data.dtype}"]
+        if self.requires_grad:
+            extras.append("requires_grad=True")
+        return f"Tensor({body}, {', '.join(extras)})"
+
+    # ------------------------------------------------------------- backward
+    def backward(self, grad: Any = None) -> None:
+        """Accumulate d(self)/d(leaf) into every leaf's ``.grad``.
+
+        ``grad`` is the seed dL/d(self); ``None`` means ones, i.e. the gradient of
+        the sum of the entries. It must have the output's shape. An output that
+        does not require grad does nothing.
+        """
+        if not self.requires_grad:
+            return
+        if grad is None:
+            seed = np.ones_like(self.data)
+        else:
+            seed = np.asarray(grad.data if isinstance(grad, Tensor) else grad)
+            if seed.shape != self.data.shape:
+                raise ValueError(
+                    f"backward: gradient shape {seed.shape} does not match output shape "
+                    f"{self.data.shape}"
+                )
+            if np.issubdtype(self.data.dtype, np.inexact):
+                seed = seed.astype(self.data.dtype, copy=False)
+        autograd.run_backward(self, seed)
+
+    # ------------------------------------------------------------ arithmetic
+    def _operand(self, other: Any) -> Tensor:
+        """``other`` as a Tensor; a Python scalar takes this tensor's dtype rules."""
+        if isinstance(other, Tensor):
+            return other
+        if isinstance(other, (bool, int, float, complex)):
+            # NumPy 2 treats Python scalars as "weak": float32 + 2.0 stays float32.
+            return Tensor(np.asarray(other, dtype=np.result_type(self.data, other)))
+        return Tensor(other)
+
+    def __add__(self, other: Any) -> Tensor:
+        """d(a+b) = da + db; broadcast replicas are summed back by ``unbroadcast``."""
+        a, b = self, self._operand(other)
+
+        def vjp(g: np.ndarray):
+            return (unbroadcast(g, a.shape) if a.requires_grad else None,
+                    unbroadcast(g, b.shape) if b.requires_grad else None)
+
+        return Tensor.from_op(a.data + b.data, (a, b), vjp)
+
+    def __radd__(self, other: Any) -> Tensor:
+        return self._operand(other) + self
+
+    def __neg__(self) -> Tensor:
+        """d(-a) = -da."""
+        a = self
+        return Tensor.from_op(-a.data, (a,), lambda g: (-g,))
+
+    def __sub__(self, other: Any) -> Tensor:
+        """d(a-b) = da - db."""
+        a, b = self, self._operand(other)
+
+        def vjp(g: np.ndarray):
+            return (unbroadcast(g, a.shape) if a.requires_grad else None,
+                    -unbroadcast(g, b.shape) if b.requires_grad else None)
+
+        return Tensor.from_op(a.data - b.data, (a, b), vjp)
+
+    def __rsub__(self, other: Any) -> Tensor:
+        return self._operand(other) - self
+
+    def __mul__(self, other: Any) -> Tensor:
+        """d(ab) = b da + a db."""
+        a, b = self, self._operand(other)
+
+        def vjp(g: np.ndarray):
+            return (unbroadcast(g * b.data, a.shape) if a.requires_grad else None,
+                    unbroadcast(g * a.data, b.shape) if b.requires_grad else None)
+
+        return Tensor.from_op(a.data * b.data, (a, b), vjp)
+
+    def __rmul__(self, other: Any) -> Tensor:
+        return self._operand(other) * self
+
+    def __truediv__(self, other: Any) -> Tensor:
+        """d(a/b) = da / b - (a/b) db / b."""
+        a, b = self, self._operand(other)
+        out = a.data / b.data
+
+        def vjp(g: np.ndarray):
+            g_over_b = g / b.data
+            return (unbroadcast(g_over_b, a.shape) if a.requires_grad else None,
+                    unbroadcast(-g_over_b * out, b.shape) if b.requires_grad else None)
+
+        return Tensor.from_op(out, (a, b), vjp)
+
+    def __rtruediv__(self, other: Any) -> Tensor:
+        return self._operand(other) / self
+
+    def __pow__(self, other: Any) -> Tensor:
+        """d(a^b) = b a^(b-1) da + a^b log(a) db (the log only when b needs a gradient)."""
+        a, b = self, self._operand(other)
+        out = a.data ** b.data
+
+        def vjp(g: np.ndarray):
+            grad_a = grad_b = None
+            if a.requires_grad:
+                grad_a = unbroadcast(g * b.data * a.data ** (b.data - 1), a.shape)
+            if b.requires_grad:
+                with np.errstate(divide="ignore", invalid="ignore"):
+                    grad_b = unbroadcast(g * out * np.log(a.data), b.shape)
+            return grad_a, grad_b
+
+        return Tensor.from_op(out, (a, b), vjp)
+
+    def __rpow__(self, other: Any) -> Tensor:
+        return self._operand(other) ** self
+
+    def __matmul__(self, other: Any) -> Tensor:
+        """C = A @ B (NumPy semantics): dA = G Bᵀ, dB = Aᵀ G, summed over broadcast batch axes.
+
+        A 1-D operand is promoted to a matrix (a row on the left, a column on the
+        right) for the VJP and the added axis is dropped again afterwards.
+        """
+        a, b = self, self._operand(other)
+        if a.ndim == 0 or b.ndim == 0:
+            raise ValueError("matmul: input operand does not have enough dimensions (0-d)")
+
+        def vjp(g: np.ndarray):
+            a2 = a.data if a.ndim > 1 else a.data[None, :]
+            b2 = b.data if b.ndim > 1 else b.data[:, None]
+            g2 = g
+            if a.ndim == 1:
+                g2 = np.expand_dims(g2, -1 if b.ndim == 1 else -2)
+            if b.ndim == 1:
+                g2 = np.expand_dims(g2, -1)
+            grad_a = grad_b = None
+            if a.requires_grad:
+                grad_a = unbroadcast(g2 @ np.swapaxes(b2, -1, -2), a2.shape).reshape(a.shape)
+            if b.requires_grad:
+                if b2.ndim == 2 and a2.ndim > 2:
+                    # Fold the batch into rows: one big matmul instead of a
+                    # batched one followed by a sum over the batch.
+                    k, m = a2.shape[-1], g2.shape[-1]
+                    grad_b = a2.reshape(-1, k).T @ g2.reshape(-1, m)
+                else:
+                    grad_b = unbroadcast(np.swapaxes(a2, -1, -2) @ g2, b2.shape)
+                grad_b = grad_b.reshape(b.shape)
+            return grad_a, grad_b
+
+        return Tensor.from_op(a.data @ b.data, (a, b), vjp)
+
+    # ------------------------------------------------------------ reductions
+    def sum(self, axis: Axis = None, keepdims: bool = False) -> Tensor:
+        """Every summed entry receives the upstream gradient: dx = broadcast(g)."""
+        a = self
+        axes = _normalize_axes(axis, a.ndim)
+
+        def vjp(g: np.ndarray):
+            return (_expand_reduced(g, axes, keepdims, a.shape),)
+
+        return Tensor.from_op(a.data.sum(axis=axes, keepdims=keepdims), (a,), vjp)
+
+    def mean(self, axis: Axis = None, keepdims: bool = False) -> Tensor:
+        """mean = sum / n, so dx = broadcast(g) / n."""
+        axes = _normalize_axes(axis, self.ndim)
+        count = int(np.prod([self.shape[i] for i in axes])) if axes else 1
+        return self.sum(axis=axes, keepdims=keepdims) * (1.0 / count if count else float("nan"))
+
+    def max(self, axis: Axis = None, keepdims: bool = False) -> Tensor:
+        """The gradient goes to the maxima, split evenly between ties (as torch.amax)."""
+        return self._extremum(np.max, axis, keepdims)
+
+    def min(self, axis: Axis = None, keepdims: bool = False) -> Tensor:
+        """The gradient goes to the minima, split evenly between ties (as torch.amin)."""
+        return self._extremum(np.min, axis, keepdims)
+
+    def _extremum(self, reduce: Callable, axis: Axis, keepdims: bool) -> Tensor:
+        a = self
+        axes = _normalize_axes(axis, a.ndim)
+        kept = reduce(a.data, axis=axes, keepdims=True)
+
+        def vjp(g: np.ndarray):
+            winners = (a.data == kept).astype(a.dtype)
+            winners /= winners.sum(axis=axes, keepdims=True)
+            return (winners * _expand_reduced(g, axes, keepdims, a.shape),)
+
+        out = kept if keepdims else kept.reshape([n for i, n in enumerate(kept.shape) if i not in axes])
+        return Tensor.from_op(out, (a,), vjp)
+
+    def var(self, axis: Axis = None, keepdims: bool = False, ddof: int = 0) -> Tensor:
+        """v = Σ(x - x̄)² / (n - ddof); dx = 2 (x - x̄) g / (n - ddof) (the x̄ term cancels).
+
+        NumPy's convention: ``ddof=0`` (population variance) by default, unlike
+        torch.var's unbiased default.
+        """
+        a = self
+        axes = _normalize_axes(axis, a.ndim)
+        count = int(np.prod([a.shape[i] for i in axes])) if axes else 1
+        centered = a.data - a.data.mean(axis=axes, keepdims=True)
+        out = (centered * centered).sum(axis=axes, keepdims=keepdims) / (count - ddof)
+
+        def vjp(g: np.ndarray):
+            return (centered * (2.0 / (count - ddof)) * _expand_reduced(g, axes, keepdims, a.shape),)
+
+        return Tensor.from_op(out, (a,), vjp)
+
+    # ------------------------------------------------------------ shape ops
+    def reshape(self, *shape: int | Sequence[int]) -> Tensor:
+        """Reshape (ints or one tuple, -1 allowed); the VJP reshapes back."""
+        if len(shape) == 1 and isinstance(shape[0], (tuple, list)):
+            shape = tuple(shape[0])
+        a = self
+        return Tensor.from_op(a.data.reshape(shape), (a,), lambda g: (g.reshape(a.shape),))
+
+    def transpose(self, *axes: int | Sequence[int]) -> Tensor:
+        """Permute axes (none given: reverse them, as NumPy); the VJP applies the inverse permutation."""
+        if len(axes) == 1 and isinstance(axes[0], (tuple, list)):
+            axes = tuple(axes[0])
+        a = self
+        perm = tuple(range(a.ndim))[::-1] if not axes else tuple(ax % a.ndim for ax in axes)
+        inverse = tuple(np.argsort(perm))
+        return Tensor.from_op(a.data.transpose(perm), (a,), lambda g: (g.transpose(inverse),))
+
+    def __getitem__(self, index: Any) -> Tensor:
+        """Basic and advanced indexing. The VJP scatters g back; a repeated
+        integer index receives the sum of its contributions (``np.add.at``)."""
+        a = self
+        index = _unwrap_index(index)
+
+        def vjp(g: np.ndarray):
+            grad = np.zeros_like(a.data)
+            if _is_basic_index(index):
+                grad[index] = g  # basic indexing selects each element at most once
+            else:
+                np.add.at(grad, index, g)
+            return (grad,)
+
+        return Tensor.from_op(a.data[index], (a,), vjp)
+
+    def __setitem__(self, index: Any, value: Any) -> None:
+        raise TypeError(
+            "Tensor does not support item assignment (it would corrupt the graph); "
+            "build a new Tensor, e.g. with glassllm.functional.where"
+        )
+
+    # ------------------------------------------------------------ elementwise
+    def exp(self) -> Tensor:
+        """d exp(x) = exp(x) dx: the VJP reuses the output."""
+        a, out = self, np.exp(self.data)
+        return Tensor.from_op(out, (a,), lambda g: (g * out,))
+
+    def log(self) -> Tensor:
+        """d log(x) = dx / x."""
+        a = self
+        return Tensor.from_op(np.log(a.data), (a,), lambda g: (g / a.data,))
+
+    def sqrt(self) -> Tensor:
+        """d sqrt(x) = dx / (2 sqrt(x)): the VJP reuses the output."""
+        a, out = self, np.sqrt(self.data)
+        return Tensor.from_op(out, (a,), lambda g: (g * 0.5 / out,))
+
+    def tanh(self) -> Tensor:
+        """d tanh(x) = (1 - tanh²(x)) dx."""
+        a, out = self, np.tanh(self.data)
+        return Tensor.from_op(out, (a,), lambda g: (g * (1.0 - out * out),))
+
+    def sigmoid(self) -> Tensor:
+        """σ(x) = (1 + tanh(x/2)) / 2 (no overflow for any x); dσ = σ(1 - σ) dx."""
+        a = self
+        out = np.tanh(a.data * 0.5)
+        out += 1.0
+        out *= 0.5
+        return Tensor.from_op(out, (a,), lambda g: (g * out * (1.0 - out),))
+
+    def relu(self) -> Tensor:
+        """relu(x) = max(x, 0); gradient 1 where x > 0 and 0 elsewhere, x = 0 included (as torch)."""
+        a = self
+        positive = a.data > 0
+        return Tensor.from_op(a.data * positive, (a,), lambda g: (g * positive,))
+
+    def abs(self) -> Tensor:
+        """d|x| = sign(x) dx, with sign(0) = 0 (as torch)."""
+        a = self
+        return Tensor.from_op(np.abs(a.data), (a,), lambda g: (g * np.sign(a.data),))
+
+
+def as_tensor(x: Any, dtype: Any = None) -> Tensor:
+    """A Tensor passes through; anything else becomes a constant Tensor (of ``dtype`` if given)."""
+    if isinstance(x, Tensor):
+        return x
+    return Tensor(np.asarray(x, dtype=dtype))
+
+
+def _normalize_axes(axis: Axis, ndim: int) -> tuple[int, ...]:
+    if axis is None:
+        return tuple(range(ndim))
+    axes = (axis,) if isinstance(axis, (int, np.integer)) else tuple(axis)
+    normalized = []
+    for ax in axes:
+        if not -ndim <= ax < max(ndim, 1):
+            raise np.exceptions.AxisError(ax, ndim)
+        normalized.append(int(ax) % max(ndim, 1))
+    if len(set(normalized)) != len(normalized):
+        raise ValueError(f"duplicate value in 'axis': {axis}")
+    return tuple(sorted(normalized))
+
+
+def _expand_reduced(g: np.ndarray, axes: tuple[int, ...], keepdims: bool, shape: tuple[int, ...]):
+    """Broadcast a reduction's upstream gradient back over the reduced axes (a read-only view)."""
+    if not keepdims and axes:
+        g = np.expand_dims(g, axes)
+    return np.broadcast_to(g, shape)
+
+
+def _unwrap_index(index: Any) -> Any:
+    if isinstance(index, Tensor):
+        return index.data
+    if isinstance(index, tuple):
+        return tuple(i.data if isinstance(i, Tensor) else i for i in index)
+    return index
+
+
+def _is_basic_index(index: Any) -> bool:
+    """Ints, slices, None and Ellipsis only; or a single boolean mask (no repeats either)."""
+    parts = index if isinstance(index, tuple) else (index,)
+    if all(p is None or p is Ellipsis or isinstance(p, (int, np.integer, slice)) for p in parts):
+        return True
+    return not isinstance(index, tuple) and isinstance(index, np.ndarray) and index.dtype == bool
