@@ -1,0 +1,419 @@
+"""A GPT language model built from glassllm.nn layers, read top to bottom like nanoGPT's model.py.
+
+Layout (pre-LayerNorm GPT-2): token + learned position embedding -> dropout -> n_layer blocks of
+``x + attn(ln_1(x))``, ``x + mlp(ln_2(x))`` -> final LayerNorm -> logits through the token embedding
+matrix (the output head is *tied* to ``wte``: one parameter, used twice).
+
+Parameter names are flat (no ``transformer.`` wrapper prefix) and are the checkpoint tensor names::
+
+    wte.weight                      (vocab_size, n_embd)   token embedding, also the output head
+    wpe.weight                      (block_size, n_embd)   learned position embedding
+    blocks.{i}.ln_1.weight/.bias    (n_embd,)              nanoGPT: transformer.h.{i}.ln_1
+    blocks.{i}.attn.qkv.weight      (n_embd, 3 * n_embd)   nanoGPT: transformer.h.{i}.attn.c_attn
+    blocks.{i}.attn.proj.weight     (n_embd, n_embd)       nanoGPT: transformer.h.{i}.attn.c_proj
+    blocks.{i}.ln_2.weight/.bias    (n_embd,)
+    blocks.{i}.mlp.fc.weight        (n_embd, 4 * n_embd)   nanoGPT: transformer.h.{i}.mlp.c_fc
+    blocks.{i}.mlp.proj.weight      (4 * n_embd, n_embd)   nanoGPT: transformer.h.{i}.mlp.c_proj
+    ln_f.weight/.bias               (n_embd,)              nanoGPT: transformer.ln_f
+
+Linear weights are stored (in, out), so ``y = x @ W``: the transpose of PyTorch's layout. Biases exist
+only when ``config.bias`` is true (LayerNorm biases included, as nanoGPT).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from typing import Any
+
+import numpy as np
+
+import glassllm.functional as F
+import glassllm.nn as nn
+from glassllm.autograd import no_grad
+from glassllm.optim import AdamW
+from glassllm.rng import get_rng
+from glassllm.tensor import Tensor
+
+# Scale of every Linear weight and embedding at initialisation (GPT-2).
+INIT_STD = 0.02
+
+
+@dataclasses.dataclass
+class GPTConfig:
+    """Shape of a GPT. ``bias`` adds biases to Linear and LayerNorm layers (GPT-2 has them; off is a
+    little better and faster, as nanoGPT found)."""
+
+    vocab_size: int
+    block_size: int
+    n_layer: int
+    n_head: int
+    n_embd: int
+    dropout: float = 0.0
+    bias: bool = False
+
+    def __post_init__(self) -> None:
+        for name in ("vocab_size", "block_size", "n_layer", "n_head", "n_embd"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+                raise ValueError(f"GPTConfig.{name} must be an integer, got {value!r}")
+            if value <= 0:
+                raise ValueError(f"GPTConfig.{name} must be positive, got {value}")
+            setattr(self, name, int(value))
+        if self.n_embd % self.n_head != 0:
+            raise ValueError(
+                f"GPTConfig.n_embd ({self.n_embd}) must be divisible by n_head ({self.n_head})"
+            )
+        if isinstance(self.dropout, bool) or not isinstance(self.dropout, (int, float, np.floating)):
+            raise ValueError(f"GPTConfig.dropout must be a number, got {self.dropout!r}")
+        if not 0.0 <= self.dropout < 1.0:
+            raise ValueError(f"GPTConfig.dropout must be in [0, 1), got {self.dropout}")
+        self.dropout = float(self.dropout)
+        if not isinstance(self.bias, (bool, np.bool_)):
+            raise ValueError(f"GPTConfig.bias must be True or False, got {self.bias!r}")
+        self.bias = bool(self.bias)
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain JSON-serialisable dict, as stored in checkpoints."""
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, values: Mapping[str, Any]) -> GPTConfig:
+        """Inverse of to_dict; unknown or missing keys raise a ValueError naming them."""
+        fields = {f.name: f for f in dataclasses.fields(cls)}
+        unknown = sorted(set(values) - set(fields))
+        if unknown:
+            raise ValueError(f"unknown GPTConfig keys {unknown}; known keys are {list(fields)}")
+        missing = [
+            name for name, f in fields.items()
+            if f.default is dataclasses.MISSING and name not in values
+        ]
+        if missing:
+            raise ValueError(f"GPTConfig is missing required keys {missing}")
+        return cls(**values)
+
+
+class MLP(nn.Module):
+    """Position-wise feed-forward: Linear(E, 4E) -> GELU(tanh) -> Linear(4E, E) -> dropout."""
+
+    def __init__(self, config: GPTConfig, rng: np.random.Generator, dtype: Any) -> None:
+        super().__init__()
+        E = config.n_embd
+        self.fc = nn.Linear(E, 4 * E, bias=config.bias, dtype=dtype, rng=rng)
+        self.gelu = nn.GELU(approximate="tanh")
+        self.proj = nn.Linear(4 * E, E, bias=config.bias, dtype=dtype, rng=rng)
+        self.dropout = nn.Dropout(config.dropout, rng=rng)
+
+    def forward(self, x: Tensor) -> Tensor:
+        x = self.gelu(self.fc(x))  # (B, T, 4E)
+        return self.dropout(self.proj(x))  # (B, T, E)
+
+
+class Block(nn.Module):
+    """Pre-LayerNorm transformer block: the residual stream passes through untouched, each sub-layer
+    adds its contribution (which is why the residual projections get a smaller initial scale)."""
+
+    def __init__(self, config: GPTConfig, rng: np.random.Generator, dtype: Any) -> None:
+        super().__init__()
+        E = config.n_embd
+        self.ln_1 = nn.LayerNorm(E, bias=config.bias, dtype=dtype)
+        self.attn = nn.CausalSelfAttention(
+            E, config.n_head, dropout=config.dropout, bias=config.bias, dtype=dtype, rng=rng
+        )
+        self.ln_2 = nn.LayerNorm(E, bias=config.bias, dtype=dtype)
+        self.mlp = MLP(config, rng, dtype)
+
+    def forward(self, x: Tensor, kv_cache: nn.KVCache | None = None) -> Tensor:
+        x = x + self.attn(self.ln_1(x), kv_cache=kv_cache)  # (B, T, E)
+        return x + self.mlp(self.ln_2(x))  # (B, T, E)
+
+
+class GPT(nn.Module):
+    """GPT-2-style decoder-only language model.
+
+    >>> import numpy as np
+    >>> from glassllm.models import GPT, GPTConfig
+    >>> config = GPTConfig(vocab_size=11, block_size=8, n_layer=1, n_head=2, n_embd=8)
+    >>> model = GPT(config, rng=np.random.default_rng(0))
+    >>> idx = np.array([[1, 2, 3]])
+    >>> logits, loss = model(idx, targets=np.array([[2, 3, 4]]))
+    >>> logits.shape, loss.shape
+    ((1, 3, 11), ())
+    >>> model.generate(idx, max_new_tokens=4, rng=np.random.default_rng(0)).shape
+    (1, 7)
+    """
+
+    def __init__(
+        self, config: GPTConfig, rng: np.random.Generator | None = None, dtype: Any = np.float32
+    ) -> None:
+        super().__init__()
+        if not isinstance(config, GPTConfig):
+            raise TypeError(f"GPT needs a GPTConfig, got {type(config).__name__}")
+        rng = get_rng(rng)
+        self.config = config
+        self.dtype = np.dtype(dtype)
+        self.wte = nn.Embedding(config.vocab_size, config.n_embd, dtype=dtype, rng=rng)
+        self.wpe = nn.Embedding(config.block_size, config.n_embd, dtype=dtype, rng=rng)
+        self.drop = nn.Dropout(config.dropout, rng=rng)
+        self.blocks = nn.ModuleList([Block(config, rng, dtype) for _ in range(config.n_layer)])
+        self.ln_f = nn.LayerNorm(config.n_embd, bias=config.bias, dtype=dtype)
+        # No lm_head module: the output projection is wte.weight itself (weight tying), so the
+        # parameter list holds it once and its gradient sums both uses.
+        self._init_weights(rng)
+
+    def _init_weights(self, rng: np.random.Generator) -> None:
+        """GPT-2 initialisation: Linear weights and embeddings N(0, 0.02), biases zero, LayerNorm
+        ones/zeros, and the two projections that write into the residual stream per block
+        (attn.proj, mlp.proj) N(0, 0.02/sqrt(2 * n_layer)) so the stream's variance does not grow
+        with depth."""
+        residual_std = INIT_STD / math.sqrt(2 * self.config.n_layer)
+        for name, module in self.named_modules():
+            if isinstance(module, nn.Linear):
+                std = residual_std if name.endswith(("attn.proj", "mlp.proj")) else INIT_STD
+                nn.init.normal_(module.weight, mean=0.0, std=std, rng=rng)
+                if module.bias is not None:
+                    nn.init.zeros_(module.bias)
+            elif isinstance(module, nn.Embedding):
+                nn.init.normal_(module.weight, mean=0.0, std=INIT_STD, rng=rng)
+            elif isinstance(module, nn.LayerNorm):
+                nn.init.ones_(module.weight)
+                if module.bias is not None:
+                    nn.init.zeros_(module.bias)
+
+    # ------------------------------------------------------------------ forward
+
+    def forward(
+        self,
+        idx: Any,
+        targets: Any = None,
+        kv_caches: list[nn.KVCache] | None = None,
+    ) -> tuple[Tensor, Tensor | None]:
+        """Logits for every position, and the mean cross-entropy when ``targets`` are given.
+
+        idx: int array (B, T), T <= block_size. targets: int array (B, T) or None.
+        Returns (logits (B, T, vocab_size), loss scalar Tensor or None). Unlike nanoGPT, inference
+        also returns logits for all T positions (useful for scoring text); generate() computes the
+        head on the last position only.
+        kv_caches: one nn.KVCache per block (used by generate); positions then start at the cache
+        length, and idx holds only the new tokens.
+        """
+        x = self._hidden_states(idx, kv_caches)  # (B, T, E)
+        logits = self._head(x)  # (B, T, V)
+        if targets is None:
+            return logits, None
+        targets = self._check_targets(targets, logits.shape[:2])
+        return logits, F.cross_entropy(logits, targets)
+
+    def _hidden_states(self, idx: Any, kv_caches: list[nn.KVCache] | None = None) -> Tensor:
+        """Final-LayerNorm output (B, T, E) for tokens idx placed after what the caches hold."""
+        idx = self._check_idx(idx)
+        start = 0
+        if kv_caches is not None:
+            if len(kv_caches) != len(self.blocks):
+                raise ValueError(
+                    f"kv_caches has {len(kv_caches)} entries but the model has "
+                    f"{len(self.blocks)} blocks"
+                )
+            start = kv_caches[0].length
+        T = idx.shape[1]
+        if start + T > self.config.block_size:
+            raise ValueError(
+                f"sequence length {start + T} exceeds block_size {self.config.block_size}"
+            )
+        positions = np.arange(start, start + T)  # (T,)
+        tok_emb = self.wte(idx)  # (B, T, E)
+        pos_emb = self.wpe(positions)  # (T, E), broadcast over the batch
+        x = self.drop(tok_emb + pos_emb)  # (B, T, E)
+        for i, block in enumerate(self.blocks):
+            x = block(x, kv_cache=None if kv_caches is None else kv_caches[i])  # (B, T, E)
+        return self.ln_f(x)  # (B, T, E)
+
+    def _head(self, x: Tensor) -> Tensor:
+        """Tied output head: logits = x @ wte.weightᵀ."""
+        return F.linear(x, self.wte.weight.transpose(1, 0))  # (B, T, V)
+
+    def _check_idx(self, idx: Any) -> np.ndarray:
+        idx = np.asarray(idx.data if isinstance(idx, Tensor) else idx)
+        if idx.ndim != 2:
+            raise ValueError(f"idx must have shape (B, T), got shape {idx.shape}")
+        if not np.issubdtype(idx.dtype, np.integer):
+            raise ValueError(f"idx must hold integer token ids, got dtype {idx.dtype}")
+        if idx.shape[1] == 0:
+            raise ValueError("idx must hold at least one token per row, got T = 0")
+        if idx.shape[1] > self.config.block_size:
+            raise ValueError(
+                f"sequence length T={idx.shape[1]} exceeds block_size={self.config.block_size}"
+            )
+        low, high = int(idx.min()), int(idx.max())
+        if low < 0 or high >= self.config.vocab_size:
+            bad = low if low < 0 else high
+            raise ValueError(
+                f"token id {bad} is outside the vocabulary [0, {self.config.vocab_size})"
+            )
+        return idx
+
+    def _check_targets(self, targets: Any, shape: tuple[int, ...]) -> np.ndarray:
+        targets = np.asarray(targets.data if isinstance(targets, Tensor) else targets)
+        if targets.shape != tuple(shape):
+            raise ValueError(f"targets shape {targets.shape} does not match idx shape {tuple(shape)}")
+        if not np.issubdtype(targets.dtype, np.integer):
+            raise ValueError(f"targets must hold integer token ids, got dtype {targets.dtype}")
+        return targets
+
+    # --------------------------------------------------------------- generation
+
+    def generate(
+        self,
+        idx: Any,
+        max_new_tokens: int,
+        temperature: float = 1.0,
+        top_k: int | None = None,
+        rng: np.random.Generator | None = None,
+        use_cache: bool = True,
+    ) -> np.ndarray:
+        """Sample max_new_tokens tokens after idx (B, T); returns the int array (B, T + new).
+
+        Runs under no_grad and in eval mode whatever the caller's state, and restores both. See
+        generate_stream for the sampling rule and the key/value cache.
+        """
+        idx = self._check_idx_for_generation(idx)
+        new = [ids[:, None] for ids, _ in self.generate_stream(
+            idx, max_new_tokens, temperature, top_k, rng, use_cache
+        )]
+        return np.concatenate([idx, *new], axis=1)
+
+    def generate_stream(
+        self,
+        idx: Any,
+        max_new_tokens: int,
+        temperature: float = 1.0,
+        top_k: int | None = None,
+        rng: np.random.Generator | None = None,
+        use_cache: bool = True,
+    ) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+        """Yield (next_ids (B,), probs (B, vocab_size)) for each generated token; probs is the
+        distribution the token was drawn from (after temperature and top-k).
+
+        The context is cropped to the last block_size tokens. With use_cache, each block keeps an
+        nn.KVCache so a new token costs one position. Learned absolute positions mean that once the
+        context exceeds block_size, sliding the window shifts every token's position and invalidates
+        the cached keys/values: from then on each token re-fills the caches from the cropped last
+        block_size tokens (the cost of uncached generation, and exactly its result).
+
+        Sampling: p = softmax(top_k_mask(logits / temperature)); one u ~ U[0, 1) per row from
+        rng.random, token = first index whose cumulative probability exceeds u * sum(p). Both
+        paths draw the same random numbers, so they give identical tokens for the same seed.
+
+        Arguments are checked here, before the first token: bad input raises at the call. no_grad
+        and eval mode are entered around each step only, never held while the caller runs between
+        tokens.
+        """
+        idx = self._check_idx_for_generation(idx)
+        if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, (int, np.integer)):
+            raise ValueError(f"max_new_tokens must be an integer, got {max_new_tokens!r}")
+        if max_new_tokens < 0:
+            raise ValueError(f"max_new_tokens must be >= 0, got {max_new_tokens}")
+        temperature = float(temperature)
+        if not temperature > 0.0:  # also rejects NaN
+            raise ValueError(f"temperature must be > 0, got {temperature}")
+        if top_k is not None:
+            if isinstance(top_k, bool) or not isinstance(top_k, (int, np.integer)) or top_k < 1:
+                raise ValueError(f"top_k must be a positive integer or None, got {top_k!r}")
+            top_k = min(int(top_k), self.config.vocab_size)
+        rng = get_rng(rng)
+        return self._stream(idx, int(max_new_tokens), temperature, top_k, rng, bool(use_cache))
+
+    def _stream(
+        self,
+        idx: np.ndarray,
+        max_new_tokens: int,
+        temperature: float,
+        top_k: int | None,
+        rng: np.random.Generator,
+        use_cache: bool,
+    ) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+        block_size = self.config.block_size
+        caches: list[nn.KVCache] | None = None
+        for _ in range(max_new_tokens):
+            with self._inference():
+                if not use_cache:
+                    h = self._hidden_states(idx[:, -block_size:])  # (B, T, E)
+                elif caches is not None and caches[0].length < block_size:
+                    h = self._hidden_states(idx[:, -1:], caches)  # (B, 1, E): one new position
+                else:  # first step, or the window slid: (re)fill the caches
+                    caches = [self._new_cache(idx.shape[0]) for _ in self.blocks]
+                    h = self._hidden_states(idx[:, -block_size:], caches)  # (B, T, E)
+                logits = self._head(h[:, -1, :]).data  # (B, V)
+            probs = self._probabilities(logits, temperature, top_k)  # (B, V)
+            next_ids = self._sample(probs, rng)  # (B,)
+            idx = np.concatenate([idx, next_ids[:, None]], axis=1)  # (B, T + 1)
+            yield next_ids, probs
+
+    def _new_cache(self, batch_size: int) -> nn.KVCache:
+        c = self.config
+        return nn.KVCache(batch_size, c.n_head, c.block_size, c.n_embd // c.n_head, dtype=self.dtype)
+
+    @staticmethod
+    def _probabilities(logits: np.ndarray, temperature: float, top_k: int | None) -> np.ndarray:
+        """softmax(logits / temperature) over the top_k largest logits (ties at the k-th kept)."""
+        scaled = logits / temperature  # (B, V); a Python float keeps the dtype
+        if top_k is not None and top_k < scaled.shape[-1]:
+            kth = np.partition(scaled, -top_k, axis=-1)[:, -top_k, None]  # (B, 1)
+            scaled = np.where(scaled < kth, -np.inf, scaled)  # (B, V)
+        return F.softmax(Tensor(scaled), axis=-1).data  # (B, V)
+
+    @staticmethod
+    def _sample(probs: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+        """One draw per row, the inverse-CDF way rng.choice works; zero-probability tokens are never
+        chosen because the cumulative sum does not rise across them."""
+        cdf = np.cumsum(probs, axis=-1)  # (B, V)
+        u = rng.random(probs.shape[0], dtype=cdf.dtype) * cdf[:, -1]  # (B,)
+        return np.argmax(cdf > u[:, None], axis=-1).astype(np.int64)  # (B,)
+
+    def _check_idx_for_generation(self, idx: Any) -> np.ndarray:
+        idx = np.asarray(idx.data if isinstance(idx, Tensor) else idx)
+        if idx.ndim != 2 or idx.shape[1] == 0 or not np.issubdtype(idx.dtype, np.integer):
+            raise ValueError(
+                f"idx must be a non-empty integer array of shape (B, T), got {idx.dtype} {idx.shape}"
+            )
+        if idx.min() < 0 or idx.max() >= self.config.vocab_size:
+            raise ValueError(f"idx holds token ids outside [0, {self.config.vocab_size})")
+        return idx.astype(np.int64, copy=False)
+
+    @contextmanager
+    def _inference(self) -> Iterator[None]:
+        """no_grad and eval mode for one step; every module's previous mode comes back after."""
+        modes = [(m, m.training) for m in self.modules()]
+        self.eval()
+        try:
+            with no_grad():
+                yield
+        finally:
+            for module, mode in modes:
+                module.training = mode
+
+    # ---------------------------------------------------------------- training
+
+    def configure_optimizer(
+        self, lr: float, weight_decay: float, betas: tuple[float, float] = (0.9, 0.95)
+    ) -> AdamW:
+        """AdamW with weight decay on the matrices (ndim >= 2: Linear weights, embeddings) and none
+        on biases and LayerNorm parameters. Params carry their names, so optimizer state maps onto
+        checkpoint tensor names."""
+        decay = [(n, p) for n, p in self.named_parameters() if p.ndim >= 2]
+        no_decay = [(n, p) for n, p in self.named_parameters() if p.ndim < 2]
+        groups = [
+            {"params": decay, "weight_decay": weight_decay},
+            {"params": no_decay, "weight_decay": 0.0},
+        ]
+        return AdamW(groups, lr=lr, betas=betas, weight_decay=weight_decay)
+
+    def num_parameters(self, non_embedding: bool = False) -> int:
+        """Number of parameter values (the tied head counted once). non_embedding=True leaves out
+        the position embedding, as nanoGPT reports (wte stays: it is also the output layer)."""
+        total = sum(p.size for p in self.parameters())
+        if non_embedding:
+            total -= self.wpe.weight.size
+        return total

@@ -1,0 +1,164 @@
+"""GPT.generate / generate_stream: key/value cache exactness, sampling rules, modes, bad input."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from glassllm import is_grad_enabled, no_grad
+from glassllm.models import GPT, GPTConfig
+
+CONFIG = GPTConfig(vocab_size=17, block_size=8, n_layer=2, n_head=2, n_embd=16)
+
+
+@pytest.fixture(scope="module")
+def model() -> GPT:
+    return GPT(CONFIG, rng=np.random.default_rng(0))
+
+
+def prompt(B: int = 2, T: int = 3, seed: int = 0) -> np.ndarray:
+    return np.random.default_rng(seed).integers(0, CONFIG.vocab_size, size=(B, T))
+
+
+@pytest.mark.parametrize(
+    "temperature, top_k, T", [(1.0, None, 3), (0.7, 5, 1), (1.5, 3, 8), (1.0, None, 12)]
+)
+def test_cached_and_uncached_generation_agree_past_block_size(model, temperature, top_k, T):
+    idx = prompt(T=T)
+    kwargs = dict(max_new_tokens=14, temperature=temperature, top_k=top_k)  # ends past block_size
+    cached = model.generate(idx, rng=np.random.default_rng(5), use_cache=True, **kwargs)
+    uncached = model.generate(idx, rng=np.random.default_rng(5), use_cache=False, **kwargs)
+    assert cached.shape == (2, T + 14)
+    np.testing.assert_array_equal(cached, uncached)
+    np.testing.assert_array_equal(cached[:, :T], idx)
+
+
+def test_cached_probabilities_match_full_recomputation(model):
+    idx = prompt()
+    streams = [
+        list(model.generate_stream(idx, 10, rng=np.random.default_rng(1), use_cache=use_cache))
+        for use_cache in (True, False)
+    ]
+    for (ids_c, probs_c), (ids_u, probs_u) in zip(*streams):
+        np.testing.assert_array_equal(ids_c, ids_u)
+        np.testing.assert_allclose(probs_c, probs_u, rtol=1e-5, atol=1e-6)
+
+
+def test_forward_with_caches_matches_full_forward_logits(model):
+    """Feeding tokens one position at a time through the caches reproduces every full-context logit."""
+    idx = prompt(T=CONFIG.block_size)
+    full, _ = model(idx)
+    caches = [model._new_cache(2) for _ in model.blocks]
+    with no_grad():
+        h = model._hidden_states(idx[:, :3], caches)  # a 3-token prefill, then single tokens
+        step_logits = [model._head(h).data]
+        for t in range(3, CONFIG.block_size):
+            step_logits.append(model._head(model._hidden_states(idx[:, t : t + 1], caches)).data)
+    np.testing.assert_allclose(np.concatenate(step_logits, axis=1), full.data, rtol=1e-5, atol=1e-5)
+    assert all(cache.length == CONFIG.block_size for cache in caches)
+    with pytest.raises(ValueError, match="exceeds block_size"):
+        model._hidden_states(idx[:, :1], caches)
+
+
+def test_stream_yields_ids_and_the_distribution_they_came_from(model):
+    idx = prompt()
+    steps = list(model.generate_stream(idx, 5, top_k=4, rng=np.random.default_rng(2)))
+    assert len(steps) == 5
+    for next_ids, probs in steps:
+        assert next_ids.shape == (2,) and next_ids.dtype == np.int64
+        assert probs.shape == (2, CONFIG.vocab_size) and probs.dtype == np.float32
+        np.testing.assert_allclose(probs.sum(axis=-1), 1.0, rtol=1e-5)
+        assert np.all((probs > 0).sum(axis=-1) <= 4)
+        assert np.all(probs[np.arange(2), next_ids] > 0)
+    generated = model.generate(idx, 5, top_k=4, rng=np.random.default_rng(2))
+    np.testing.assert_array_equal(generated[:, 3:], np.stack([ids for ids, _ in steps], axis=1))
+
+
+def test_top_k_one_is_greedy_and_large_top_k_is_clipped(model):
+    idx = prompt()
+    greedy = model.generate(idx, 6, top_k=1, rng=np.random.default_rng(0))
+    context = idx
+    for _ in range(6):
+        logits, _ = model(context[:, -CONFIG.block_size :])
+        context = np.concatenate([context, logits.data[:, -1].argmax(-1)[:, None]], axis=1)
+    np.testing.assert_array_equal(greedy, context)
+    clipped = model.generate(idx, 6, top_k=1000, rng=np.random.default_rng(3))
+    unrestricted = model.generate(idx, 6, top_k=None, rng=np.random.default_rng(3))
+    np.testing.assert_array_equal(clipped, unrestricted)
+
+
+def test_sampling_follows_the_probabilities():
+    """The inverse-CDF draw has the right frequencies and never picks a zero-probability token."""
+    probs = np.array([[0.0, 0.2, 0.0, 0.5, 0.3, 0.0]], dtype=np.float32).repeat(20000, axis=0)
+    draws = GPT._sample(probs, np.random.default_rng(0))
+    frequencies = np.bincount(draws, minlength=6) / len(draws)
+    np.testing.assert_allclose(frequencies, probs[0], atol=0.015)
+    assert frequencies[[0, 2, 5]].sum() == 0
+
+
+@pytest.mark.parametrize("training", [True, False])
+def test_generation_leaves_no_graph_and_restores_modes(training):
+    model = GPT(GPTConfig(**{**CONFIG.to_dict(), "dropout": 0.5}), rng=np.random.default_rng(0))
+    model.train(training)
+    model.blocks[0].mlp.dropout.train(not training)  # a mixed tree comes back as it was
+    modes = [m.training for m in model.modules()]
+    a = model.generate(prompt(), 4, rng=np.random.default_rng(0))
+    assert [m.training for m in model.modules()] == modes
+    assert is_grad_enabled()
+    assert all(p.grad is None for p in model.parameters())
+    # Dropout is off while generating: cached and uncached agree even with dropout 0.5 in training.
+    b = model.generate(prompt(), 4, rng=np.random.default_rng(0), use_cache=False)
+    np.testing.assert_array_equal(a, b)
+
+
+def test_stream_does_not_hold_no_grad_or_eval_between_tokens(model):
+    model.train()
+    stream = model.generate_stream(prompt(), 3, rng=np.random.default_rng(0))
+    for _ in stream:
+        assert is_grad_enabled() and model.training
+    abandoned = model.generate_stream(prompt(), 3, rng=np.random.default_rng(0))
+    next(abandoned)
+    assert is_grad_enabled() and model.training
+
+
+def test_generate_runs_under_callers_no_grad(model):
+    with no_grad():
+        out = model.generate(prompt(), 2, rng=np.random.default_rng(0))
+        assert not is_grad_enabled()
+    assert out.shape == (2, 5)
+
+
+def test_generation_uses_default_rng_when_none_given(model):
+    import glassllm
+
+    glassllm.manual_seed(11)
+    a = model.generate(prompt(), 5)
+    glassllm.manual_seed(11)
+    b = model.generate(prompt(), 5)
+    np.testing.assert_array_equal(a, b)
+
+
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        (dict(temperature=0.0), "temperature must be > 0"),
+        (dict(temperature=-1.0), "temperature must be > 0"),
+        (dict(top_k=0), "top_k must be a positive integer"),
+        (dict(max_new_tokens=-1), "max_new_tokens must be >= 0"),
+        (dict(idx=np.array([[1, 17]])), r"outside \[0, 17\)"),
+        (dict(idx=np.zeros((2, 0), dtype=np.int64)), "non-empty integer array"),
+        (dict(idx=np.array([1, 2])), "non-empty integer array"),
+    ],
+)
+def test_bad_generation_arguments_raise_at_the_call(model, kwargs, message):
+    arguments = dict(idx=prompt(), max_new_tokens=3, **kwargs)
+    with pytest.raises(ValueError, match=message):
+        model.generate(**arguments)
+    with pytest.raises(ValueError, match=message):
+        model.generate_stream(**arguments)  # raises before the first next()
+
+
+def test_zero_new_tokens_returns_the_prompt(model):
+    idx = prompt()
+    np.testing.assert_array_equal(model.generate(idx, 0), idx)
+
