@@ -1,0 +1,56 @@
+"""Text in, token batches out: tokenizers, corpora and batch sampling.
+
+>>> from glassllm.data import CharTokenizer, get_batch, split_train_val
+"""
+
+from glassllm.data.batches import (
+    VAL_FRACTION,
+    check_long_enough,
+    get_batch,
+    sequential_batches,
+    split_train_val,
+)
+from glassllm.data.corpus import (
+    CORPUS_NAMES,
+    SHAKESPEARE_SHA256,
+    SHAKESPEARE_URL,
+    DataError,
+    builtin_text,
+    cache_dir,
+    load_text,
+    read_text_file,
+    shakespeare_text,
+)
+from glassllm.data.tokenizers import (
+    TOKENIZER_KINDS,
+    ByteTokenizer,
+    CharTokenizer,
+    Tokenizer,
+    UnknownCharacterError,
+    build_tokenizer,
+    tokenizer_from_dict,
+)
+
+__all__ = [
+    "CORPUS_NAMES",
+    "SHAKESPEARE_SHA256",
+    "SHAKESPEARE_URL",
+    "TOKENIZER_KINDS",
+    "VAL_FRACTION",
+    "ByteTokenizer",
+    "CharTokenizer",
+    "DataError",
+    "Tokenizer",
+    "UnknownCharacterError",
+    "build_tokenizer",
+    "builtin_text",
+    "cache_dir",
+    "check_long_enough",
+    "get_batch",
+    "load_text",
+    "read_text_file",
+    "sequential_batches",
+    "shakespeare_text",
+    "split_train_val",
+    "tokenizer_from_dict",
+]

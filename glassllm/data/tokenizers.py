@@ -1,0 +1,161 @@
+"""Tokenizers: text <-> integer ids.
+
+Two tokenizers, both tiny and fully inspectable:
+
+- :class:`CharTokenizer`: one id per distinct character of the training text, in sorted order
+  (nanoGPT's shakespeare_char). Small vocabulary, so a tiny model learns fast; it can only encode
+  characters it saw.
+- :class:`ByteTokenizer`: one id per UTF-8 byte (256 symbols). Encodes any text; a character
+  outside ASCII costs several tokens, and a sample cut inside a character decodes to U+FFFD.
+
+The vocabulary travels inside the checkpoint: ``to_dict()`` gives a JSON-serialisable dict and
+:func:`tokenizer_from_dict` rebuilds the tokenizer from it, so sampling needs only the checkpoint.
+
+>>> tok = CharTokenizer.from_text("hello world")
+>>> tok.vocab_size
+8
+>>> tok.encode("hello")
+[3, 2, 4, 4, 5]
+>>> tok.decode(tok.encode("hello"))
+'hello'
+>>> tokenizer_from_dict(tok.to_dict()).encode("low")
+[4, 5, 7]
+>>> ByteTokenizer().encode("é")
+[195, 169]
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any, Protocol
+
+import numpy as np
+
+
+class Tokenizer(Protocol):
+    """What the training loop and sampler need from a tokenizer."""
+
+    vocab_size: int
+
+    def encode(self, text: str) -> list[int]: ...
+
+    def encode_array(self, text: str) -> np.ndarray: ...
+
+    def decode(self, ids: Iterable[int]) -> str: ...
+
+    def token_repr(self, token_id: int) -> str: ...
+
+    def to_dict(self) -> dict[str, Any]: ...
+
+
+class UnknownCharacterError(ValueError):
+    """A character that is not in a :class:`CharTokenizer`'s vocabulary."""
+
+
+class CharTokenizer:
+    """Character-level tokenizer: id ``i`` is the ``i``-th character of the sorted vocabulary."""
+
+    kind = "char"
+
+    def __init__(self, chars: Iterable[str]) -> None:
+        chars = list(chars)
+        if not chars:
+            raise ValueError("a CharTokenizer needs at least one character")
+        for ch in chars:
+            if not isinstance(ch, str) or len(ch) != 1:
+                raise ValueError(f"vocabulary entries must be single characters, got {ch!r}")
+        if len(set(chars)) != len(chars):
+            raise ValueError("vocabulary characters must be distinct")
+        self.chars: list[str] = chars
+        self.stoi: dict[str, int] = {ch: i for i, ch in enumerate(chars)}
+        self.vocab_size: int = len(chars)
+
+    @classmethod
+    def from_text(cls, text: str) -> CharTokenizer:
+        """Vocabulary = sorted set of the characters of ``text`` (as nanoGPT's prepare.py)."""
+        if not text:
+            raise ValueError("cannot build a character vocabulary from empty text")
+        return cls(sorted(set(text)))
+
+    def encode(self, text: str) -> list[int]:
+        """Ids of the characters of ``text``; a character outside the vocabulary is an error."""
+        try:
+            return [self.stoi[ch] for ch in text]
+        except KeyError:
+            position, ch = next((i, c) for i, c in enumerate(text) if c not in self.stoi)
+            raise UnknownCharacterError(
+                f"character {ch!r} (U+{ord(ch):04X}) at position {position} is not in the "
+                f"vocabulary of {self.vocab_size} characters this tokenizer was built from"
+            ) from None
+
+    def encode_array(self, text: str) -> np.ndarray:
+        """:meth:`encode` as a 1-D int64 array (what the batch sampler indexes)."""
+        return np.array(self.encode(text), dtype=np.int64)
+
+    def decode(self, ids: Iterable[int]) -> str:
+        chars = self.chars
+        return "".join(chars[int(i)] for i in ids)
+
+    def token_repr(self, token_id: int) -> str:
+        """A printable form of one token: its character, quoted and escaped (``'\\n'``)."""
+        return repr(self.chars[int(token_id)])
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"type": self.kind, "chars": "".join(self.chars)}
+
+    def __repr__(self) -> str:
+        return f"CharTokenizer(vocab_size={self.vocab_size})"
+
+
+class ByteTokenizer:
+    """Byte-level tokenizer: the UTF-8 bytes of the text, 256 symbols, any text at all."""
+
+    kind = "byte"
+    vocab_size: int = 256
+
+    def encode(self, text: str) -> list[int]:
+        return list(text.encode("utf-8"))
+
+    def encode_array(self, text: str) -> np.ndarray:
+        return np.frombuffer(text.encode("utf-8"), dtype=np.uint8).astype(np.int64)
+
+    def decode(self, ids: Iterable[int]) -> str:
+        # A sample may stop (or go wrong) inside a multi-byte character: show U+FFFD, not a crash.
+        return bytes(int(i) for i in ids).decode("utf-8", errors="replace")
+
+    def token_repr(self, token_id: int) -> str:
+        """Printable ASCII bytes as their character (``'a'``), others as escapes (``'\\xe2'``)."""
+        return repr(bytes([int(token_id)]))[1:]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"type": self.kind}
+
+    def __repr__(self) -> str:
+        return "ByteTokenizer(vocab_size=256)"
+
+
+TOKENIZER_KINDS = ("char", "byte")
+
+
+def build_tokenizer(kind: str, text: str) -> CharTokenizer | ByteTokenizer:
+    """The tokenizer named ``kind`` ("char" or "byte"), fitted to ``text`` where that applies."""
+    if kind == "char":
+        return CharTokenizer.from_text(text)
+    if kind == "byte":
+        return ByteTokenizer()
+    raise ValueError(f"unknown tokenizer {kind!r}; choose one of {', '.join(TOKENIZER_KINDS)}")
+
+
+def tokenizer_from_dict(spec: dict[str, Any]) -> CharTokenizer | ByteTokenizer:
+    """Rebuild a tokenizer from :meth:`to_dict` output (e.g. a checkpoint's metadata)."""
+    if not isinstance(spec, dict) or "type" not in spec:
+        raise ValueError(f"a tokenizer description must be a dict with a 'type', got {spec!r}")
+    kind = spec["type"]
+    if kind == "char":
+        chars = spec.get("chars")
+        if not isinstance(chars, str):
+            raise ValueError("a 'char' tokenizer description needs its 'chars' string")
+        return CharTokenizer(chars)
+    if kind == "byte":
+        return ByteTokenizer()
+    raise ValueError(f"unknown tokenizer type {kind!r}; known: {', '.join(TOKENIZER_KINDS)}")
