@@ -1,0 +1,53 @@
+"""`LayerNorm` over the last axis (Ba, Kiros & Hinton, 2016).
+
+``y = (x - mean) / sqrt(var + eps) * weight + bias`` with the mean and the biased variance taken
+over the last axis; ``weight`` starts at ones and ``bias`` at zeros. ``bias=False`` drops the bias,
+as nanoGPT's LayerNorm does (PyTorch 2.1+ spells it the same way). The fused forward and backward
+are `glassllm.functional.layer_norm`.
+
+>>> import numpy as np
+>>> from glassllm import Tensor
+>>> norm = LayerNorm(4)
+>>> y = norm(Tensor(np.arange(8, dtype=np.float32).reshape(2, 4)))
+>>> np.allclose(y.data.mean(axis=-1), 0.0, atol=1e-6)
+True
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+import glassllm.functional as F
+from glassllm.nn._checks import float_dtype, positive_int
+from glassllm.nn.module import Module
+from glassllm.tensor import Tensor
+
+
+class LayerNorm(Module):
+    """Normalise the last axis (size ``dim``) to zero mean, unit variance; then scale and shift.
+
+    ``weight`` (dim,) ones, ``bias`` (dim,) zeros or None with ``bias=False``; float32 unless
+    ``dtype`` says otherwise.
+    """
+
+    def __init__(
+        self, dim: int, eps: float = 1e-5, bias: bool = True, dtype: Any = np.float32
+    ) -> None:
+        super().__init__()
+        self.dim = positive_int(dim, "dim")
+        if not float(eps) > 0.0:
+            raise ValueError(f"eps must be positive, got {eps!r}")
+        self.eps = float(eps)
+        dtype = float_dtype(dtype)
+        self.weight = Tensor(np.ones(self.dim, dtype=dtype), requires_grad=True)
+        self.bias = Tensor(np.zeros(self.dim, dtype=dtype), requires_grad=True) if bias else None
+
+    def forward(self, x: Tensor) -> Tensor:
+        return F.layer_norm(x, self.weight, self.bias, eps=self.eps)  # (..., dim) -> (..., dim)
+
+    def extra_repr(self) -> str:
+        return (
+            f"{self.dim}, eps={self.eps}, bias={self.bias is not None}, dtype={self.weight.dtype}"
+        )
