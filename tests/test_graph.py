@@ -1,0 +1,252 @@
+"""How ``backward`` walks the graph: accumulation, resets, shared paths, seeds,
+deep chains and the lifetime of the graph itself."""
+
+from __future__ import annotations
+
+import gc
+import sys
+import time
+import weakref
+
+import numpy as np
+import pytest
+
+from glassllm import Tensor
+
+
+def test_leaves_accumulate_across_backward_calls():
+    w = Tensor(np.array([1.0, -2.0]), requires_grad=True)
+    b = Tensor(np.array(0.5), requires_grad=True)
+    loss = (w * w).sum() + b * 3.0
+    loss.backward()
+    np.testing.assert_allclose(w.grad, [2.0, -4.0])
+    np.testing.assert_allclose(b.grad, 3.0)
+    loss.backward()
+    np.testing.assert_allclose(w.grad, [4.0, -8.0])
+    np.testing.assert_allclose(b.grad, 6.0)
+    # A second graph over the same leaves adds to what is there.
+    (w.sum() * 10.0).backward()
+    np.testing.assert_allclose(w.grad, [14.0, 2.0])
+    np.testing.assert_allclose(b.grad, 6.0)
+
+
+def test_leaf_grad_is_owned_by_the_leaf():
+    """Editing a leaf's gradient in place (clipping, an optimizer) must not reach
+    the seed the user passed or other nodes' gradients."""
+    x = Tensor(np.array([1.0, 2.0]), requires_grad=True)
+    y = x + 0.0
+    seed = np.array([1.0, 1.0])
+    y.backward(seed)
+    x.grad *= 100.0
+    np.testing.assert_array_equal(seed, [1.0, 1.0])
+    np.testing.assert_array_equal(y.grad, [1.0, 1.0])
+
+
+def test_intermediate_grads_hold_this_traversals_value():
+    x = Tensor(np.array([1.0, 2.0]), requires_grad=True)
+    h = x * x  # intermediate
+    out = (h * 3.0).sum()
+    out.backward()
+    np.testing.assert_allclose(h.grad, [3.0, 3.0])
+    np.testing.assert_allclose(out.grad, 1.0)
+    # Reset at the start of the next traversal, not accumulated.
+    out.backward()
+    np.testing.assert_allclose(h.grad, [3.0, 3.0])
+    np.testing.assert_allclose(x.grad, [12.0, 24.0])
+    out.backward(np.array(2.0))
+    np.testing.assert_allclose(h.grad, [6.0, 6.0])
+    np.testing.assert_allclose(out.grad, 2.0)
+    # A different output through the same intermediate: h.grad is that traversal's.
+    other = (h * 5.0).sum()
+    other.backward()
+    np.testing.assert_allclose(h.grad, [5.0, 5.0])
+
+
+def test_intermediate_grads_have_their_shape_and_dtype():
+    x = Tensor(np.ones((2, 3), dtype=np.float32), requires_grad=True)
+    h = x.exp()
+    s = h.sum(axis=0)
+    s.sum().backward()
+    for node in (h, s):
+        assert node.grad.shape == node.shape
+        assert node.grad.dtype == np.float32
+
+
+def test_diamond_shared_path_adds_contributions():
+    a = Tensor(np.array([0.5, -1.5, 2.0]), requires_grad=True)
+    b = a + a
+    c = b * b
+    c.backward()
+    np.testing.assert_allclose(a.grad, 8.0 * a.data)
+    np.testing.assert_allclose(b.grad, 2.0 * b.data)
+
+
+def test_many_paths_to_one_leaf():
+    x = Tensor(np.array(1.5), requires_grad=True)
+    y = x * x * x + x.exp() * x - x / x  # x^3 + x e^x - 1
+    y.backward()
+    np.testing.assert_allclose(x.grad, 3 * 1.5**2 + np.exp(1.5) * (1 + 1.5), rtol=1e-12)
+
+
+def test_gradient_flows_only_to_tensors_that_require_it():
+    x = Tensor(np.array([1.0, 2.0]), requires_grad=True)
+    const = Tensor(np.array([3.0, 4.0]))
+    (x * const).sum().backward()
+    np.testing.assert_allclose(x.grad, [3.0, 4.0])
+    assert const.grad is None
+    assert not const.requires_grad
+
+
+def test_ops_on_constants_are_not_tracked():
+    a, b = Tensor(np.ones(2)), Tensor(np.ones(2))
+    c = a * b + 1.0
+    assert not c.requires_grad
+    assert c.parents == ()
+    c.backward()  # does nothing
+    assert a.grad is None and c.grad is None
+
+
+@pytest.mark.parametrize(
+    "seed",
+    [np.ones((3, 2)), np.ones(3), np.ones((2,)), np.ones((1, 2, 3)), np.ones(()), 1.0],
+    ids=["transposed", "broadcastable-row", "other-row", "extra-axis", "0-d", "python-float"],
+)
+def test_seed_gradient_of_wrong_shape_raises_value_error_naming_both(seed):
+    x = Tensor(np.ones((2, 3)), requires_grad=True)
+    h = x * 2.0
+    with pytest.raises(ValueError) as excinfo:
+        h.backward(seed)
+    message = str(excinfo.value)
+    assert str((2, 3)) in message
+    assert str(np.shape(seed)) in message
+    # Nothing happened: no half-written state.
+    assert x.grad is None and h.grad is None
+
+
+def test_seed_gradient_for_a_scalar_output():
+    x = Tensor(np.array([1.0, 2.0]), requires_grad=True)
+    (x * x).sum().backward(np.array(0.5))
+    np.testing.assert_allclose(x.grad, [1.0, 2.0])
+
+
+def test_default_seed_differentiates_the_sum():
+    x = Tensor(np.array([[1.0, 2.0], [3.0, 4.0]]), requires_grad=True)
+    (x * x).backward()
+    np.testing.assert_allclose(x.grad, 2.0 * x.data)
+
+
+def test_output_that_does_not_require_grad_does_nothing():
+    out = Tensor(np.ones(3)) * 2.0
+    out.backward()
+    out.backward(np.ones(3))
+    # Even a wrong seed is ignored: there is nothing to differentiate.
+    out.backward(np.ones(5))
+    assert out.grad is None
+
+
+def test_backward_on_a_leaf_accumulates_the_seed():
+    x = Tensor(np.array([1.0, 2.0]), requires_grad=True)
+    x.backward(np.array([3.0, 4.0]))
+    x.backward()
+    np.testing.assert_allclose(x.grad, [4.0, 5.0])
+
+
+def test_a_100k_operation_chain_runs_without_recursion_error():
+    assert sys.getrecursionlimit() < 100_000
+    x = Tensor(np.array(1.0), requires_grad=True)
+    y = x
+    start = time.perf_counter()
+    for _ in range(50_000):
+        y = y * 1.0
+        y = y + 0.5
+    y.backward()
+    elapsed = time.perf_counter() - start
+    np.testing.assert_allclose(x.grad, 1.0)
+    np.testing.assert_allclose(y.data, 1.0 + 0.5 * 50_000)
+    assert elapsed < 30.0, f"100,000-op forward+backward took {elapsed:.1f} s"
+    # Freeing the chain must not recurse in C either.
+    del y
+    gc.collect()
+
+
+def _build(x: Tensor) -> tuple[Tensor, list[weakref.ref]]:
+    h1 = x @ np.ones((3, 2))
+    h2 = h1.tanh() * x[:, :2]
+    h3 = (h2 - h2.max(axis=-1, keepdims=True)).exp()
+    h4 = h3 / h3.sum(axis=-1, keepdims=True)
+    loss = (h4.log() * -1.0).mean() + x.var() + (x**2.0).sqrt().reshape(-1).transpose()[0]
+    nodes = [h1, h2, h3, h4, loss]
+    return loss, [weakref.ref(n) for n in nodes]
+
+
+@pytest.mark.parametrize("run_backward", [False, True], ids=["forward-only", "after-backward"])
+def test_graph_dies_with_its_output_by_reference_counting_alone(run_backward):
+    """With the cycle collector off, dropping the last reference to the output
+    frees every node: no reference cycles (an op capturing its own output in its
+    VJP would make one)."""
+    x = Tensor(np.linspace(-1.0, 1.0, 6).reshape(2, 3), requires_grad=True)
+    was_enabled = gc.isenabled()
+    gc.collect()
+    gc.disable()
+    try:
+        loss, refs = _build(x)
+        if run_backward:
+            loss.backward()
+        assert all(r() is not None for r in refs)
+        del loss
+        alive = [i for i, r in enumerate(refs) if r() is not None]
+        assert alive == [], f"nodes {alive} outlived their output"
+    finally:
+        if was_enabled:
+            gc.enable()
+    if run_backward:
+        assert x.grad is not None and x.grad.shape == (2, 3)
+
+
+def test_graph_dies_after_a_custom_op_built_with_the_constructor():
+    x = Tensor(np.array([0.5, 1.0]), requires_grad=True)
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        def backward(g):
+            return (g * np.cos(x.data),)
+
+        y = Tensor(np.sin(x.data), parents=(x,), backward=backward, requires_grad=True)
+        z = y.sum()
+        z.backward()
+        refs = [weakref.ref(y), weakref.ref(z)]
+        del y, z, backward
+        assert all(r() is None for r in refs)
+    finally:
+        if was_enabled:
+            gc.enable()
+    np.testing.assert_allclose(x.grad, np.cos([0.5, 1.0]))
+
+
+def test_leaf_does_not_keep_its_consumers_alive():
+    x = Tensor(np.ones(3), requires_grad=True)
+    y = x * 2.0
+    ref = weakref.ref(y)
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        del y
+        assert ref() is None
+        assert x.parents == ()
+    finally:
+        if was_enabled:
+            gc.enable()
+
+
+def test_vjp_returning_wrong_number_of_gradients_is_reported():
+    x = Tensor(np.ones(2), requires_grad=True)
+    y = Tensor(x.data * 2, parents=(x,), backward=lambda g: (g, g), requires_grad=True)
+    with pytest.raises(ValueError):
+        y.backward()
+
+
+def test_vjp_returning_wrong_shape_is_reported():
+    x = Tensor(np.ones(2), requires_grad=True)
+    y = Tensor(x.data.sum(), parents=(x,), backward=lambda g: (np.ones(3),), requires_grad=True)
+    with pytest.raises(ValueError, match=r"\(3,\)"):
+        y.backward()
