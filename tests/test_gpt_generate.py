@@ -48,7 +48,7 @@ def test_forward_with_caches_matches_full_forward_logits(model):
     """Feeding tokens one position at a time through the caches reproduces every full-context logit."""
     idx = prompt(T=CONFIG.block_size)
     full, _ = model(idx)
-    caches = [model._new_cache(2) for _ in model.blocks]
+    caches = [model._new_cache() for _ in model.blocks]
     with no_grad():
         h = model._hidden_states(idx[:, :3], caches)  # a 3-token prefill, then single tokens
         step_logits = [model._head(h).data]

@@ -98,7 +98,7 @@ class GPTConfig:
 class MLP(nn.Module):
     """Position-wise feed-forward: Linear(E, 4E) -> GELU(tanh) -> Linear(4E, E) -> dropout."""
 
-    def __init__(self, config: GPTConfig, rng: np.random.Generator, dtype: Any) -> None:
+    def __init__(self, config: GPTConfig, rng: np.random.Generator | None, dtype: Any) -> None:
         super().__init__()
         E = config.n_embd
         self.fc = nn.Linear(E, 4 * E, bias=config.bias, dtype=dtype, rng=rng)
@@ -115,7 +115,7 @@ class Block(nn.Module):
     """Pre-LayerNorm transformer block: the residual stream passes through untouched, each sub-layer
     adds its contribution (which is why the residual projections get a smaller initial scale)."""
 
-    def __init__(self, config: GPTConfig, rng: np.random.Generator, dtype: Any) -> None:
+    def __init__(self, config: GPTConfig, rng: np.random.Generator | None, dtype: Any) -> None:
         super().__init__()
         E = config.n_embd
         self.ln_1 = nn.LayerNorm(E, bias=config.bias, dtype=dtype)
@@ -151,17 +151,20 @@ class GPT(nn.Module):
         super().__init__()
         if not isinstance(config, GPTConfig):
             raise TypeError(f"GPT needs a GPTConfig, got {type(config).__name__}")
-        rng = get_rng(rng)
+        # rng draws the initial weights and, during training, the dropout masks. Left None, the
+        # masks come from glassllm.rng's default generator at call time, so manual_seed (and a
+        # checkpoint that saves that generator) governs them.
+        init_rng = get_rng(rng)
         self.config = config
         self.dtype = np.dtype(dtype)
-        self.wte = nn.Embedding(config.vocab_size, config.n_embd, dtype=dtype, rng=rng)
-        self.wpe = nn.Embedding(config.block_size, config.n_embd, dtype=dtype, rng=rng)
+        self.wte = nn.Embedding(config.vocab_size, config.n_embd, dtype=dtype, rng=init_rng)
+        self.wpe = nn.Embedding(config.block_size, config.n_embd, dtype=dtype, rng=init_rng)
         self.drop = nn.Dropout(config.dropout, rng=rng)
         self.blocks = nn.ModuleList([Block(config, rng, dtype) for _ in range(config.n_layer)])
         self.ln_f = nn.LayerNorm(config.n_embd, bias=config.bias, dtype=dtype)
         # No lm_head module: the output projection is wte.weight itself (weight tying), so the
         # parameter list holds it once and its gradient sums both uses.
-        self._init_weights(rng)
+        self._init_weights(init_rng)
 
     def _init_weights(self, rng: np.random.Generator) -> None:
         """GPT-2 initialisation: Linear weights and embeddings N(0, 0.02), biases zero, LayerNorm
@@ -343,7 +346,7 @@ class GPT(nn.Module):
                 elif caches is not None and caches[0].length < block_size:
                     h = self._hidden_states(idx[:, -1:], caches)  # (B, 1, E): one new position
                 else:  # first step, or the window slid: (re)fill the caches
-                    caches = [self._new_cache(idx.shape[0]) for _ in self.blocks]
+                    caches = [self._new_cache() for _ in self.blocks]
                     h = self._hidden_states(idx[:, -block_size:], caches)  # (B, T, E)
                 logits = self._head(h[:, -1, :]).data  # (B, V)
             probs = self._probabilities(logits, temperature, top_k)  # (B, V)
@@ -351,9 +354,9 @@ class GPT(nn.Module):
             idx = np.concatenate([idx, next_ids[:, None]], axis=1)  # (B, T + 1)
             yield next_ids, probs
 
-    def _new_cache(self, batch_size: int) -> nn.KVCache:
-        c = self.config
-        return nn.KVCache(batch_size, c.n_head, c.block_size, c.n_embd // c.n_head, dtype=self.dtype)
+    def _new_cache(self) -> nn.KVCache:
+        # Sized for a full block up front: generation never grows it past block_size.
+        return nn.KVCache(capacity=self.config.block_size)
 
     @staticmethod
     def _probabilities(logits: np.ndarray, temperature: float, top_k: int | None) -> np.ndarray:
