@@ -89,6 +89,7 @@ class MultiHeadAttention(Module):
         dropout: float = 0.0,
         bias: bool = True,
         causal: bool = False,
+        dtype: Any = np.float32,
         rng: np.random.Generator | None = None,
     ) -> None:
         super().__init__()
@@ -98,10 +99,10 @@ class MultiHeadAttention(Module):
         self.causal = bool(causal)
         self.rng = generator(rng)
         init_rng = get_rng(self.rng)
-        self.q_proj = Linear(embed_dim, embed_dim, bias=bias, rng=init_rng)
-        self.k_proj = Linear(embed_dim, embed_dim, bias=bias, rng=init_rng)
-        self.v_proj = Linear(embed_dim, embed_dim, bias=bias, rng=init_rng)
-        self.out_proj = Linear(embed_dim, embed_dim, bias=bias, rng=init_rng)
+        self.q_proj = Linear(embed_dim, embed_dim, bias=bias, dtype=dtype, rng=init_rng)
+        self.k_proj = Linear(embed_dim, embed_dim, bias=bias, dtype=dtype, rng=init_rng)
+        self.v_proj = Linear(embed_dim, embed_dim, bias=bias, dtype=dtype, rng=init_rng)
+        self.out_proj = Linear(embed_dim, embed_dim, bias=bias, dtype=dtype, rng=init_rng)
 
     def forward(
         self,
@@ -159,6 +160,7 @@ class CausalSelfAttention(Module):
         num_heads: int,
         dropout: float = 0.0,
         bias: bool = True,
+        dtype: Any = np.float32,
         rng: np.random.Generator | None = None,
     ) -> None:
         super().__init__()
@@ -167,8 +169,8 @@ class CausalSelfAttention(Module):
         self.dropout = probability(dropout, "dropout")
         self.rng = generator(rng)
         init_rng = get_rng(self.rng)
-        self.qkv = Linear(embed_dim, 3 * embed_dim, bias=bias, rng=init_rng)
-        self.proj = Linear(embed_dim, embed_dim, bias=bias, rng=init_rng)
+        self.qkv = Linear(embed_dim, 3 * embed_dim, bias=bias, dtype=dtype, rng=init_rng)
+        self.proj = Linear(embed_dim, embed_dim, bias=bias, dtype=dtype, rng=init_rng)
         self.resid_dropout = Dropout(self.dropout, rng=self.rng)
 
     def forward(self, x: Tensor, kv_cache: KVCache | None = None) -> Tensor:
