@@ -8,7 +8,15 @@ import numpy as np
 import pytest
 
 from glassllm import Tensor
-from glassllm.optim import SGD, AdamW, Constant, CosineWithWarmup, StepLR, cosine_with_warmup, step_decay
+from glassllm.optim import (
+    SGD,
+    AdamW,
+    Constant,
+    CosineWithWarmup,
+    StepLR,
+    cosine_with_warmup,
+    step_decay,
+)
 
 
 def nanogpt_get_lr(it, learning_rate, min_lr, warmup_iters, lr_decay_iters):
@@ -24,7 +32,8 @@ def nanogpt_get_lr(it, learning_rate, min_lr, warmup_iters, lr_decay_iters):
 
 
 def optimizer(lr=1e-3, groups=1):
-    return AdamW([{"params": [Tensor(np.zeros(1), requires_grad=True)]} for _ in range(groups)], lr=lr)
+    groups = [{"params": [Tensor(np.zeros(1), requires_grad=True)]} for _ in range(groups)]
+    return AdamW(groups, lr=lr)
 
 
 @pytest.mark.parametrize("warmup, decay", [(100, 2000), (0, 50), (10, 11)])
@@ -42,7 +51,7 @@ def test_cosine_shape_and_edge_cases():
     assert cosine_with_warmup(10, 1.0, 0.1, 4, 10) == 0.1
     assert cosine_with_warmup(5, 1.0, 0.1, 5, 5) == 0.1  # no decay phase: straight to the floor
     lrs = [cosine_with_warmup(it, 1.0, 0.1, 4, 10) for it in range(4, 11)]
-    assert all(a > b for a, b in zip(lrs, lrs[1:]))
+    assert all(a > b for a, b in zip(lrs, lrs[1:], strict=False))
 
 
 @pytest.mark.parametrize(

@@ -1,11 +1,11 @@
-"""Adam (Kingma & Ba, 2015) and AdamW (Loshchilov & Hutter, 2019), as ``torch.optim`` computes them."""
+"""Adam (Kingma & Ba, 2015) and AdamW (Loshchilov & Hutter, 2019), computed as ``torch.optim``."""
 
 from __future__ import annotations
 
 import numpy as np
 
 from glassllm.autograd import no_grad
-from glassllm.optim.optimizer import Optimizer, Params, ParamGroup, check_non_negative
+from glassllm.optim.optimizer import Optimizer, ParamGroup, Params, check_non_negative
 
 
 class Adam(Optimizer):
@@ -68,14 +68,17 @@ class Adam(Optimizer):
         check_non_negative(group, "lr", "eps", "weight_decay")
         for index, beta in enumerate(group["betas"]):
             if not 0.0 <= beta < 1.0:
-                raise ValueError(f"invalid beta parameter at index {index}: {beta} (need 0 <= beta < 1)")
+                raise ValueError(
+                    f"invalid beta parameter at index {index}: {beta} (need 0 <= beta < 1)"
+                )
 
     @no_grad()
     def step(self) -> None:
         """Apply one Adam (or AdamW) update to every parameter that has a gradient."""
         decoupled = self._decoupled_weight_decay
         for group in self.param_groups:
-            lr, eps, weight_decay = float(group["lr"]), float(group["eps"]), float(group["weight_decay"])
+            lr, eps = float(group["lr"]), float(group["eps"])
+            weight_decay = float(group["weight_decay"])
             beta1, beta2 = (float(beta) for beta in group["betas"])
             for name, param, grad in self._grads(group):
                 state = self.state.get(name)

@@ -1,4 +1,4 @@
-"""Learning-rate schedules: pure functions of the iteration, and small objects that set ``group["lr"]``.
+"""Learning-rate schedules: pure functions of the iteration, and objects that set ``group["lr"]``.
 
 The functions give the learning rate at iteration ``it`` (counted from 0), so a training loop can
 do what nanoGPT does::
@@ -103,7 +103,7 @@ class LRScheduler:
         return [self.lr_at(self.last_iter, base) for base in self.base_lrs]
 
     def _apply(self) -> None:
-        for group, lr in zip(self.optimizer.param_groups, self.get_last_lr()):
+        for group, lr in zip(self.optimizer.param_groups, self.get_last_lr(), strict=True):
             group["lr"] = lr
 
     def state_dict(self) -> dict[str, Any]:

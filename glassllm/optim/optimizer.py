@@ -92,7 +92,7 @@ class Optimizer:
         if all(isinstance(entry, Mapping) for entry in entries):
             groups = entries
         elif any(isinstance(entry, Mapping) for entry in entries):
-            raise TypeError("params mixes group dicts with bare parameters; use group dicts for all")
+            raise TypeError("params mixes group dicts and bare parameters; use group dicts for all")
         else:
             groups = [{"params": entries}]
         for group in groups:
@@ -137,7 +137,7 @@ class Optimizer:
         else:
             params = entries
             names = [str(first_index + i) for i in range(len(entries))]
-        for name, param in zip(names, params):
+        for name, param in zip(names, params, strict=True):
             if not isinstance(param, Tensor):
                 raise TypeError(f"parameter {name!r} is a {type(param).__name__}, not a Tensor")
             if not isinstance(name, str) or not name:
@@ -148,7 +148,7 @@ class Optimizer:
         known_names = {n for group in self.param_groups for n in group["param_names"]}
         seen_params: set[int] = set()
         seen_names: set[str] = set()
-        for name, param in zip(names, params):
+        for name, param in zip(names, params, strict=True):
             if id(param) in known_params or id(param) in seen_params:
                 raise ValueError(
                     f"parameter {name!r} appears more than once; each parameter may be in one "
@@ -159,7 +159,8 @@ class Optimizer:
             seen_params.add(id(param))
             seen_names.add(name)
 
-        group: ParamGroup = {**self.defaults, **{k: v for k, v in param_group.items() if k != "params"}}
+        hyper = {key: value for key, value in param_group.items() if key != "params"}
+        group: ParamGroup = {**self.defaults, **hyper}
         group = self._normalised(group)
         self._check_group(group)
         group["params"] = params
@@ -172,7 +173,7 @@ class Optimizer:
         return [
             (name, param)
             for group in self.param_groups
-            for name, param in zip(group["param_names"], group["params"])
+            for name, param in zip(group["param_names"], group["params"], strict=True)
         ]
 
     def _normalised(self, group: ParamGroup) -> ParamGroup:
@@ -187,7 +188,9 @@ class Optimizer:
                 out[key] = bool(value)
             elif isinstance(default, tuple):
                 if not isinstance(value, (tuple, list)) or len(value) != len(default):
-                    raise TypeError(f"{key} must be a tuple of {len(default)} numbers, got {value!r}")
+                    raise TypeError(
+                        f"{key} must be a tuple of {len(default)} numbers, got {value!r}"
+                    )
                 out[key] = tuple(_as_float(key, v) for v in value)
             else:
                 out[key] = _as_float(key, value)
@@ -210,7 +213,7 @@ class Optimizer:
 
     def _grads(self, group: ParamGroup) -> Iterable[tuple[str, np.ndarray, np.ndarray]]:
         """Yield ``(name, param array, grad array)`` for the group's parameters that have a grad."""
-        for name, param in zip(group["param_names"], group["params"]):
+        for name, param in zip(group["param_names"], group["params"], strict=True):
             grad = param.grad
             if grad is None:
                 continue  # as in PyTorch: no gradient, no update, no state
@@ -232,7 +235,7 @@ class Optimizer:
     # ------------------------------------------------------------------ state dicts
 
     def state_dict(self) -> dict[str, Any]:
-        """Return ``{"state": {name: {key: value}}, "param_groups": [{hyper..., "params": [names]}]}``.
+        """Return ``{"state": {name: {key: value}}, "param_groups": [{hyper, "params": [names]}]}``.
 
         Arrays are copies; scalars are Python ints; hyper-parameters Python floats, bools, tuples.
         """
@@ -285,7 +288,8 @@ class Optimizer:
             )
 
         hyper_per_group: list[ParamGroup] = []
-        for index, (saved, group) in enumerate(zip(saved_groups, self.param_groups)):
+        pairs = zip(saved_groups, self.param_groups, strict=True)
+        for index, (saved, group) in enumerate(pairs):
             names = saved.get("params")
             if not isinstance(names, (list, tuple)):
                 problems.append(f"group {index}: 'params' must be a list of parameter names")
@@ -366,7 +370,7 @@ class Optimizer:
                       else int(value))
                 for key, value in entry.items()
             }
-        for group, hyper in zip(self.param_groups, hyper_per_group):
+        for group, hyper in zip(self.param_groups, hyper_per_group, strict=True):
             group.update(hyper)
         self.state = state
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from glassllm.autograd import no_grad
-from glassllm.optim.optimizer import Optimizer, Params, ParamGroup, check_non_negative
+from glassllm.optim.optimizer import Optimizer, ParamGroup, Params, check_non_negative
 
 
 class SGD(Optimizer):
