@@ -1,0 +1,41 @@
+"""Differentiable functions with hand-derived, fused, numerically stable VJPs.
+
+``import glassllm.functional as F``. Each function computes its forward in NumPy and hands
+the engine one vector-Jacobian product (``Tensor.from_op``), instead of a chain of primitive
+Tensor ops: fewer temporaries, and the stability measures (max-subtraction, log-sum-exp,
+two-pass variance) live in one place. Derivations: ``docs/functional.md``.
+
+Modules, by concept: ``shape`` (concatenate, stack, where), ``probability`` (logsumexp,
+softmax, log_softmax), ``losses`` (cross_entropy), ``activations`` (relu, gelu),
+``normalization`` (layer_norm), ``regularization`` (dropout), ``affine`` (linear,
+embedding), ``attention`` (scaled_dot_product_attention), ``special`` (erf, erfc on ndarrays).
+"""
+
+from glassllm.functional.activations import gelu, relu
+from glassllm.functional.affine import embedding, linear
+from glassllm.functional.attention import scaled_dot_product_attention
+from glassllm.functional.losses import cross_entropy
+from glassllm.functional.normalization import layer_norm
+from glassllm.functional.probability import log_softmax, logsumexp, softmax
+from glassllm.functional.regularization import dropout
+from glassllm.functional.shape import concatenate, stack, where
+from glassllm.functional.special import erf, erfc
+
+__all__ = [
+    "concatenate",
+    "stack",
+    "where",
+    "logsumexp",
+    "softmax",
+    "log_softmax",
+    "cross_entropy",
+    "gelu",
+    "relu",
+    "layer_norm",
+    "dropout",
+    "embedding",
+    "linear",
+    "scaled_dot_product_attention",
+    "erf",
+    "erfc",
+]

@@ -1,0 +1,130 @@
+"""From logits to (log-)probabilities: logsumexp, softmax, log_softmax.
+
+All three subtract the maximum along the reduced axes before exponentiating, so every
+exponent is <= 0, ``exp`` never overflows and the sum it feeds is >= 1 (one term is
+exp(0)). A slice that is entirely ``-inf`` (fully masked) is shifted by 0 instead of by its
+``-inf`` maximum, which would give ``-inf - -inf = nan``.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from glassllm.functional._common import float_tensor, sum_last
+from glassllm.tensor import Tensor
+
+
+def _axes(axis: int | tuple[int, ...] | None, ndim: int) -> tuple[int, ...]:
+    if axis is None:
+        return tuple(range(ndim))
+    axes = (axis,) if isinstance(axis, (int, np.integer)) else tuple(axis)
+    out = []
+    for ax in axes:
+        if not -ndim <= ax < ndim:
+            raise np.exceptions.AxisError(ax, ndim)
+        out.append(int(ax) % ndim)
+    if len(set(out)) != len(out):
+        raise ValueError(f"repeated axis in {axis!r}")
+    return tuple(sorted(out))
+
+
+def _shifted_exp(x: np.ndarray, axes: tuple[int, ...]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``(e, m, s)`` with ``m = max(x)`` (0 where not finite), ``e = exp(x - m)``, ``s = sum(e)``.
+
+    ``m`` and ``s`` keep the reduced axes (size 1). ``e`` is a fresh array the caller may
+    overwrite.
+    """
+    m = x.max(axis=axes, keepdims=True, initial=-np.inf)
+    if not np.isfinite(m).all():
+        m[~np.isfinite(m)] = 0  # an all -inf slice: shift by 0, its sum below is then 0
+    e = np.subtract(x, m)
+    np.exp(e, out=e)
+    last_only = axes == (x.ndim - 1,)
+    s = sum_last(e) if last_only else e.sum(axis=axes, keepdims=True)
+    return e, m, s
+
+
+def logsumexp(x: Tensor, axis: int | tuple[int, ...] | None = -1, keepdims: bool = False) -> Tensor:
+    """``y = log sum_i exp(x_i)`` over ``axis`` (an int, a tuple, or None for all axes).
+
+    Forward: ``y = m + log sum_i exp(x_i - m)`` with ``m = max_i x_i`` (every exponent <= 0).
+    VJP: ``dy/dx_i = exp(x_i - y) = softmax(x)_i``, so ``dL/dx = g * softmax(x)``, the
+    softmax rebuilt from the stored ``exp(x - m) / sum`` (no second ``exp``). A slice of all
+    ``-inf`` gives ``y = -inf`` and a zero gradient.
+
+    >>> x = Tensor(np.array([1e4, 1e4], dtype=np.float32), requires_grad=True)
+    >>> y = logsumexp(x)  # 1e4 + log 2, although exp(1e4) overflows float32
+    >>> y.dtype, round(float(y.data) - 1e4, 3)
+    (dtype('float32'), 0.693)
+    """
+    x = float_tensor(x, "logsumexp: x")
+    axes = _axes(axis, x.ndim)
+    e, m, s = _shifted_exp(x.data, axes)
+    with np.errstate(divide="ignore"):
+        out = np.log(s)
+    out += m
+    if not keepdims:
+        out = out.squeeze(axis=axes)
+
+    def vjp(grad: np.ndarray) -> tuple:
+        scale = np.divide(grad.reshape(s.shape), s, where=s > 0, out=np.zeros_like(s))
+        return (np.multiply(e, scale),)
+
+    return Tensor.from_op(out, (x,), vjp)
+
+
+def softmax(x: Tensor, axis: int = -1) -> Tensor:
+    """``p_i = exp(x_i) / sum_j exp(x_j)`` along ``axis``.
+
+    Forward: ``p = exp(x - m) / sum exp(x - m)``, ``m = max x``, so no ``exp`` overflows.
+    VJP: ``dp_i/dx_j = p_i (delta_ij - p_j)``, so ``dL/dx = p * (g - sum(g * p))``
+    (one temporary, reused in place). A slice of all ``-inf`` gives ``p = 0`` there.
+
+    >>> p = softmax(Tensor(np.array([[0.0, 1e4], [3.0, 3.0]], dtype=np.float32)))
+    >>> p.data.tolist()
+    [[0.0, 1.0], [0.5, 0.5]]
+    """
+    x = float_tensor(x, "softmax: x")
+    axes = _axes(axis, x.ndim)
+    last_only = axes == (x.ndim - 1,)
+    p, _, s = _shifted_exp(x.data, axes)
+    s[s == 0] = 1  # an all -inf slice: 0 / 1 = 0 rather than 0 / 0
+    p /= s
+
+    def vjp(grad: np.ndarray) -> tuple:
+        gp = np.multiply(grad, p)
+        dot = sum_last(gp) if last_only else gp.sum(axis=axes, keepdims=True)
+        np.subtract(grad, dot, out=gp)
+        gp *= p
+        return (gp,)
+
+    return Tensor.from_op(p, (x,), vjp)
+
+
+def log_softmax(x: Tensor, axis: int = -1) -> Tensor:
+    """``y_i = x_i - logsumexp(x)`` along ``axis``.
+
+    Forward: ``y = (x - m) - log sum exp(x - m)``: no ``exp`` overflows and no
+    ``log(softmax)`` underflows to ``log 0``. VJP: ``dy_i/dx_j = delta_ij - p_j`` with
+    ``p = exp(y)``, so ``dL/dx = g - exp(y) * sum(g)``. An all ``-inf`` slice gives ``-inf``.
+
+    >>> y = log_softmax(Tensor(np.array([0.0, 1e4], dtype=np.float32)))
+    >>> y.data.tolist()
+    [-10000.0, 0.0]
+    """
+    x = float_tensor(x, "log_softmax: x")
+    axes = _axes(axis, x.ndim)
+    last_only = axes == (x.ndim - 1,)
+    e, m, s = _shifted_exp(x.data, axes)
+    s[s == 0] = 1  # an all -inf slice: log 1 = 0 keeps it -inf rather than -inf - -inf = nan
+    out = np.subtract(x.data, m, out=e)  # reuse the exp buffer: s already holds what we need
+    out -= np.log(s)
+
+    def vjp(grad: np.ndarray) -> tuple:
+        total = sum_last(grad) if last_only else grad.sum(axis=axes, keepdims=True)
+        dx = np.exp(out)
+        dx *= total
+        np.subtract(grad, dx, out=dx)
+        return (dx,)
+
+    return Tensor.from_op(out, (x,), vjp)

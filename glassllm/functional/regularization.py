@@ -1,0 +1,62 @@
+"""Dropout: randomly zero entries during training, rescaling the survivors."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from glassllm.functional._common import float_tensor
+from glassllm.rng import get_rng
+from glassllm.tensor import Tensor
+
+
+def dropout_mask(
+    shape: tuple[int, ...], p: float, dtype: np.dtype, rng: np.random.Generator | None = None
+) -> np.ndarray:
+    """A ``dtype`` array holding ``1/(1-p)`` with probability ``1-p`` and 0 otherwise.
+
+    Drawn as ``u >= p`` for ``u ~ U[0, 1)`` in ``dtype`` (float32 draws for float32, so no
+    float64 temporary); with ``p = 1`` every entry is 0. Shared with attention's dropout.
+    """
+    draw_dtype = dtype if dtype in (np.float32, np.float64) else np.float32
+    mask = get_rng(rng).random(shape, dtype=draw_dtype)
+    keep = mask >= p
+    np.multiply(keep, 1.0 / (1.0 - p) if p < 1.0 else 0.0, out=mask)
+    return mask if mask.dtype == dtype else mask.astype(dtype)
+
+
+def check_probability(p: float, name: str) -> float:
+    """``p`` as a float in ``[0, 1]``, or a ValueError that names it."""
+    try:
+        p = float(p)
+    except (TypeError, ValueError):
+        raise TypeError(f"{name} must be a number in [0, 1], got {p!r}") from None
+    if not 0.0 <= p <= 1.0:
+        raise ValueError(f"{name} must be in [0, 1], got {p}")
+    return p
+
+
+def dropout(x: Tensor, p: float, training: bool = True, rng: np.random.Generator | None = None) -> Tensor:
+    """Zero each entry with probability ``p`` and scale the rest by ``1/(1-p)`` ("inverted" dropout).
+
+    Forward: ``y = x * m``, ``m_i = [u_i >= p] / (1 - p)``, ``u_i ~ U[0, 1)`` from
+    ``glassllm.rng.get_rng(rng)``, so ``E[y] = x`` and evaluation needs no rescaling.
+    VJP: ``dL/dx = g * m`` (the same mask, kept in ``x``'s dtype).
+    ``training=False`` or ``p == 0`` returns ``x`` itself; ``p == 1`` gives zeros and a zero
+    gradient (as PyTorch); ``p`` outside ``[0, 1]`` is a ValueError.
+
+    >>> x = Tensor(np.ones(10_000, dtype=np.float32))
+    >>> y = dropout(x, 0.25, rng=np.random.default_rng(0))
+    >>> y.dtype, sorted(set(y.data.tolist())), abs(float(y.data.mean()) - 1.0) < 0.05
+    (dtype('float32'), [0.0, 1.3333333730697632], True)
+    """
+    p = check_probability(p, "dropout: p")
+    x = float_tensor(x, "dropout: x")
+    if not training or p == 0.0:
+        return x
+    mask = dropout_mask(x.shape, p, x.dtype, rng)
+    out = np.multiply(x.data, mask)
+
+    def vjp(grad: np.ndarray) -> tuple:
+        return (np.multiply(grad, mask),)
+
+    return Tensor.from_op(out, (x,), vjp)
