@@ -62,6 +62,18 @@ def test_intermediate_grads_hold_this_traversals_value():
     np.testing.assert_allclose(h.grad, [5.0, 5.0])
 
 
+def test_intermediate_that_gets_nothing_this_traversal_is_reset():
+    """An intermediate on a path whose VJP returns None keeps no stale value."""
+    x = Tensor(np.array([1.0, 2.0]), requires_grad=True)
+    h = x * 2.0
+    h.sum().backward()
+    np.testing.assert_allclose(h.grad, [1.0, 1.0])
+    blocked = Tensor(h.data.copy(), parents=(h,), backward=lambda g: (None,), requires_grad=True)
+    blocked.sum().backward()
+    assert h.grad is None or not np.any(h.grad)
+    np.testing.assert_allclose(x.grad, [2.0, 2.0])  # the leaf is untouched by the blocked path
+
+
 def test_intermediate_grads_have_their_shape_and_dtype():
     x = Tensor(np.ones((2, 3), dtype=np.float32), requires_grad=True)
     h = x.exp()

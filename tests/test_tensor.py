@@ -429,6 +429,12 @@ def test_relu_of_infinities_and_signed_zero():
     np.testing.assert_array_equal(x.grad, [0.0, 0.0, 0.0, 0.0, 1.0, 1.0])
 
 
+def test_relu_gradient_at_exactly_zero_is_zero():
+    x = Tensor(np.array([-1.0, 0.0, 0.0, 3.0]), requires_grad=True)
+    x.relu().backward()
+    np.testing.assert_array_equal(x.grad, [0.0, 0.0, 0.0, 1.0])
+
+
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 def test_sigmoid_saturates_without_overflow(dtype):
     x = Tensor(np.array([-1e4, -100.0, 0.0, 100.0, 1e4], dtype=dtype), requires_grad=True)
