@@ -151,7 +151,7 @@ def test_generation_uses_default_rng_when_none_given(model):
     ],
 )
 def test_bad_generation_arguments_raise_at_the_call(model, kwargs, message):
-    arguments = dict(idx=prompt(), max_new_tokens=3, **kwargs)
+    arguments = {"idx": prompt(), "max_new_tokens": 3, **kwargs}
     with pytest.raises(ValueError, match=message):
         model.generate(**arguments)
     with pytest.raises(ValueError, match=message):

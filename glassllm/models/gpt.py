@@ -195,7 +195,8 @@ class GPT(nn.Module):
     ) -> tuple[Tensor, Tensor | None]:
         """Logits for every position, and the mean cross-entropy when ``targets`` are given.
 
-        idx: int array (B, T), T <= block_size. targets: int array (B, T) or None.
+        idx: int array (B, T), T <= block_size. targets: int array (B, T) or None; a target of -1
+        is ignored (as in nanoGPT), the loss is the mean over the other positions.
         Returns (logits (B, T, vocab_size), loss scalar Tensor or None). Unlike nanoGPT, inference
         also returns logits for all T positions (useful for scoring text); generate() computes the
         head on the last position only.
@@ -207,7 +208,8 @@ class GPT(nn.Module):
         if targets is None:
             return logits, None
         targets = self._check_targets(targets, logits.shape[:2])
-        return logits, F.cross_entropy(logits, targets)
+        # ignore_index=-1 as nanoGPT: a target of -1 marks a position that does not count.
+        return logits, F.cross_entropy(logits, targets, ignore_index=-1)
 
     def _hidden_states(self, idx: Any, kv_caches: list[nn.KVCache] | None = None) -> Tensor:
         """Final-LayerNorm output (B, T, E) for tokens idx placed after what the caches hold."""
