@@ -46,7 +46,7 @@ def test_embed_dim_must_divide_into_heads(layer):
     with pytest.raises(ValueError, match=r"embed_dim \(10\) must be divisible by num_heads \(4\)"):
         layer(10, 4)
     with pytest.raises(ValueError, match="dropout"):
-        layer(8, 2, dropout=1.0)
+        layer(8, 2, dropout=1.5)
 
 
 def test_parameter_names_and_dtypes():
@@ -137,7 +137,8 @@ def test_causal_self_attention_matches_torch_nanogpt_block():
     np.testing.assert_allclose(gx.grad, tx.grad.numpy(), rtol=1e-9, atol=1e-12)
     for ours, theirs in ((csa.qkv, c_attn), (csa.proj, c_proj)):
         np.testing.assert_allclose(ours.weight.grad, theirs.weight.grad.numpy().T, rtol=1e-9)
-        np.testing.assert_allclose(ours.bias.grad, theirs.bias.grad.numpy(), rtol=1e-9)
+        # atol: the key bias's gradient is zero up to rounding (softmax ignores a shift per query)
+        np.testing.assert_allclose(ours.bias.grad, theirs.bias.grad.numpy(), rtol=1e-9, atol=1e-12)
 
 
 def test_attention_dropout_train_eval_and_reproducibility():
@@ -187,7 +188,9 @@ def test_kv_cache_grows_by_doubling_and_validates():
     assert cache.keys is None and cache.capacity == 0
     capacities = []
     for step in range(9):
-        keys, values = cache.append(np.full((1, 2, 1, 3), step, np.float32), np.zeros((1, 2, 1, 3)))
+        keys, values = cache.append(
+            np.full((1, 2, 1, 3), step, np.float32), np.zeros((1, 2, 1, 3), np.float32)
+        )
         capacities.append(cache.capacity)
     assert capacities == [2, 2, 4, 4, 8, 8, 8, 8, 16]
     np.testing.assert_array_equal(cache.keys[0, 0, :, 0], np.arange(9))

@@ -258,7 +258,17 @@ def test_dropout_reproducible_with_manual_seed_or_rng():
     np.testing.assert_array_equal(a, b)
 
 
-@pytest.mark.parametrize("p", [-0.1, 1.0, 1.5])
+@pytest.mark.parametrize("p", [-0.1, 1.5, float("nan")])
 def test_dropout_rejects_bad_probability(p):
-    with pytest.raises(ValueError, match=r"\[0, 1\)"):
+    with pytest.raises(ValueError, match=r"\[0, 1\]"):
         nn.Dropout(p)
+    with pytest.raises(TypeError):
+        nn.Dropout("0.1")
+
+
+def test_dropout_one_drops_everything():
+    x = Tensor(np.ones((3, 3), dtype=np.float32), requires_grad=True)
+    out = nn.Dropout(1.0)(x)
+    out.sum().backward()
+    np.testing.assert_array_equal(out.data, 0.0)
+    np.testing.assert_array_equal(x.grad, 0.0)

@@ -26,9 +26,10 @@ def float_dtype(dtype: Any) -> np.dtype:
 
 def probability(value: Any, name: str) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float, np.floating, np.integer)):
-        raise TypeError(f"{name} must be a number in [0, 1), got {value!r}")
-    if not 0.0 <= float(value) < 1.0:
-        raise ValueError(f"{name} must be in [0, 1), got {value!r}")
+        raise TypeError(f"{name} must be a number in [0, 1], got {value!r}")
+    # p == 1 is allowed, as in PyTorch: everything is dropped and the gradient is zero.
+    if not 0.0 <= float(value) <= 1.0:
+        raise ValueError(f"{name} must be in [0, 1], got {value!r}")
     return float(value)
 
 

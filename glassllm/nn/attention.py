@@ -80,6 +80,9 @@ class MultiHeadAttention(Module):
     adds a causal mask aligned to the end of the keys. ``dropout`` drops attention weights in
     training mode. Returns the output only (no attention weights, unlike torch's ``(output,
     weights)`` pair).
+
+    ``dtype`` sets the parameters' dtype (float32 by default); ``rng`` draws the initial weights
+    and the dropout masks (default: `glassllm.rng.get_rng()`, read when each is drawn).
     """
 
     def __init__(
@@ -152,6 +155,9 @@ class CausalSelfAttention(Module):
     (generation, under ``no_grad`` only), this call's keys and values are appended to the cache and
     the T new queries attend over every cached position, the causal mask aligned to the end: feeding
     a prompt and then one token at a time gives the same outputs as recomputing the whole sequence.
+
+    ``dtype`` sets the parameters' dtype (float32 by default); ``rng`` draws the initial weights
+    and the dropout masks (default: `glassllm.rng.get_rng()`, read when each is drawn).
     """
 
     def __init__(

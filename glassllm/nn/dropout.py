@@ -2,7 +2,8 @@
 
 In training mode each element is zeroed with probability ``p`` and the kept ones are scaled by
 ``1/(1-p)``, so the expected value is unchanged and evaluation needs no rescaling. In eval mode
-(``module.eval()``), and always when ``p == 0``, it is the identity.
+(``module.eval()``), and always when ``p == 0``, it is the identity; ``p == 1`` gives zeros (as
+PyTorch).
 
 >>> import numpy as np
 >>> from glassllm import Tensor
