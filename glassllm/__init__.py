@@ -4,6 +4,7 @@
 """
 
 from glassllm.autograd import is_grad_enabled, no_grad
+from glassllm.checkpoint import load, save
 from glassllm.gradcheck import gradcheck
 from glassllm.rng import get_rng, manual_seed
 from glassllm.tensor import Tensor
@@ -17,5 +18,7 @@ __all__ = [
     "gradcheck",
     "manual_seed",
     "get_rng",
+    "save",
+    "load",
     "__version__",
 ]

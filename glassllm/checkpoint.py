@@ -1,0 +1,391 @@
+"""Checkpoints as safetensors files: model, optimizer state and metadata in one file, no pickle.
+
+Layout of a file written by `save`:
+
+* **tensors**: the model's ``state_dict()`` under its own names (``blocks.0.attn.qkv.weight``, no
+  prefix), so any safetensors tool opens it; then each array of optimizer state as
+  ``optim.<state key>.<model parameter name>`` (``optim.exp_avg.blocks.0.attn.qkv.weight``). The
+  optimizer's parameters are matched to the model's by identity, so an optimizer built from
+  plain ``model.parameters()`` still maps onto model names, and a tied parameter appears once.
+* **string metadata** (safetensors allows only ``str -> str``), each value JSON:
+  ``glassllm.format`` (the layout version), ``glassllm.metadata`` (the caller's dict),
+  ``glassllm.optimizer`` (class name, hyper-parameters per group with parameters as model names,
+  scalar state such as step counts), and ``glassllm.sha256``, a digest of every tensor and
+  metadata entry, so a flipped byte in the data is caught, not trained on.
+
+Writing is atomic: a temporary file in the same directory, flushed and fsynced, then
+``os.replace``, then the directory fsynced. A crash or a kill mid-save leaves the previous file
+intact (at worst a stray ``.<name>.*.tmp`` next to it).
+
+Loading checks everything before it changes anything: the file parses and its digest matches,
+the model's keys, shapes and dtypes match, and the optimizer state matches the optimizer. Any
+problem raises one `CheckpointError` listing all of them (``FileNotFoundError`` for a missing
+file) and the model and optimizer stay exactly as they were. Values are copied into the existing
+arrays, so tied weights stay tied.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import os
+import secrets
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+import safetensors
+import safetensors.numpy
+
+from glassllm.nn.module import Module
+from glassllm.optim.optimizer import Optimizer
+
+__all__ = ["CheckpointError", "save", "load"]
+
+FORMAT = "glassllm-checkpoint-1"
+OPTIM_PREFIX = "optim."
+_FORMAT_KEY = "glassllm.format"
+_METADATA_KEY = "glassllm.metadata"
+_OPTIMIZER_KEY = "glassllm.optimizer"
+_DIGEST_KEY = "glassllm.sha256"
+
+PathLike = str | os.PathLike
+
+
+class CheckpointError(ValueError):
+    """A checkpoint cannot be written or loaded: the message lists every problem found."""
+
+
+def save(
+    path: PathLike,
+    model: Module,
+    optimizer: Optimizer | None = None,
+    metadata: Mapping[str, Any] | None = None,
+) -> None:
+    """Write ``model`` (and ``optimizer``'s state, and ``metadata``) to ``path`` atomically.
+
+    ``metadata`` must be a dict that survives a JSON round trip unchanged (str keys; lists, not
+    tuples; no NaN): `load` returns it equal. Everything is checked before a byte is written.
+
+    >>> import os, tempfile
+    >>> import numpy as np
+    >>> import glassllm, glassllm.nn as nn
+    >>> model = nn.Linear(2, 3, rng=np.random.default_rng(0))
+    >>> path = os.path.join(tempfile.mkdtemp(), "ckpt.safetensors")
+    >>> glassllm.save(path, model, metadata={"iter": 10})
+    >>> fresh = nn.Linear(2, 3, rng=np.random.default_rng(1))
+    >>> glassllm.load(path, fresh)
+    {'iter': 10}
+    >>> bool(np.array_equal(fresh.weight.data, model.weight.data))
+    True
+    """
+    user_metadata = _checked_metadata(metadata)
+    model_state = model.state_dict()
+    tensors: dict[str, np.ndarray] = {}
+    for name, array in model_state.items():
+        if name.startswith(OPTIM_PREFIX):
+            raise CheckpointError(
+                f"model key {name!r} starts with {OPTIM_PREFIX!r}, which checkpoints reserve for "
+                "optimizer state; rename that submodule"
+            )
+        # safetensors 0.8.0 writes a non-C-contiguous array (a transposed view, or the
+        # Fortran-ordered copy np.array(view, copy=True) makes of one) with its values scrambled
+        # (huggingface/safetensors#825), so every array goes in C order.
+        tensors[name] = np.ascontiguousarray(array)
+
+    header = {_FORMAT_KEY: FORMAT, _METADATA_KEY: json.dumps(user_metadata, allow_nan=False)}
+    if optimizer is not None:
+        optimizer_tensors, optimizer_header = _optimizer_entries(model, optimizer)
+        tensors.update(optimizer_tensors)
+        header[_OPTIMIZER_KEY] = json.dumps(optimizer_header, allow_nan=False)
+    header[_DIGEST_KEY] = _digest(tensors, header)
+    _atomic_write(os.fspath(path), tensors, header)
+
+
+def load(path: PathLike, model: Module, optimizer: Optimizer | None = None) -> dict[str, Any]:
+    """Load ``path`` into ``model`` (and ``optimizer``) in place; return the saved metadata.
+
+    A checkpoint saved without metadata gives ``{}``; a plain safetensors file of a state dict
+    (no glassllm metadata, no optimizer) loads into the model too. Optimizer tensors in the file
+    are ignored when no ``optimizer`` is given (sampling needs only the model). Raises
+    ``FileNotFoundError`` for a missing file and `CheckpointError` for anything else wrong, with
+    model and optimizer unchanged.
+    """
+    path = os.fspath(path)
+    if not os.path.exists(path):
+        raise FileNotFoundError(f"checkpoint not found: {path}")
+    if not os.path.isfile(path):
+        raise CheckpointError(f"checkpoint {path} is not a file")
+    tensors, header = _read(path)
+
+    problems: list[str] = []
+    fmt = header.get(_FORMAT_KEY)
+    if fmt is not None and fmt != FORMAT:
+        raise CheckpointError(
+            f"checkpoint {path} has layout {fmt!r}; this glassllm reads {FORMAT!r}"
+        )
+    if _DIGEST_KEY in header and header[_DIGEST_KEY] != _digest(tensors, header):
+        raise CheckpointError(
+            f"checkpoint {path} is corrupted: its contents do not match the digest stored in it"
+        )
+    user_metadata = _json_entry(header, _METADATA_KEY, path, default={})
+
+    model_tensors = {k: v for k, v in tensors.items() if not k.startswith(OPTIM_PREFIX)}
+    problems += _model_problems(model, model_tensors)
+
+    validated = None
+    if optimizer is not None:
+        optimizer_header = _json_entry(header, _OPTIMIZER_KEY, path, default=None)
+        if optimizer_header is None:
+            problems.append("the checkpoint holds no optimizer state (saved without an optimizer)")
+        else:
+            optimizer_tensors = {k: v for k, v in tensors.items() if k.startswith(OPTIM_PREFIX)}
+            state_dict, mapping_problems = _optimizer_state_dict(
+                model, optimizer, optimizer_tensors, optimizer_header
+            )
+            problems += mapping_problems
+            if not mapping_problems:
+                try:
+                    validated = optimizer._validated(state_dict)
+                except ValueError as error:
+                    problems.append(str(error))
+    if problems:
+        raise CheckpointError(
+            f"cannot load checkpoint {path} ({len(problems)} problem"
+            f"{'s' if len(problems) != 1 else ''}; the model and optimizer were not changed):\n  "
+            + "\n  ".join(problems)
+        )
+    try:
+        model.load_state_dict(model_tensors)  # checks again, then copies in place
+    except ValueError as error:
+        raise CheckpointError(f"cannot load checkpoint {path}: {error}") from error
+    if optimizer is not None:
+        optimizer._install(validated)
+    return user_metadata
+
+
+# ---------------------------------------------------------------------- metadata and names
+
+
+def _checked_metadata(metadata: Mapping[str, Any] | None) -> dict[str, Any]:
+    if metadata is None:
+        return {}
+    if not isinstance(metadata, dict):
+        raise CheckpointError(f"metadata must be a dict, got {type(metadata).__name__}")
+    try:
+        round_trip = json.loads(json.dumps(metadata, allow_nan=False))
+    except (TypeError, ValueError) as error:
+        raise CheckpointError(f"metadata must be JSON-serialisable: {error}") from error
+    if round_trip != metadata:
+        raise CheckpointError(
+            "metadata must come back from JSON unchanged (str keys, lists rather than tuples); "
+            f"{metadata!r} would load as {round_trip!r}"
+        )
+    return round_trip
+
+
+def _json_entry(header: Mapping[str, str], key: str, path: str, default: Any) -> Any:
+    if key not in header:
+        return default
+    try:
+        return json.loads(header[key])
+    except ValueError as error:
+        raise CheckpointError(
+            f"checkpoint {path}: metadata entry {key!r} is not valid JSON"
+        ) from error
+
+
+def _model_names(model: Module) -> dict[int, str]:
+    """``{id(parameter): its model name}``; a tied parameter once, under its first name."""
+    return {id(param): name for name, param in model.named_parameters()}
+
+
+def _optimizer_entries(model: Module, optimizer: Optimizer) -> tuple[dict[str, np.ndarray], dict]:
+    """Optimizer state as ``optim.<key>.<model name>`` tensors plus a JSON-able header."""
+    to_model = _optimizer_to_model_names(model, optimizer)
+    state_dict = optimizer.state_dict()
+    tensors: dict[str, np.ndarray] = {}
+    scalar_state: dict[str, dict[str, Any]] = {}
+    for name, entry in state_dict["state"].items():
+        model_name = to_model[name]
+        for key, value in entry.items():
+            if isinstance(value, np.ndarray):
+                tensors[f"{OPTIM_PREFIX}{key}.{model_name}"] = np.ascontiguousarray(value)
+            else:
+                scalar_state.setdefault(model_name, {})[key] = value
+    groups = [
+        {**group, "params": [to_model[name] for name in group["params"]]}
+        for group in state_dict["param_groups"]
+    ]
+    header = {
+        "class": type(optimizer).__name__,
+        "param_groups": groups,
+        "scalar_state": scalar_state,
+    }
+    return tensors, header
+
+
+def _optimizer_to_model_names(model: Module, optimizer: Optimizer) -> dict[str, str]:
+    model_names = _model_names(model)
+    mapping, strangers = {}, []
+    for name, param in optimizer.named_parameters():
+        if id(param) in model_names:
+            mapping[name] = model_names[id(param)]
+        else:
+            strangers.append(f"{name!r} {param.shape}")
+    if strangers:
+        raise CheckpointError(
+            "the optimizer updates parameter(s) that are not the model's: " + ", ".join(strangers)
+        )
+    return mapping
+
+
+def _optimizer_state_dict(
+    model: Module, optimizer: Optimizer, tensors: Mapping[str, np.ndarray], header: Any
+) -> tuple[dict[str, Any], list[str]]:
+    """Rebuild an optimizer `state_dict` (in the optimizer's own names) from the file's entries."""
+    problems: list[str] = []
+    kind = type(optimizer).__name__
+    if (
+        not isinstance(header, dict)
+        or not {"class", "param_groups", "scalar_state"} <= set(header)
+        or not isinstance(header["param_groups"], list)
+        or not isinstance(header["scalar_state"], dict)
+    ):
+        return {}, ["the checkpoint's optimizer entry is malformed"]
+    if header["class"] != kind:
+        return {}, [f"the checkpoint holds {header['class']} state, not {kind} state"]
+    try:
+        to_model = _optimizer_to_model_names(model, optimizer)
+    except CheckpointError as error:
+        return {}, [str(error)]
+    to_optimizer = {model_name: name for name, model_name in to_model.items()}
+
+    state: dict[str, dict[str, Any]] = {}
+    used: set[str] = set()
+    for model_name, name in to_optimizer.items():
+        entry = {}
+        for key in optimizer.array_state_keys:
+            tensor_name = f"{OPTIM_PREFIX}{key}.{model_name}"
+            if tensor_name in tensors:
+                entry[key] = tensors[tensor_name]
+                used.add(tensor_name)
+        scalars = header["scalar_state"].get(model_name, {})
+        if isinstance(scalars, dict):
+            entry.update(scalars)
+        if entry:
+            state[name] = entry
+    unexpected = sorted(set(tensors) - used)
+    if unexpected:
+        problems.append(
+            "optimizer tensors for no parameter of this optimizer: " + ", ".join(unexpected)
+        )
+    stray_scalars = sorted(set(header["scalar_state"]) - set(to_optimizer))
+    if stray_scalars:
+        problems.append(f"optimizer step counts for unknown parameters: {stray_scalars}")
+
+    groups = []
+    for index, group in enumerate(header["param_groups"]):
+        if not isinstance(group, dict) or not isinstance(group.get("params"), list):
+            problems.append(f"optimizer group {index} is malformed")
+            continue
+        unknown = [n for n in group["params"] if n not in to_optimizer]
+        if unknown:
+            problems.append(
+                f"optimizer group {index} names parameters this optimizer lacks: {unknown}"
+            )
+        groups.append({**group, "params": [to_optimizer.get(n, n) for n in group["params"]]})
+    return {"state": state, "param_groups": groups}, problems
+
+
+def _model_problems(model: Module, tensors: Mapping[str, np.ndarray]) -> list[str]:
+    expected = model.state_dict()
+    problems = []
+    missing = [name for name in expected if name not in tensors]
+    unexpected = [name for name in tensors if name not in expected]
+    if missing:
+        problems.append("missing from the checkpoint: " + ", ".join(missing))
+    if unexpected:
+        problems.append("in the checkpoint but not in the model: " + ", ".join(unexpected))
+    for name, target in expected.items():
+        if name in tensors:
+            value = tensors[name]
+            if value.shape != target.shape or value.dtype != target.dtype:
+                problems.append(
+                    f"{name}: checkpoint {value.dtype}{list(value.shape)} vs model "
+                    f"{target.dtype}{list(target.shape)}"
+                )
+    return problems
+
+
+# ---------------------------------------------------------------------- bytes on disk
+
+
+def _digest(tensors: Mapping[str, np.ndarray], header: Mapping[str, str]) -> str:
+    """SHA-256 over every tensor (name, dtype, shape, bytes) and metadata entry but itself."""
+    digest = hashlib.sha256()
+    for name in sorted(tensors):
+        array = np.ascontiguousarray(tensors[name])
+        digest.update(f"{name}\0{array.dtype.str}\0{array.shape}\0".encode())
+        digest.update(array.reshape(-1).view(np.uint8))  # 1-D first: 0-d and empty arrays too
+    for key in sorted(header):
+        if key != _DIGEST_KEY:
+            digest.update(f"{key}\0{header[key]}\0".encode())
+    return digest.hexdigest()
+
+
+def _read(path: str) -> tuple[dict[str, np.ndarray], dict[str, str]]:
+    try:
+        with safetensors.safe_open(path, framework="np") as handle:
+            header = dict(handle.metadata() or {})
+            tensors = {name: handle.get_tensor(name) for name in handle.keys()}  # noqa: SIM118
+    except OSError:
+        raise
+    except Exception as error:  # safetensors raises its own SafetensorError (and others)
+        raise CheckpointError(
+            f"{path} is not a readable safetensors checkpoint (truncated, corrupted or another "
+            f"format): {error}"
+        ) from error
+    return tensors, header
+
+
+def _atomic_write(path: str, tensors: dict[str, np.ndarray], header: dict[str, str]) -> None:
+    directory = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(directory):
+        raise FileNotFoundError(f"cannot save checkpoint: directory {directory} does not exist")
+    if os.path.isdir(path):
+        raise CheckpointError(f"cannot save checkpoint: {path} is a directory")
+    temporary = os.path.join(
+        directory, f".{os.path.basename(path)}.{os.getpid()}.{secrets.token_hex(4)}.tmp"
+    )
+    # Serialised in memory and written through our own descriptor: the file gets ordinary
+    # permissions (0o666 minus the umask; safetensors' save_file leaves 0o600), and the bytes we
+    # fsync are exactly the ones we wrote.
+    data = safetensors.numpy.save(tensors, metadata=header)
+    descriptor = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
+    try:
+        with os.fdopen(descriptor, "wb") as handle:
+            handle.write(data)
+            handle.flush()
+            os.fsync(handle.fileno())  # the bytes are on disk before the name points at them
+        os.replace(temporary, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(temporary)
+        raise
+    _fsync_directory(directory)
+
+
+def _fsync_directory(directory: str) -> None:
+    """Make the rename itself durable; not possible on every platform (e.g. Windows)."""
+    try:
+        descriptor = os.open(directory, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(descriptor)
+    except OSError:
+        pass
+    finally:
+        os.close(descriptor)

@@ -1,0 +1,324 @@
+"""Checkpoints: bit-for-bit round trips, the file layout, ties, metadata, bad input."""
+
+from __future__ import annotations
+
+import doctest
+import json
+import os
+
+import numpy as np
+import pytest
+import safetensors.numpy
+
+import glassllm
+import glassllm.checkpoint
+import glassllm.nn as nn
+from glassllm import Tensor
+from glassllm.checkpoint import CheckpointError
+from glassllm.optim import SGD, Adam, AdamW
+
+
+class Tied(nn.Module):
+    """Two layers sharing one weight, plus a parameter whose array is a transposed view."""
+
+    def __init__(self, seed: int = 0, dtype=np.float32) -> None:
+        super().__init__()
+        rng = np.random.default_rng(seed)
+        self.first = nn.Linear(4, 4, dtype=dtype, rng=rng)
+        self.second = nn.Linear(4, 4, dtype=dtype, rng=rng)
+        self.second.weight = self.first.weight  # tied: one parameter, two names
+        # Non-C-contiguous storage, what safetensors 0.8.0 writes wrongly (upstream #825).
+        self.out = Tensor(rng.standard_normal((3, 4)).astype(dtype).T, requires_grad=True)
+
+    def forward(self, x: Tensor) -> Tensor:
+        return self.second(self.first(x).tanh()) @ self.out  # (B, 3)
+
+
+def batch(step: int, dtype=np.float32) -> Tensor:
+    return Tensor(np.random.default_rng(100 + step).standard_normal((5, 4)).astype(dtype))
+
+
+def train(model, optimizer, steps: range) -> None:
+    for step in steps:
+        optimizer.zero_grad()
+        y = model(batch(step))
+        (y * y).mean().backward()
+        optimizer.step()
+
+
+def adamw(model, named=True):
+    params = list(model.named_parameters()) if named else list(model.parameters())
+    return AdamW([{"params": params[:2], "weight_decay": 0.1},
+                  {"params": params[2:], "weight_decay": 0.0}], lr=0.01)
+
+
+def snapshot(model, optimizer=None):
+    return model.state_dict(), (optimizer.state_dict() if optimizer is not None else None)
+
+
+def assert_same(a, b):
+    model_a, opt_a = a
+    model_b, opt_b = b
+    assert model_a.keys() == model_b.keys()
+    for key in model_a:
+        np.testing.assert_array_equal(model_a[key], model_b[key])
+    if opt_a is not None:
+        assert opt_a["param_groups"] == opt_b["param_groups"]
+        assert opt_a["state"].keys() == opt_b["state"].keys()
+        for name, entry in opt_a["state"].items():
+            for key, value in entry.items():
+                np.testing.assert_array_equal(value, opt_b["state"][name][key])
+
+
+@pytest.mark.parametrize("named", [True, False], ids=["named_parameters", "parameters"])
+def test_round_trip_continues_bit_for_bit(tmp_path, named):
+    straight = Tied(seed=0)
+    straight_opt = adamw(straight, named)
+    train(straight, straight_opt, range(6))
+
+    first = Tied(seed=0)
+    first_opt = adamw(first, named)
+    train(first, first_opt, range(3))
+    glassllm.save(tmp_path / "ckpt.safetensors", first, first_opt, metadata={"iter": 3})
+
+    resumed = Tied(seed=7)  # different initial values: everything must come from the file
+    resumed_opt = adamw(resumed, named)
+    resumed_opt.param_groups[0]["lr"] = 0.5
+    assert glassllm.load(tmp_path / "ckpt.safetensors", resumed, resumed_opt) == {"iter": 3}
+    train(resumed, resumed_opt, range(3, 6))
+    assert_same(snapshot(resumed, resumed_opt), snapshot(straight, straight_opt))
+
+
+def test_gpt_round_trip_with_configure_optimizer(tmp_path):
+    from glassllm.models import GPT, GPTConfig
+
+    config = GPTConfig(vocab_size=11, block_size=8, n_layer=1, n_head=2, n_embd=8)
+    rng = np.random.default_rng(0)
+    data = [(rng.integers(0, 11, (2, 8)), rng.integers(0, 11, (2, 8))) for _ in range(4)]
+
+    def steps(model, opt, batches):
+        for idx, targets in batches:
+            opt.zero_grad()
+            model(idx, targets)[1].backward()
+            opt.step()
+
+    straight = GPT(config, rng=np.random.default_rng(1))
+    straight_opt = straight.configure_optimizer(1e-2, 0.1, (0.9, 0.99))
+    steps(straight, straight_opt, data)
+    first = GPT(config, rng=np.random.default_rng(1))
+    first_opt = first.configure_optimizer(1e-2, 0.1, (0.9, 0.99))
+    steps(first, first_opt, data[:2])
+    glassllm.save(tmp_path / "gpt.safetensors", first, first_opt)
+    resumed = GPT(config, rng=np.random.default_rng(2))
+    resumed_opt = resumed.configure_optimizer(1e-2, 0.1, (0.9, 0.99))
+    glassllm.load(tmp_path / "gpt.safetensors", resumed, resumed_opt)
+    steps(resumed, resumed_opt, data[2:])
+    assert_same(snapshot(resumed, resumed_opt), snapshot(straight, straight_opt))
+
+
+def test_file_is_plain_safetensors_with_named_optimizer_state(tmp_path):
+    model = Tied()
+    optimizer = adamw(model, named=False)  # positional optimizer names still map to model names
+    train(model, optimizer, range(2))
+    path = tmp_path / "ckpt.safetensors"
+    glassllm.save(path, model, optimizer, metadata={"note": "hi"})
+
+    tensors = safetensors.numpy.load_file(path)
+    model_keys = ["first.weight", "first.bias", "second.bias", "out"]
+    assert sorted(k for k in tensors if not k.startswith("optim.")) == sorted(model_keys)
+    assert "second.weight" not in tensors  # the tied weight is stored once
+    assert sorted(k for k in tensors if k.startswith("optim.")) == sorted(
+        f"optim.{key}.{name}" for key in ("exp_avg", "exp_avg_sq") for name in model_keys
+    )
+    np.testing.assert_array_equal(tensors["out"], model.out.data)  # transposed view, right values
+    optimizer_name = {id(p): n for n, p in optimizer.named_parameters()}[id(model.first.weight)]
+    assert optimizer_name == "1"  # model order: a module's own parameters ("out") first
+    np.testing.assert_array_equal(tensors["optim.exp_avg.first.weight"],
+                                  optimizer.state[optimizer_name]["exp_avg"])
+    with safetensors.safe_open(str(path), framework="np") as handle:
+        header = handle.metadata()
+    assert json.loads(header["glassllm.metadata"]) == {"note": "hi"}
+    optimizer_header = json.loads(header["glassllm.optimizer"])
+    assert optimizer_header["class"] == "AdamW"
+    assert optimizer_header["scalar_state"]["first.weight"] == {"step": 2}
+    assert optimizer_header["param_groups"][0]["params"] == ["out", "first.weight"]
+    assert optimizer_header["param_groups"][0]["betas"] == [0.9, 0.999]
+
+
+def test_transposed_parameter_and_tie_survive(tmp_path):
+    model = Tied(seed=0)
+    assert not model.out.data.flags.c_contiguous
+    glassllm.save(tmp_path / "m.safetensors", model)
+    fresh = Tied(seed=1)
+    arrays = {name: param.data for name, param in fresh.named_parameters()}
+    glassllm.load(tmp_path / "m.safetensors", fresh)
+    for name, param in fresh.named_parameters():
+        assert param.data is arrays[name]  # copied into the existing arrays, in place
+    assert fresh.second.weight is fresh.first.weight
+    np.testing.assert_array_equal(fresh.out.data, model.out.data)
+    np.testing.assert_array_equal(fresh.second.weight.data, model.first.weight.data)
+
+
+def test_metadata_comes_back_equal(tmp_path):
+    metadata = {
+        "iter": 2000, "best_val_loss": 1.8812345678901234, "config": {"n_layer": 4, "bias": False},
+        "vocab": ["\n", " ", "é", "字"], "none": None, "rng": {"state": 2**127 + 3, "inc": 5},
+    }
+    glassllm.save(tmp_path / "a.safetensors", Tied(), metadata=metadata)
+    assert glassllm.load(tmp_path / "a.safetensors", Tied()) == metadata
+    glassllm.save(tmp_path / "b.safetensors", Tied())
+    assert glassllm.load(tmp_path / "b.safetensors", Tied()) == {}
+
+
+@pytest.mark.parametrize(
+    "metadata, match",
+    [
+        ({"betas": (0.9, 0.95)}, "unchanged"),
+        ({1: "one"}, "unchanged"),
+        ({"loss": float("nan")}, "JSON"),
+        ({"array": np.zeros(2)}, "JSON"),
+        (["not", "a", "dict"], "must be a dict"),
+    ],
+)
+def test_bad_metadata_raises_before_writing(tmp_path, metadata, match):
+    path = tmp_path / "ckpt.safetensors"
+    glassllm.save(path, Tied(), metadata={"version": 1})
+    before = path.read_bytes()
+    with pytest.raises(CheckpointError, match=match):
+        glassllm.save(path, Tied(seed=3), metadata=metadata)
+    assert path.read_bytes() == before
+    assert os.listdir(tmp_path) == ["ckpt.safetensors"]
+
+
+def test_load_without_optimizer_ignores_its_state(tmp_path):
+    model, optimizer = Tied(), None
+    optimizer = adamw(model)
+    train(model, optimizer, range(1))
+    glassllm.save(tmp_path / "c.safetensors", model, optimizer)
+    fresh = Tied(seed=4)
+    glassllm.load(tmp_path / "c.safetensors", fresh)
+    assert_same(snapshot(fresh), snapshot(model))
+
+
+def test_optimizer_with_foreign_parameter_cannot_be_saved(tmp_path):
+    model = Tied()
+    stranger = Tensor(np.zeros(2, np.float32), requires_grad=True)
+    optimizer = Adam([*model.parameters(), stranger])
+    with pytest.raises(CheckpointError, match="not the model's"):
+        glassllm.save(tmp_path / "d.safetensors", model, optimizer)
+    assert not os.listdir(tmp_path)
+
+
+def test_file_permissions_are_ordinary(tmp_path):
+    glassllm.save(tmp_path / "p.safetensors", Tied())
+    umask = os.umask(0)
+    os.umask(umask)
+    assert os.stat(tmp_path / "p.safetensors").st_mode & 0o777 == 0o666 & ~umask
+
+
+# ---------------------------------------------------------------------- bad input changes nothing
+
+
+@pytest.fixture
+def saved(tmp_path):
+    """A trained model and optimizer saved to disk, and a second pair to load into."""
+    model = Tied(seed=0)
+    optimizer = adamw(model)
+    train(model, optimizer, range(2))
+    path = tmp_path / "ckpt.safetensors"
+    glassllm.save(path, model, optimizer, metadata={"iter": 2})
+    target = Tied(seed=5)
+    target_opt = adamw(target)
+    train(target, target_opt, range(1))
+    return path, target, target_opt
+
+
+def _flip_byte(path, offset_from_end):
+    data = bytearray(path.read_bytes())
+    data[len(data) - offset_from_end] ^= 0x40
+    path.write_bytes(bytes(data))
+
+
+class Other(nn.Module):
+    def __init__(self, dtype=np.float32, extra=False, width=4):
+        super().__init__()
+        self.first = nn.Linear(4, width, dtype=dtype)
+        self.second = nn.Linear(width, 4, dtype=dtype)
+        self.second.weight = self.first.weight if width == 4 else self.second.weight
+        self.out = Tensor(np.zeros((4, 3), dtype), requires_grad=True)
+        if extra:
+            self.more = nn.Linear(2, 2, dtype=dtype)
+
+
+CORRUPTIONS = {
+    "truncated": lambda p: p.write_bytes(p.read_bytes()[:-37]),
+    "empty": lambda p: p.write_bytes(b""),
+    "not_safetensors": lambda p: p.write_text("step,loss\n1,4.17\n" * 20),
+    "flipped_data_byte": lambda p: _flip_byte(p, 5),
+    "flipped_header_byte": lambda p: _flip_byte(p, len(p.read_bytes()) - 20),
+    "saved_without_optimizer": lambda p: glassllm.save(p, Tied()),
+    "unexpected_keys": lambda p: glassllm.save(p, Other(extra=True)),
+    "another_model": lambda p: glassllm.save(p, nn.Linear(4, 4)),
+    "wrong_shapes": lambda p: glassllm.save(p, Other(width=5)),
+    "wrong_dtypes": lambda p: glassllm.save(p, Tied(dtype=np.float64)),
+    "optimizer_of_sgd_kind": lambda p: glassllm.save(p, (m := Tied()), SGD(m.parameters(), 0.1)),
+    "optimizer_groups_differ": lambda p: glassllm.save(p, (m := Tied()), AdamW(m.parameters())),
+    "optimizer_of_adam_kind": lambda p: glassllm.save(p, (m := Tied()), Adam(m.parameters())),
+    "plain_state_dict_file": lambda p: safetensors.numpy.save_file(
+        {"first.weight": np.zeros((4, 4), np.float32)}, str(p)
+    ),
+}
+
+
+@pytest.mark.parametrize("corruption", sorted(CORRUPTIONS))
+def test_bad_checkpoint_raises_and_changes_nothing(saved, corruption):
+    path, model, optimizer = saved
+    CORRUPTIONS[corruption](path)
+    before = snapshot(model, optimizer)
+    arrays = [param.data for param in model.parameters()]
+    with pytest.raises(CheckpointError, match="checkpoint|safetensors"):
+        glassllm.load(path, model, optimizer)
+    assert_same(snapshot(model, optimizer), before)
+    assert [param.data for param in model.parameters()] == arrays
+
+
+def test_bad_checkpoint_error_lists_every_problem(saved, tmp_path):
+    path, model, optimizer = saved
+    glassllm.save(path, Other(extra=True, width=5))
+    with pytest.raises(CheckpointError) as info:
+        glassllm.load(path, model, optimizer)
+    message = str(info.value)
+    for part in ("4 problems", "not in the model: more.bias, more.weight, second.weight",
+                 "first.weight: checkpoint float32[4, 5] vs model float32[4, 4]",
+                 "first.bias: checkpoint float32[5]", "no optimizer state", "not changed"):
+        assert part in message
+    glassllm.save(path, nn.Linear(4, 4))
+    with pytest.raises(CheckpointError, match="missing from the checkpoint: out, first.weight"):
+        glassllm.load(path, model)
+
+
+def test_optimizer_state_of_wrong_shape_is_caught(saved):
+    path, model, optimizer = saved
+    tensors = safetensors.numpy.load_file(path)
+    with safetensors.safe_open(str(path), framework="np") as handle:
+        header = handle.metadata()
+    tensors["optim.exp_avg.out"] = np.zeros((3, 4), np.float32)
+    del header["glassllm.sha256"]  # a hand-edited file: no digest to check against
+    safetensors.numpy.save_file(tensors, str(path), metadata=header)
+    before = snapshot(model, optimizer)
+    with pytest.raises(CheckpointError, match="exp_avg of 'out'"):
+        glassllm.load(path, model, optimizer)
+    assert_same(snapshot(model, optimizer), before)
+
+
+def test_missing_file_and_directory(tmp_path):
+    with pytest.raises(FileNotFoundError, match="checkpoint not found"):
+        glassllm.load(tmp_path / "nope.safetensors", Tied())
+    with pytest.raises(CheckpointError, match="not a file"):
+        glassllm.load(tmp_path, Tied())
+    with pytest.raises(FileNotFoundError, match="does not exist"):
+        glassllm.save(tmp_path / "missing_dir" / "x.safetensors", Tied())
+
+
+def test_docstring_examples():
+    assert doctest.testmod(glassllm.checkpoint).failed == 0
