@@ -53,21 +53,22 @@ def gelu(x: Tensor, approximate: str = "tanh") -> Tensor:
     x = float_tensor(x, "gelu: x")
     xd = x.data
     if approximate == "tanh":
-        t = np.multiply(xd, xd)  # then u = x (c + c 0.044715 x^2), then tanh(u)
+        # out= everywhere: for 0-d input NumPy would return immutable scalars
+        t = np.multiply(xd, xd, out=np.empty_like(xd))  # then u = x (c + c 0.044715 x^2), then tanh(u)
         t *= _SQRT_2_OVER_PI * _GELU_CUBIC
         t += _SQRT_2_OVER_PI
         t *= xd
         np.tanh(t, out=t)
-        out = t + 1.0
+        out = np.add(t, 1.0, out=np.empty_like(t))
         out *= xd
         out *= 0.5
 
         def vjp(grad: np.ndarray) -> tuple:
-            slope = np.multiply(xd, xd)  # x c (1 + 3 0.044715 x^2)
+            slope = np.multiply(xd, xd, out=np.empty_like(xd))  # x c (1 + 3 0.044715 x^2)
             slope *= 3.0 * _GELU_CUBIC * _SQRT_2_OVER_PI
             slope += _SQRT_2_OVER_PI
             slope *= xd
-            half_one_plus_t = np.subtract(1.0, t)  # 1 - t, then (1 + t)/2
+            half_one_plus_t = np.subtract(1.0, t, out=np.empty_like(t))  # 1 - t, then (1 + t)/2
             slope *= half_one_plus_t
             slope += 1.0
             np.multiply(t, 0.5, out=half_one_plus_t)
@@ -82,7 +83,7 @@ def gelu(x: Tensor, approximate: str = "tanh") -> Tensor:
         out = np.multiply(xd, cdf)
 
         def vjp(grad: np.ndarray) -> tuple:
-            slope = np.multiply(xd, xd)  # x phi(x) + Phi(x)
+            slope = np.multiply(xd, xd, out=np.empty_like(xd))  # x phi(x) + Phi(x)
             slope *= -0.5
             np.exp(slope, out=slope)
             slope *= _INV_SQRT_2PI

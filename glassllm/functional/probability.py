@@ -34,13 +34,14 @@ def _shifted_exp(x: np.ndarray, axes: tuple[int, ...]) -> tuple[np.ndarray, np.n
     ``m`` and ``s`` keep the reduced axes (size 1). ``e`` is a fresh array the caller may
     overwrite.
     """
-    m = x.max(axis=axes, keepdims=True, initial=-np.inf)
+    # np.asarray and out=: NumPy returns scalars, not writable arrays, for 0-d input
+    m = np.asarray(x.max(axis=axes, keepdims=True, initial=-np.inf))
     if not np.isfinite(m).all():
         m[~np.isfinite(m)] = 0  # an all -inf slice: shift by 0, its sum below is then 0
-    e = np.subtract(x, m)
+    e = np.subtract(x, m, out=np.empty_like(x))
     np.exp(e, out=e)
     last_only = axes == (x.ndim - 1,)
-    s = sum_last(e) if last_only else e.sum(axis=axes, keepdims=True)
+    s = sum_last(e) if last_only else np.asarray(e.sum(axis=axes, keepdims=True))
     return e, m, s
 
 
@@ -64,7 +65,7 @@ def logsumexp(x: Tensor, axis: int | tuple[int, ...] | None = -1, keepdims: bool
         out = np.log(s)
     out += m
     if not keepdims:
-        out = out.squeeze(axis=axes)
+        out = np.asarray(out.squeeze(axis=axes))
 
     def vjp(grad: np.ndarray) -> tuple:
         scale = np.divide(grad.reshape(s.shape), s, where=s > 0, out=np.zeros_like(s))
