@@ -436,6 +436,22 @@ def test_relu_gradient_at_exactly_zero_is_zero():
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_power_gradients_at_zero_base_are_finite_as_in_torch(dtype):
+    """x**0 is flat (gradient 0, not 0 * 0**-1 = nan); 0**e is flat in e for e >= 0."""
+    x = Tensor(np.array([0.0, 1.0, -2.0], dtype=dtype), requires_grad=True)
+    with np.errstate(all="raise"):
+        (x**0.0).backward()
+    np.testing.assert_array_equal(x.grad, [0.0, 0.0, 0.0])
+    e = Tensor(np.array([0.0, 1.0, 2.5], dtype=dtype), requires_grad=True)
+    y = 0.0**e
+    np.testing.assert_array_equal(y.data, [1.0, 0.0, 0.0])
+    with np.errstate(all="raise"):
+        y.backward()
+    np.testing.assert_array_equal(e.grad, [0.0, 0.0, 0.0])
+    assert x.grad.dtype == dtype and e.grad.dtype == dtype
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
 def test_sigmoid_saturates_without_overflow(dtype):
     x = Tensor(np.array([-1e4, -100.0, 0.0, 100.0, 1e4], dtype=dtype), requires_grad=True)
     with np.errstate(all="raise"):

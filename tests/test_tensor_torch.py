@@ -58,6 +58,21 @@ def test_relu_and_abs_at_exactly_zero(dtype):
     _compare(lambda t: t.abs(), torch.abs, [x])
 
 
+def test_relu_of_infinities_and_nan_like_torch():
+    x = np.array([-np.inf, -1.0, 0.0, 2.0, np.inf])
+    _compare(lambda t: t.relu(), torch.relu, [x])
+    y = Tensor(np.array([np.nan, 1.0])).relu().data
+    np.testing.assert_array_equal(np.isnan(y), torch.relu(torch.tensor([np.nan, 1.0])).isnan().numpy())
+
+
+def test_power_at_zero_base_like_torch():
+    base = np.array([0.0, 0.0, 0.0, 1.5, 0.0])
+    exponent = np.array([0.0, 1.0, 2.0, 0.0, 3.5])
+    _compare(lambda a, b: a**b, lambda a, b: a**b, [base, exponent])
+    _compare(lambda a: a**0.0, lambda a: a**0.0, [base])
+    _compare(lambda a: a**2.0, lambda a: a**2.0, [base])
+
+
 def test_relu_gradient_at_zero_is_zero_with_default_seed():
     x = Tensor(np.array([0.0, 0.0]), requires_grad=True)
     x.relu().sum().backward()
