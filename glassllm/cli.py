@@ -1,0 +1,223 @@
+"""The ``glassllm`` command: ``glassllm train`` and ``glassllm sample``.
+
+Every field of :class:`glassllm.train.TrainConfig` is a ``train`` option, its name with dashes
+(``n_layer`` -> ``--n-layer``), parsed with the field's type. Bad input (a missing data file, an
+impossible configuration, a broken checkpoint, ...) ends with one line on stderr,
+``glassllm: error: ...``, and exit status 2, never a traceback. A traceback means a bug.
+
+Exit status: 0 done, 2 bad input, 130 stopped by Ctrl-C (after saving a checkpoint).
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import sys
+import types
+import typing
+from collections.abc import Sequence
+from typing import Any
+
+EXIT_BAD_INPUT = 2
+EXIT_INTERRUPTED = 130  # 128 + SIGINT, what a shell reports for a Ctrl-C'd program
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse with one-line errors: ``glassllm: error: <message>`` (no usage block)."""
+
+    def error(self, message: str) -> typing.NoReturn:
+        self.exit(EXIT_BAD_INPUT, f"glassllm: error: {message} (see '{self.prog} --help')\n")
+
+
+def _fail(message: str) -> int:
+    print(f"glassllm: error: {message}", file=sys.stderr)
+    return EXIT_BAD_INPUT
+
+
+def _field_type(annotation: Any) -> type:
+    """The scalar type behind a field's annotation: ``int | None`` -> int."""
+    if isinstance(annotation, (types.UnionType,)) or typing.get_origin(annotation) is typing.Union:
+        args = [a for a in typing.get_args(annotation) if a is not type(None)]
+        if len(args) == 1:
+            return args[0]
+    if annotation in (int, float, str, bool):
+        return annotation
+    raise TypeError(f"no command-line parser for a field of type {annotation!r}")
+
+
+def _float(text: str) -> float:
+    """float() that refuses nan and inf, which no option here can use."""
+    value = float(text)
+    if value != value or value in (float("inf"), float("-inf")):
+        raise ValueError(text)
+    return value
+
+
+_float.__name__ = "float"  # argparse names the type in its message: "invalid float value"
+
+
+def add_config_options(parser: argparse.ArgumentParser, config_class: type) -> None:
+    """One option per dataclass field, defaulting to "not given" so a resumed run can tell which
+    options the user set."""
+    hints = typing.get_type_hints(config_class)
+    defaults = config_class()
+    for field in dataclasses.fields(config_class):
+        kind = _field_type(hints[field.name])
+        flag = "--" + field.name.replace("_", "-")
+        default = getattr(defaults, field.name)
+        help_text = f"{field.metadata.get('help', '')} (default: {default})"
+        if kind is bool:
+            parser.add_argument(
+                flag,
+                dest=field.name,
+                action=argparse.BooleanOptionalAction,
+                default=argparse.SUPPRESS,
+                help=help_text,
+            )
+        else:
+            parser.add_argument(
+                flag,
+                dest=field.name,
+                type=_float if kind is float else kind,
+                default=argparse.SUPPRESS,
+                metavar=field.name.upper(),
+                help=help_text,
+            )
+
+
+def build_parser() -> argparse.ArgumentParser:
+    from glassllm.sample import DEFAULT_SAMPLE_OPTIONS as S
+    from glassllm.train import TrainConfig
+
+    parser = _Parser(
+        prog="glassllm",
+        description="Train a tiny GPT on text with a NumPy autograd engine, and sample from it.",
+    )
+    commands = parser.add_subparsers(dest="command", metavar="{train,sample}")
+
+    train = commands.add_parser(
+        "train",
+        help="train a GPT (defaults: a small model on the built-in corpus, ~3 min)",
+        description="Train a GPT on text. Without options: a small character-level model on the "
+        "Python documentation that ships with Python, in a few minutes on a laptop CPU.",
+    )
+    add_config_options(train, TrainConfig)
+    train.add_argument(
+        "--resume",
+        action="store_true",
+        help="continue from OUT_DIR/ckpt.safetensors exactly where it stopped; the model, data, "
+        "tokenizer and seed come from the checkpoint, other options may be changed",
+    )
+
+    sample = commands.add_parser(
+        "sample",
+        help="generate text from a checkpoint",
+        description="Generate text from a trained checkpoint (which holds the model and its "
+        "tokenizer).",
+    )
+    sample.add_argument(
+        "--checkpoint",
+        default=S["checkpoint"],
+        help=f"checkpoint file (default: {S['checkpoint']})",
+    )
+    sample.add_argument(
+        "--prompt", default=S["prompt"], help="text to continue (default: a newline)"
+    )
+    sample.add_argument(
+        "--num-samples",
+        type=int,
+        default=S["num_samples"],
+        help=f"independent samples (default: {S['num_samples']})",
+    )
+    sample.add_argument(
+        "--max-new-tokens",
+        type=int,
+        default=S["max_new_tokens"],
+        help=f"tokens to generate per sample (default: {S['max_new_tokens']})",
+    )
+    sample.add_argument(
+        "--temperature",
+        type=_float,
+        default=S["temperature"],
+        help=f"> 1 flattens, < 1 sharpens the distribution (default: {S['temperature']})",
+    )
+    sample.add_argument(
+        "--top-k",
+        type=int,
+        default=S["top_k"],
+        help="sample only among the k most likely tokens (default: all)",
+    )
+    sample.add_argument(
+        "--seed",
+        type=int,
+        default=S["seed"],
+        help=f"seed of the sampling generator (default: {S['seed']})",
+    )
+    sample.add_argument(
+        "--explain",
+        action="store_true",
+        help="print each generated token's probability and the top alternatives",
+    )
+    return parser
+
+
+def _run_train(args: argparse.Namespace) -> int:
+    from glassllm.train import TrainConfig, Trainer, resume_config
+
+    given = {
+        f.name: getattr(args, f.name)
+        for f in dataclasses.fields(TrainConfig)
+        if hasattr(args, f.name)
+    }
+    try:
+        config = resume_config(given) if args.resume else TrainConfig(**given)
+        config.validate()
+        trainer = Trainer(config, resume=args.resume)
+    except (ValueError, OSError) as err:
+        return _fail(str(err))
+    result = trainer.fit()
+    return EXIT_INTERRUPTED if result.interrupted else 0
+
+
+def _run_sample(args: argparse.Namespace) -> int:
+    from glassllm.sample import SampleOptions
+
+    try:
+        options = SampleOptions(
+            checkpoint=args.checkpoint,
+            prompt=args.prompt,
+            num_samples=args.num_samples,
+            max_new_tokens=args.max_new_tokens,
+            temperature=args.temperature,
+            top_k=args.top_k,
+            seed=args.seed,
+            explain=args.explain,
+        )
+        job = options.prepare()
+    except (ValueError, OSError) as err:
+        return _fail(str(err))
+    job.run(sys.stdout)
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the ``glassllm`` console script and ``python -m glassllm``."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.command is None:
+        parser.print_help(sys.stderr)
+        return _fail("choose a command: train or sample")
+
+    from glassllm.allocator import tune_allocator
+
+    tune_allocator()  # reuse freed step buffers instead of page-faulting them back every step
+    try:
+        if args.command == "train":
+            return _run_train(args)
+        return _run_sample(args)
+    except KeyboardInterrupt:
+        print("\nglassllm: interrupted", file=sys.stderr)
+        return EXIT_INTERRUPTED
+    except BrokenPipeError:  # e.g. `glassllm sample | head`: the reader left, nothing to report
+        sys.stderr.close()
+        return 0

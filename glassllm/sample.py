@@ -1,0 +1,174 @@
+"""Sample text from a trained checkpoint: ``glassllm sample``.
+
+The checkpoint alone rebuilds everything (model shape, weights, tokenizer vocabulary). With
+``--explain`` each generated token is shown with the probability it was drawn with and the
+alternatives the model weighed: the distribution after temperature and top-k, exactly the one
+the sampler drew from.
+
+>>> from glassllm.sample import format_choice, TokenChoice
+>>> print(format_choice(TokenChoice(step=1, token="'e'", prob=0.5,
+...                                 alternatives=[("'e'", 0.5), ("'a'", 0.25)])))
+    1  'e'     50.0%  | 'e' 50.0%  'a' 25.0%
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+from typing import Any, TextIO
+
+import numpy as np
+
+from glassllm.data import Tokenizer
+from glassllm.models import GPT
+from glassllm.train import CHECKPOINT_NAME, TrainConfig, load_trained_model
+
+EXPLAIN_TOP = 5  # alternatives shown per token by --explain
+
+DEFAULT_SAMPLE_OPTIONS: dict[str, Any] = {
+    "checkpoint": str(Path(TrainConfig().out_dir) / CHECKPOINT_NAME),
+    "prompt": "\n",
+    "num_samples": 3,
+    "max_new_tokens": 300,
+    "temperature": 0.8,
+    "top_k": None,
+    "seed": 1337,
+}
+
+
+@dataclasses.dataclass
+class TokenChoice:
+    """One generated token as ``--explain`` shows it."""
+
+    step: int
+    token: str  # printable form (Tokenizer.token_repr)
+    prob: float  # probability the token was drawn with
+    alternatives: list[tuple[str, float]]  # the EXPLAIN_TOP most likely tokens, most likely first
+
+
+def format_choice(choice: TokenChoice) -> str:
+    alternatives = "  ".join(f"{token} {100 * prob:.1f}%" for token, prob in choice.alternatives)
+    return f"{choice.step:5d}  {choice.token:<6} {100 * choice.prob:5.1f}%  | {alternatives}"
+
+
+def generate_explained(
+    model: GPT,
+    tokenizer: Tokenizer,
+    prompt_ids: list[int],
+    num_samples: int,
+    max_new_tokens: int,
+    temperature: float,
+    top_k: int | None,
+    rng: np.random.Generator,
+    top: int = EXPLAIN_TOP,
+) -> tuple[np.ndarray, list[list[TokenChoice]]]:
+    """Generate like ``model.generate`` and record every choice: ``(ids (B, T + new), choices)``
+    with ``choices[b]`` the TokenChoice list of sample ``b``."""
+    idx = np.tile(np.asarray(prompt_ids, dtype=np.int64), (num_samples, 1))  # (B, T)
+    choices: list[list[TokenChoice]] = [[] for _ in range(num_samples)]
+    new_ids = []
+    stream = model.generate_stream(idx, max_new_tokens, temperature, top_k, rng)
+    for step, (next_ids, probs) in enumerate(stream, start=1):  # (B,), (B, V)
+        ranked = np.argsort(-probs, axis=-1, kind="stable")[:, :top]  # (B, top)
+        for b in range(num_samples):
+            choices[b].append(
+                TokenChoice(
+                    step=step,
+                    token=tokenizer.token_repr(int(next_ids[b])),
+                    prob=float(probs[b, next_ids[b]]),
+                    alternatives=[
+                        (tokenizer.token_repr(int(i)), float(probs[b, i])) for i in ranked[b]
+                    ],
+                )
+            )
+        new_ids.append(next_ids[:, None])
+    return np.concatenate([idx, *new_ids], axis=1), choices
+
+
+@dataclasses.dataclass
+class SampleOptions:
+    """What ``glassllm sample`` was asked for."""
+
+    checkpoint: str = DEFAULT_SAMPLE_OPTIONS["checkpoint"]
+    prompt: str = DEFAULT_SAMPLE_OPTIONS["prompt"]
+    num_samples: int = DEFAULT_SAMPLE_OPTIONS["num_samples"]
+    max_new_tokens: int = DEFAULT_SAMPLE_OPTIONS["max_new_tokens"]
+    temperature: float = DEFAULT_SAMPLE_OPTIONS["temperature"]
+    top_k: int | None = DEFAULT_SAMPLE_OPTIONS["top_k"]
+    seed: int = DEFAULT_SAMPLE_OPTIONS["seed"]
+    explain: bool = False
+
+    def validate(self) -> None:
+        problems = []
+        if not self.temperature > 0:
+            problems.append(f"temperature must be > 0, got {self.temperature}")
+        if self.top_k is not None and self.top_k < 1:
+            problems.append(f"top-k must be at least 1, got {self.top_k}")
+        if self.num_samples < 1:
+            problems.append(f"num-samples must be at least 1, got {self.num_samples}")
+        if self.max_new_tokens < 0:
+            problems.append(f"max-new-tokens must be >= 0, got {self.max_new_tokens}")
+        if not self.prompt:
+            problems.append("the prompt is empty; give at least one character")
+        if problems:
+            raise ValueError("; ".join(problems))
+
+    def prepare(self) -> SampleJob:
+        """Check the options, load the checkpoint and encode the prompt; every failure is a
+        ValueError (or OSError) with a message for the user, raised before any output."""
+        self.validate()
+        model, tokenizer, metadata = load_trained_model(self.checkpoint)
+        try:
+            prompt_ids = tokenizer.encode(self.prompt)
+        except ValueError as err:
+            raise ValueError(f"the prompt cannot be encoded: {err}") from None
+        return SampleJob(self, model, tokenizer, prompt_ids, metadata)
+
+
+@dataclasses.dataclass
+class SampleJob:
+    options: SampleOptions
+    model: GPT
+    tokenizer: Tokenizer
+    prompt_ids: list[int]
+    metadata: dict[str, Any]
+
+    def run(self, out: TextIO) -> list[str]:
+        """Write the samples (and, with explain, each token's choice) to ``out``; return them."""
+        o = self.options
+        rng = np.random.default_rng(o.seed)
+        if o.explain:
+            ids, choices = generate_explained(
+                self.model,
+                self.tokenizer,
+                self.prompt_ids,
+                o.num_samples,
+                o.max_new_tokens,
+                o.temperature,
+                o.top_k,
+                rng,
+            )
+        else:
+            prompt = np.tile(np.asarray(self.prompt_ids, dtype=np.int64), (o.num_samples, 1))
+            ids = self.model.generate(prompt, o.max_new_tokens, o.temperature, o.top_k, rng)
+            choices = None
+        texts = [self.tokenizer.decode(row.tolist()) for row in ids]
+        for b, text in enumerate(texts):
+            if choices is not None:
+                out.write(f"sample {b + 1}: step, token, probability | top {EXPLAIN_TOP}\n")
+                out.writelines(format_choice(choice) + "\n" for choice in choices[b])
+            out.write(text + "\n---------------\n")
+        out.flush()
+        return texts
+
+
+def sample(
+    checkpoint: str | Path, prompt: str = "\n", max_new_tokens: int = 300, **options: Any
+) -> list[str]:
+    """The texts ``glassllm sample`` would print, as a list (nothing printed)."""
+    import io
+
+    job = SampleOptions(
+        checkpoint=str(checkpoint), prompt=prompt, max_new_tokens=max_new_tokens, **options
+    ).prepare()
+    return job.run(io.StringIO())

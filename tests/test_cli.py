@@ -1,0 +1,433 @@
+"""The glassllm command as a user drives it: train, sample, and every bad input -> one line, exit 2.
+
+Most runs call ``glassllm.cli.main`` in-process (the console script calls exactly that); a few
+run real subprocesses to prove the entry points and that no traceback escapes.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+import glassllm
+import glassllm.nn as nn
+from glassllm.cli import main
+from glassllm.train import CHECKPOINT_NAME, LOG_NAME
+
+TEXT = "".join(f"line {i}: the quick brown fox jumps over the lazy dog.\n" for i in range(60))
+TINY = [
+    "--n-layer",
+    "1",
+    "--n-head",
+    "2",
+    "--n-embd",
+    "16",
+    "--block-size",
+    "16",
+    "--batch-size",
+    "4",
+    "--max-iters",
+    "12",
+    "--eval-interval",
+    "5",
+    "--eval-iters",
+    "2",
+    "--sample-tokens",
+    "20",
+    "--warmup-iters",
+    "2",
+]
+
+
+def run(argv, capsys):
+    """main(argv) as the console script runs it: (exit status, stdout, stderr)."""
+    try:
+        status = main([str(a) for a in argv])
+    except SystemExit as exit_:  # argparse's own errors exit from inside parse_args
+        status = exit_.code
+    captured = capsys.readouterr()
+    return status, captured.out, captured.err
+
+
+def assert_one_line_error(status, err, *fragments):
+    assert status == 2
+    lines = err.strip().splitlines()
+    assert len(lines) == 1, err
+    assert lines[0].startswith("glassllm: error: "), err
+    assert "Traceback" not in err
+    for fragment in fragments:
+        assert fragment in lines[0], (fragment, lines[0])
+
+
+@pytest.fixture
+def text_file(tmp_path):
+    path = tmp_path / "tiny.txt"
+    path.write_text(TEXT)
+    return path
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory):
+    """One tiny run shared by the sampling tests: (out_dir, stdout of the run)."""
+    root = tmp_path_factory.mktemp("trained")
+    data = root / "tiny.txt"
+    data.write_text(TEXT)
+    out_dir = root / "out"
+    status = main(["train", *TINY, "--data", str(data), "--out-dir", str(out_dir)])
+    assert status == 0
+    return out_dir
+
+
+def test_train_writes_checkpoint_log_and_prints_a_sample(text_file, tmp_path, capsys):
+    out_dir = tmp_path / "run"
+    status, out, err = run(["train", *TINY, "--data", text_file, "--out-dir", out_dir], capsys)
+    assert status == 0, err
+    assert (out_dir / CHECKPOINT_NAME).is_file()
+    records = [json.loads(line) for line in (out_dir / LOG_NAME).read_text().splitlines()]
+    assert [r["iter"] for r in records] == [0, 5, 10, 12]
+    assert set(records[0]) >= {"iter", "train_loss", "val_loss", "lr", "tokens", "elapsed_s"}
+    assert "step 12: train loss" in out
+    assert "--- sample (20 tokens" in out
+    assert "loss.png" in out  # written, or one line saying how to get it
+
+
+def test_options_map_onto_the_config_with_types(text_file, tmp_path, capsys):
+    out_dir = tmp_path / "run"
+    argv = [
+        "train",
+        *TINY,
+        "--data",
+        text_file,
+        "--out-dir",
+        out_dir,
+        "--lr",
+        "3e-3",
+        "--bias",
+        "--dropout",
+        "0.1",
+        "--lr-decay-iters",
+        "20",
+        "--beta2",
+        "0.95",
+        "--tokenizer",
+        "byte",
+        "--max-iters",
+        "1",
+        "--sample-tokens",
+        "0",
+    ]
+    status, out, err = run(argv, capsys)
+    assert status == 0, err
+    metadata = glassllm.train.read_checkpoint_metadata(out_dir / CHECKPOINT_NAME)
+    config = metadata["train_config"]
+    assert config["lr"] == 3e-3 and config["bias"] is True and config["dropout"] == 0.1
+    assert config["lr_decay_iters"] == 20 and config["beta2"] == 0.95
+    assert metadata["tokenizer"] == {"type": "byte"}
+    assert metadata["model_config"]["vocab_size"] == 256 and metadata["model_config"]["bias"]
+
+
+def test_sample_rebuilds_everything_from_the_checkpoint(trained, capsys):
+    ckpt = trained / CHECKPOINT_NAME
+    argv = [
+        "sample",
+        "--checkpoint",
+        ckpt,
+        "--prompt",
+        "the quick",
+        "--num-samples",
+        "2",
+        "--max-new-tokens",
+        "15",
+        "--seed",
+        "3",
+    ]
+    status, out, err = run(argv, capsys)
+    assert status == 0, err
+    samples = out.split("---------------\n")[:-1]
+    assert len(samples) == 2
+    assert all(s.startswith("the quick") and len(s) == len("the quick") + 15 + 1 for s in samples)
+    assert run(argv, capsys)[1] == out  # same seed, same text
+    status, other, _ = run([*argv[:-1], "4"], capsys)
+    assert other != out
+
+
+def test_sample_top_k_one_is_greedy(trained, capsys):
+    base = [
+        "sample",
+        "--checkpoint",
+        trained / CHECKPOINT_NAME,
+        "--prompt",
+        "line",
+        "--num-samples",
+        "1",
+        "--max-new-tokens",
+        "10",
+        "--top-k",
+        "1",
+    ]
+    first = run([*base, "--seed", "1"], capsys)[1]
+    second = run([*base, "--seed", "2", "--temperature", "1.5"], capsys)[1]
+    assert first == second
+
+
+def test_explain_shows_each_token_probability_and_alternatives(trained, capsys):
+    argv = [
+        "sample",
+        "--checkpoint",
+        trained / CHECKPOINT_NAME,
+        "--prompt",
+        "line",
+        "--num-samples",
+        "1",
+        "--max-new-tokens",
+        "6",
+        "--explain",
+    ]
+    status, out, err = run(argv, capsys)
+    assert status == 0, err
+    rows = [line for line in out.splitlines() if "|" in line and "%" in line]
+    assert len(rows) == 6
+    for step, row in enumerate(rows, start=1):
+        chosen, alternatives = row.split("|")
+        assert chosen.split()[0] == str(step)
+        probs = [float(p.rstrip("%")) for p in alternatives.split() if p.endswith("%")]
+        assert len(probs) == 5 and probs == sorted(probs, reverse=True)
+        assert float(chosen.split()[-1].rstrip("%")) <= probs[0] + 1e-9
+    # The explained tokens are the sampled text: same seed, same text as without --explain.
+    plain = run(argv[:-1], capsys)[1]
+    assert out.endswith(plain)
+
+
+# --- bad input: one clear line, exit status 2 ------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "make_data, fragments",
+    [
+        (lambda d: None, ["not found"]),
+        (lambda d: d.write_text(""), ["is empty"]),
+        (lambda d: d.write_text("too short\n" * 3), ["too short for block_size=16"]),
+        (lambda d: d.write_bytes(b"\xff\xfe\xfa" * 400), ["not UTF-8"]),
+    ],
+    ids=["missing", "empty", "shorter-than-a-block", "not-utf8"],
+)
+def test_bad_data(tmp_path, capsys, make_data, fragments):
+    data = tmp_path / "data.txt"
+    make_data(data)
+    status, out, err = run(["train", *TINY, "--data", data, "--out-dir", tmp_path / "o"], capsys)
+    assert_one_line_error(status, err, *fragments)
+    assert not (tmp_path / "o").exists()  # nothing written
+
+
+@pytest.mark.parametrize(
+    "options, fragments",
+    [
+        (["--n-embd", "18", "--n-head", "4"], ["n_embd (18) must be divisible by n_head (4)"]),
+        (["--n-layer", "0"], ["n_layer must be at least 1"]),
+        (["--dropout", "1.0"], ["dropout"]),
+        (["--tokenizer", "bpe"], ["tokenizer must be one of char, byte"]),
+        (["--lr", "nan"], ["--lr", "invalid float value"]),
+        (["--n-layer", "two"], ["--n-layer", "invalid int value"]),
+        (["--no-such-option"], ["unrecognized arguments"]),
+        (["--warmup-iters", "50", "--lr-decay-iters", "10"], ["lr_decay_iters (10)"]),
+    ],
+)
+def test_bad_training_options(text_file, tmp_path, capsys, options, fragments):
+    argv = ["train", *TINY, "--data", text_file, "--out-dir", tmp_path / "o", *options]
+    assert_one_line_error(*run(argv, capsys)[::2], *fragments)
+    assert not (tmp_path / "o").exists()
+
+
+def test_no_command_is_an_error(capsys):
+    status, _, err = run([], capsys)
+    assert status == 2
+    assert err.strip().splitlines()[-1] == "glassllm: error: choose a command: train or sample"
+
+
+def test_resume_without_checkpoint(tmp_path, capsys):
+    status, _, err = run(["train", "--resume", "--out-dir", tmp_path / "nothing"], capsys)
+    assert_one_line_error(status, err, "--resume: no checkpoint at")
+
+
+def test_resume_cannot_change_the_model(trained, tmp_path, capsys):
+    out_dir = tmp_path / "copy"
+    shutil.copytree(trained, out_dir)
+    argv = ["train", "--resume", "--out-dir", out_dir, "--n-layer", "3", "--max-iters", "20"]
+    assert_one_line_error(*run(argv, capsys)[::2], "cannot change n_layer=3 (checkpoint: 1)")
+
+
+def test_resume_when_already_done(trained, tmp_path, capsys):
+    out_dir = tmp_path / "copy"
+    shutil.copytree(trained, out_dir)
+    argv = ["train", "--resume", "--out-dir", out_dir]
+    assert_one_line_error(*run(argv, capsys)[::2], "already at iteration 12", "--max-iters")
+
+
+@pytest.mark.parametrize(
+    "options, fragments",
+    [
+        (["--temperature", "0"], ["temperature must be > 0"]),
+        (["--temperature", "-1"], ["temperature must be > 0"]),
+        (["--top-k", "0"], ["top-k must be at least 1"]),
+        (["--num-samples", "0"], ["num-samples"]),
+        (["--prompt", "naïve €"], ["'ï'", "not in the vocabulary"]),
+        (["--prompt", ""], ["prompt is empty"]),
+    ],
+)
+def test_bad_sampling_options(trained, capsys, options, fragments):
+    argv = ["sample", "--checkpoint", trained / CHECKPOINT_NAME, *options]
+    assert_one_line_error(*run(argv, capsys)[::2], *fragments)
+
+
+def _another_model(path):
+    glassllm.save(path, nn.Linear(2, 3, rng=np.random.default_rng(0)), metadata={"note": "mlp"})
+
+
+def _truncated(path, source):
+    path.write_bytes(source.read_bytes()[: source.stat().st_size // 2])
+
+
+def _flipped_byte(path, source):
+    data = bytearray(source.read_bytes())
+    data[-10] ^= 0xFF  # inside the last tensor: only the digest notices
+    path.write_bytes(bytes(data))
+
+
+@pytest.mark.parametrize(
+    "make, fragments",
+    [
+        (lambda p, s: None, ["not found"]),
+        (lambda p, s: p.write_bytes(b"definitely not safetensors"), ["not a readable"]),
+        (_truncated, ["not a readable"]),
+        (_flipped_byte, ["corrupted"]),
+        (lambda p, s: _another_model(p), ["not a glassllm GPT checkpoint"]),
+        (lambda p, s: p.mkdir(), ["not found"]),
+    ],
+    ids=["missing", "garbage", "truncated", "flipped-byte", "another-model", "directory"],
+)
+def test_bad_checkpoints(trained, tmp_path, capsys, make, fragments):
+    path = tmp_path / "ckpt.safetensors"
+    make(path, trained / CHECKPOINT_NAME)
+    assert_one_line_error(*run(["sample", "--checkpoint", path], capsys)[::2], *fragments)
+
+
+def test_resume_from_a_checkpoint_of_another_model(tmp_path, capsys):
+    _another_model(tmp_path / CHECKPOINT_NAME)
+    argv = ["train", "--resume", "--out-dir", tmp_path, "--max-iters", "5"]
+    assert_one_line_error(*run(argv, capsys)[::2], "not a glassllm GPT checkpoint")
+
+
+# --- real processes ----------------------------------------------------------------------------
+
+
+def _env():
+    return {**os.environ, "PYTHONWARNINGS": "ignore"}
+
+
+def test_python_dash_m_trains_and_samples(text_file, tmp_path):
+    out_dir = tmp_path / "run"
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "glassllm",
+            "train",
+            *TINY,
+            "--data",
+            str(text_file),
+            "--out-dir",
+            str(out_dir),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=_env(),
+    )
+    assert done.returncode == 0, done.stderr
+    assert "--- sample" in done.stdout
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "glassllm",
+            "sample",
+            "--checkpoint",
+            str(out_dir / CHECKPOINT_NAME),
+            "--max-new-tokens",
+            "5",
+            "--num-samples",
+            "1",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=_env(),
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.endswith("---------------\n")
+
+
+def test_console_script_reports_bad_input_without_traceback(tmp_path):
+    script = shutil.which("glassllm")
+    command = [script] if script else [sys.executable, "-m", "glassllm"]
+    done = subprocess.run(
+        [*command, "sample", "--checkpoint", str(tmp_path / "missing.safetensors")],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=_env(),
+    )
+    assert done.returncode == 2
+    assert done.stderr.startswith("glassllm: error: checkpoint")
+    assert len(done.stderr.strip().splitlines()) == 1 and "Traceback" not in done.stderr
+    assert done.stdout == ""
+
+
+def test_help_lists_every_config_option(capsys):
+    status, out, _ = run(["train", "--help"], capsys)
+    assert status == 0
+    for flag in [
+        "--n-layer",
+        "--n-head",
+        "--n-embd",
+        "--block-size",
+        "--batch-size",
+        "--max-iters",
+        "--lr",
+        "--min-lr",
+        "--warmup-iters",
+        "--lr-decay-iters",
+        "--weight-decay",
+        "--beta1",
+        "--beta2",
+        "--grad-clip",
+        "--dropout",
+        "--eval-interval",
+        "--eval-iters",
+        "--seed",
+        "--out-dir",
+        "--data",
+        "--tokenizer",
+        "--resume",
+        "--bias",
+        "--no-bias",
+    ]:
+        assert flag in out, flag
+    status, out, _ = run(["sample", "--help"], capsys)
+    for flag in [
+        "--checkpoint",
+        "--prompt",
+        "--num-samples",
+        "--max-new-tokens",
+        "--temperature",
+        "--top-k",
+        "--seed",
+        "--explain",
+    ]:
+        assert flag in out, flag
