@@ -41,7 +41,7 @@ import safetensors.numpy
 from glassllm.nn.module import Module
 from glassllm.optim.optimizer import Optimizer
 
-__all__ = ["CheckpointError", "save", "load"]
+__all__ = ["CheckpointError", "save", "load", "read_metadata"]
 
 FORMAT = "glassllm-checkpoint-1"
 OPTIM_PREFIX = "optim."
@@ -110,13 +110,10 @@ def load(path: PathLike, model: Module, optimizer: Optimizer | None = None) -> d
     (no glassllm metadata, no optimizer) loads into the model too. Optimizer tensors in the file
     are ignored when no ``optimizer`` is given (sampling needs only the model). Raises
     ``FileNotFoundError`` for a missing file and `CheckpointError` for anything else wrong, with
-    model and optimizer unchanged.
+    model and optimizer unchanged. The optimizer's hyper-parameters (each group's lr, betas,
+    weight decay, ...) come from the file, as with ``torch.optim.Optimizer.load_state_dict``.
     """
-    path = os.fspath(path)
-    if not os.path.exists(path):
-        raise FileNotFoundError(f"checkpoint not found: {path}")
-    if not os.path.isfile(path):
-        raise CheckpointError(f"checkpoint {path} is not a file")
+    path = _existing_file(path)
     tensors, header = _read(path)
 
     problems: list[str] = []
@@ -163,6 +160,24 @@ def load(path: PathLike, model: Module, optimizer: Optimizer | None = None) -> d
     if optimizer is not None:
         optimizer._install(validated)
     return user_metadata
+
+
+def read_metadata(path: PathLike) -> dict[str, Any]:
+    """The metadata dict `save` stored in ``path``, read from the header alone.
+
+    For building the right model before loading into it (e.g. a config saved in the metadata).
+    No tensor is read, so the digest is not checked here; `load` checks it. Raises
+    ``FileNotFoundError`` for a missing file, `CheckpointError` for an unreadable one.
+    """
+    path = _existing_file(path)
+    try:
+        with safetensors.safe_open(path, framework="np") as handle:
+            header = dict(handle.metadata() or {})
+    except OSError:
+        raise
+    except Exception as error:  # safetensors raises its own SafetensorError
+        raise _unreadable(path, error) from error
+    return _json_entry(header, _METADATA_KEY, path, default={})
 
 
 # ---------------------------------------------------------------------- metadata and names
@@ -343,11 +358,24 @@ def _read(path: str) -> tuple[dict[str, np.ndarray], dict[str, str]]:
     except OSError:
         raise
     except Exception as error:  # safetensors raises its own SafetensorError (and others)
-        raise CheckpointError(
-            f"{path} is not a readable safetensors checkpoint (truncated, corrupted or another "
-            f"format): {error}"
-        ) from error
+        raise _unreadable(path, error) from error
     return tensors, header
+
+
+def _existing_file(path: PathLike) -> str:
+    path = os.fspath(path)
+    if not os.path.exists(path):
+        raise FileNotFoundError(f"checkpoint not found: {path}")
+    if not os.path.isfile(path):
+        raise CheckpointError(f"checkpoint {path} is not a file")
+    return path
+
+
+def _unreadable(path: str, error: Exception) -> CheckpointError:
+    return CheckpointError(
+        f"{path} is not a readable safetensors checkpoint (truncated, corrupted or another "
+        f"format): {error}"
+    )
 
 
 def _atomic_write(path: str, tensors: dict[str, np.ndarray], header: dict[str, str]) -> None:

@@ -190,6 +190,17 @@ def test_bad_metadata_raises_before_writing(tmp_path, metadata, match):
     assert os.listdir(tmp_path) == ["ckpt.safetensors"]
 
 
+def test_read_metadata_from_the_header_alone(tmp_path):
+    path = tmp_path / "m.safetensors"
+    glassllm.save(path, Tied(), metadata={"model_config": {"n_layer": 2}})
+    assert glassllm.checkpoint.read_metadata(path) == {"model_config": {"n_layer": 2}}
+    path.write_text("not a checkpoint")
+    with pytest.raises(CheckpointError, match="not a readable safetensors"):
+        glassllm.checkpoint.read_metadata(path)
+    with pytest.raises(FileNotFoundError):
+        glassllm.checkpoint.read_metadata(tmp_path / "gone.safetensors")
+
+
 def test_load_without_optimizer_ignores_its_state(tmp_path):
     model, optimizer = Tied(), None
     optimizer = adamw(model)
