@@ -96,6 +96,8 @@ def test_causal_self_attention_forward_float32_and_causality():
     out = csa(Tensor(x))
     assert out.shape == (2, 5, 8) and out.dtype == np.float32
     np.testing.assert_allclose(out.data, csa_reference(csa, x), rtol=1e-4, atol=1e-5)
+    out.sum().backward()
+    assert all(p.grad.dtype == np.float32 for p in csa.parameters())
     changed = x.copy()
     changed[:, 3:] += 1.0  # the future must not affect earlier positions
     np.testing.assert_array_equal(csa(Tensor(changed)).data[:, :3], out.data[:, :3])

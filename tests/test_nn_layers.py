@@ -7,6 +7,8 @@ import math
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import glassllm
 import glassllm.nn as nn
@@ -72,6 +74,22 @@ def test_linear_forward_is_x_at_weight_plus_bias_and_keeps_float32():
     assert out.dtype == np.float32
     out.sum().backward()
     assert layer.weight.grad.dtype == layer.bias.grad.dtype == np.float32
+
+
+@settings(max_examples=25, deadline=None)
+@given(
+    leading=st.lists(st.integers(1, 3), max_size=3),
+    in_features=st.integers(1, 4),
+    out_features=st.integers(1, 4),
+    bias=st.booleans(),
+)
+def test_linear_maps_any_leading_shape(leading, in_features, out_features, bias):
+    layer = nn.Linear(in_features, out_features, bias=bias, rng=np.random.default_rng(0))
+    x = np.random.default_rng(1).standard_normal((*leading, in_features), dtype=np.float32)
+    out = layer(Tensor(x))
+    assert out.shape == (*leading, out_features) and out.dtype == np.float32
+    expected = x @ layer.weight.data + (layer.bias.data if bias else 0.0)
+    np.testing.assert_allclose(out.data, expected, rtol=1e-5, atol=1e-6)
 
 
 def test_linear_gradcheck():

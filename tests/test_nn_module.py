@@ -91,6 +91,8 @@ def test_non_grad_tensor_and_other_values_are_plain_attributes():
     module = nn.Module()
     module.constant = Tensor(np.ones(2))  # requires_grad False: not a parameter
     module.note = "hello"
+    module.derived = param(2) * 2.0  # an operation's result, not a leaf: not a parameter
+    assert module.derived.requires_grad
     assert list(module.named_parameters()) == [] and module.constant.shape == (2,)
     assert module.state_dict() == {}
 

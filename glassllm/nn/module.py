@@ -2,15 +2,16 @@
 
 A module owns three kinds of state, each registered by plain attribute assignment:
 
-* **parameters**: a `Tensor` with ``requires_grad=True``
+* **parameters**: a leaf `Tensor` with ``requires_grad=True``
   (``self.weight = Tensor(w, requires_grad=True)``);
 * **children**: another `Module` (``self.fc = Linear(4, 8)``);
 * **buffers**: NumPy arrays registered with `Module.register_buffer` (masks, running statistics).
   Buffers are never parameters; only buffers registered with ``persistent=True`` appear in
   `state_dict`.
 
-Anything else, including a `Tensor` with ``requires_grad=False``, is an ordinary Python attribute:
-it is not a parameter, the optimizer never sees it, and it is not saved. Reassigning a name replaces
+Anything else, including a `Tensor` with ``requires_grad=False`` and the result of an operation (a
+Tensor with parents, e.g. ``self.cached = self.weight * 2``), is an ordinary Python attribute: it is
+not a parameter, the optimizer never sees it, and it is not saved. Reassigning a name replaces
 its registration (a parameter name given a `Module` becomes a child; given ``None`` it becomes a
 plain attribute), and ``del module.name`` removes it.
 
@@ -80,7 +81,7 @@ class Module:
                 )
             object.__setattr__(self, name, value)
             return
-        if isinstance(value, Tensor) and value.requires_grad:
+        if isinstance(value, Tensor) and value.requires_grad and not value.parents:
             _check_registered_name(name)
             self._unregister(name, keep="_parameters")
             self._parameters[name] = value
