@@ -213,11 +213,17 @@ class Tensor:
 
         def vjp(g: np.ndarray):
             grad_a = grad_b = None
+            # At a zero base the formulas give 0 * inf = nan where the function is
+            # flat: a^0 in a, and 0^b in b for b >= 0. Take 0 there, as torch does.
             if a.requires_grad:
-                grad_a = unbroadcast(g * b.data * a.data ** (b.data - 1), a.shape)
+                with np.errstate(divide="ignore", invalid="ignore"):
+                    local = b.data * a.data ** (b.data - 1)
+                grad_a = unbroadcast(g * np.where(b.data == 0, 0.0, local), a.shape)
             if b.requires_grad:
                 with np.errstate(divide="ignore", invalid="ignore"):
-                    grad_b = unbroadcast(g * out * np.log(a.data), b.shape)
+                    local = out * np.log(a.data)
+                flat = (a.data == 0) & (b.data >= 0)
+                grad_b = unbroadcast(g * np.where(flat, 0.0, local), b.shape)
             return grad_a, grad_b
 
         return Tensor.from_op(out, (a, b), vjp)
@@ -327,9 +333,10 @@ class Tensor:
         if len(axes) == 1 and isinstance(axes[0], (tuple, list)):
             axes = tuple(axes[0])
         a = self
-        perm = tuple(range(a.ndim))[::-1] if not axes else tuple(ax % a.ndim for ax in axes)
-        inverse = tuple(np.argsort(perm))
-        return Tensor.from_op(a.data.transpose(perm), (a,), lambda g: (g.transpose(inverse),))
+        perm = tuple(range(a.ndim))[::-1] if not axes else axes
+        out = a.data.transpose(perm)  # NumPy validates the axes: an out-of-range one must not wrap
+        inverse = tuple(np.argsort([ax % a.ndim for ax in perm]))
+        return Tensor.from_op(out, (a,), lambda g: (g.transpose(inverse),))
 
     def __getitem__(self, index: Any) -> Tensor:
         """Basic and advanced indexing. The VJP scatters g back; a repeated
@@ -386,7 +393,8 @@ class Tensor:
         """relu(x) = max(x, 0); gradient 1 where x > 0 and 0 elsewhere, x = 0 included (as torch)."""
         a = self
         positive = a.data > 0
-        return Tensor.from_op(a.data * positive, (a,), lambda g: (g * positive,))
+        # np.maximum, not a.data * positive: -inf * 0 would be nan (NaN still propagates, as torch).
+        return Tensor.from_op(np.maximum(a.data, 0), (a,), lambda g: (g * positive,))
 
     def abs(self) -> Tensor:
         """d|x| = sign(x) dx, with sign(0) = 0 (as torch)."""
