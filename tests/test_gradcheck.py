@@ -95,3 +95,17 @@ def test_rejects_float32_inputs():
 def test_constant_inputs_are_passed_through_unchecked():
     x, c = _leaf((3,), 13), Tensor(np.array([1.0, 2.0, 3.0]))
     assert gradcheck(lambda x, c: x * c, [x, c]) is True
+
+
+@pytest.mark.parametrize(
+    "make",
+    [lambda: np.arange(6.0).reshape(2, 3).T, lambda: np.asfortranarray(np.arange(6.0).reshape(3, 2)),
+     lambda: np.arange(24.0).reshape(4, 6)[::2, 1::2]],
+    ids=["transposed", "fortran-order", "strided-view"],
+)
+def test_non_contiguous_inputs_are_perturbed_in_place(make):
+    """Finite differences must perturb the Tensor's own array, whatever its memory layout."""
+    data = make()
+    x = Tensor(data, requires_grad=True)
+    assert gradcheck(lambda t: t * t * 0.5 + t.sum(axis=0), [x]) is True
+    np.testing.assert_array_equal(x.data, make())
