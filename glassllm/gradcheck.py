@@ -75,15 +75,16 @@ def gradcheck(
     for i, exact in zip(checked, analytic):
         values = inputs[i].data
         numeric = np.zeros(values.shape)
-        flat_values, flat_numeric = values.reshape(-1), numeric.reshape(-1)
-        for j in range(values.size):
-            original = flat_values[j]
-            flat_values[j] = original + eps
+        # Index the array itself: reshape(-1) of a transposed or strided array is
+        # a copy, and perturbing a copy would leave fn's input unchanged.
+        for j in np.ndindex(values.shape):
+            original = values[j]
+            values[j] = original + eps
             upper = projected()
-            flat_values[j] = original - eps
+            values[j] = original - eps
             lower = projected()
-            flat_values[j] = original
-            flat_numeric[j] = (upper - lower) / (2 * eps)
+            values[j] = original
+            numeric[j] = (upper - lower) / (2 * eps)
         error = np.abs(exact - numeric)
         allowed = atol + rtol * np.abs(numeric)
         if np.any(~(error <= allowed)):
