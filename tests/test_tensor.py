@@ -263,6 +263,17 @@ def test_no_grad_leaves_existing_parameters_alone():
     np.testing.assert_allclose(w.data, [0.5, 1.4])
 
 
+def test_no_grad_as_decorator():
+    @no_grad()
+    def infer(t: Tensor) -> Tensor:
+        assert not is_grad_enabled()
+        return t * 2.0
+
+    x = Tensor(np.ones(2), requires_grad=True)
+    assert not infer(x).requires_grad
+    assert is_grad_enabled()
+
+
 def test_no_grad_state_is_module_global_not_thread_local():
     seen = []
     with no_grad():
@@ -362,6 +373,7 @@ def test_unbroadcast():
     [
         lambda t: t + Tensor(np.ones(4)),
         lambda t: t @ Tensor(np.ones((2, 3))),
+        lambda t: t @ Tensor(np.array(2.0)),
         lambda t: t.reshape(5),
         lambda t: t.transpose(0, 2),
         lambda t: t.transpose(2, 1),
@@ -374,7 +386,7 @@ def test_unbroadcast():
         lambda t: t[np.array([0, 7])],
         lambda t: t[np.ones(3, dtype=bool)],
     ],
-    ids=["add", "matmul", "reshape", "transpose-out-of-range", "transpose-axis-2",
+    ids=["add", "matmul", "matmul-0d", "reshape", "transpose-out-of-range", "transpose-axis-2",
          "transpose-too-few", "sum-axis", "max-axis", "mean-dup-axis", "index", "too-many-indices",
          "int-array", "bool-mask-shape"],
 )
