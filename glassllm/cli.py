@@ -87,7 +87,7 @@ def add_config_options(parser: argparse.ArgumentParser, config_class: type) -> N
 
 def build_parser() -> argparse.ArgumentParser:
     from glassllm.sample import DEFAULT_SAMPLE_OPTIONS as S
-    from glassllm.train import TrainConfig
+    from glassllm.train_config import TrainConfig
 
     parser = _Parser(
         prog="glassllm",

@@ -20,8 +20,9 @@ from typing import Any, TextIO
 import numpy as np
 
 from glassllm.data import Tokenizer
+from glassllm.gpt_checkpoint import load_trained_model
 from glassllm.models import GPT
-from glassllm.train import CHECKPOINT_NAME, TrainConfig, load_trained_model
+from glassllm.train_config import CHECKPOINT_NAME, TrainConfig
 
 EXPLAIN_TOP = 5  # alternatives shown per token by --explain
 

@@ -1,4 +1,4 @@
-"""Train a GPT on text: the configuration and the loop behind ``glassllm train``.
+"""Train a GPT on text: the loop behind ``glassllm train`` (its options: `glassllm.train_config`).
 
 The loop is nanoGPT's ``train.py`` on glassllm parts: random blocks of the training split, AdamW
 with decay on matrices only (``GPT.configure_optimizer``), cosine learning rate with linear warmup,
@@ -21,9 +21,7 @@ per evaluation) and ``loss.png`` (when matplotlib is installed).
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import json
-import math
 import signal
 import sys
 import threading
@@ -36,296 +34,35 @@ import numpy as np
 
 import glassllm
 from glassllm import no_grad
-from glassllm.data import (
-    TOKENIZER_KINDS,
-    Tokenizer,
-    build_tokenizer,
-    check_long_enough,
-    get_batch,
-    load_text,
-    split_train_val,
-    tokenizer_from_dict,
+from glassllm.data import TokenSplits, get_batch, tokenize_corpus
+from glassllm.gpt_checkpoint import (
+    CHECKPOINT_FORMAT,
+    load_trained_model,
+    model_from_metadata,
+    read_checkpoint_metadata,
 )
 from glassllm.models import GPT, GPTConfig
 from glassllm.nn.utils import clip_grad_norm_
 from glassllm.optim.lr_scheduler import cosine_with_warmup
+from glassllm.train_config import CHECKPOINT_NAME, FIXED_ON_RESUME, TrainConfig, resume_config
 
-CHECKPOINT_NAME = "ckpt.safetensors"
+__all__ = [
+    "CHECKPOINT_NAME",
+    "LOG_NAME",
+    "PLOT_NAME",
+    "TrainConfig",
+    "TrainResult",
+    "Trainer",
+    "load_trained_model",
+    "plot_losses",
+    "read_checkpoint_metadata",
+    "resume_config",
+    "train",
+]
+
 LOG_NAME = "log.jsonl"
 PLOT_NAME = "loss.png"
-# metadata["format"] of a checkpoint written here; anything else is "another model".
-CHECKPOINT_FORMAT = "glassllm.gpt"
 FINAL_SAMPLE_TEMPERATURE = 0.8  # nanoGPT's sample.py default
-
-
-def _option(default: Any, help: str, **extra: Any) -> Any:
-    return dataclasses.field(default=default, metadata={"help": help, **extra})
-
-
-@dataclasses.dataclass
-class TrainConfig:
-    """Every knob of a training run; ``glassllm train --n-layer 6`` sets ``n_layer``.
-
-    The defaults train a 0.8M-parameter character-level GPT on the built-in corpus (the Python
-    documentation) in about three minutes on a 2-core laptop CPU: nanoGPT's "I only have a
-    macbook" shakespeare_char configuration, with fewer iterations.
-    """
-
-    # model
-    n_layer: int = _option(4, "transformer blocks")
-    n_head: int = _option(4, "attention heads per block (must divide n_embd)")
-    n_embd: int = _option(128, "width of the residual stream")
-    block_size: int = _option(64, "context length in tokens")
-    dropout: float = _option(0.0, "dropout probability (0 for small models)")
-    bias: bool = _option(False, "biases in Linear and LayerNorm layers")
-    # data
-    data: str = _option("builtin", "'builtin' (Python docs), 'shakespeare' or a text file path")
-    tokenizer: str = _option("char", "'char' (one token per character) or 'byte' (UTF-8 bytes)")
-    batch_size: int = _option(12, "blocks per step")
-    # optimisation
-    max_iters: int = _option(600, "training steps")
-    lr: float = _option(1e-3, "peak learning rate")
-    min_lr: float = _option(1e-4, "learning-rate floor at the end of the cosine decay")
-    warmup_iters: int = _option(100, "steps of linear learning-rate warmup")
-    lr_decay_iters: int | None = _option(
-        None, "step where the cosine decay reaches min_lr (default: max_iters)"
-    )
-    weight_decay: float = _option(0.1, "AdamW weight decay on matrices")
-    beta1: float = _option(0.9, "AdamW beta1")
-    beta2: float = _option(0.99, "AdamW beta2")
-    grad_clip: float = _option(1.0, "clip the gradient norm to this (0: no clipping)")
-    # evaluation, checkpoints, reproducibility
-    eval_interval: int = _option(100, "steps between evaluations and checkpoints")
-    eval_iters: int = _option(20, "batches per split in each evaluation")
-    seed: int = _option(1337, "seed of every random generator of the run")
-    out_dir: str = _option("out", "directory for the checkpoint, log and loss plot")
-    sample_tokens: int = _option(300, "tokens sampled at the end of training (0: none)")
-
-    def validate(self) -> None:
-        """Raise one ValueError naming every field that cannot work."""
-        problems: list[str] = []
-        for name in (
-            "n_layer",
-            "n_head",
-            "n_embd",
-            "block_size",
-            "batch_size",
-            "eval_interval",
-            "eval_iters",
-        ):
-            if getattr(self, name) < 1:
-                problems.append(f"{name} must be at least 1, got {getattr(self, name)}")
-        for name in ("max_iters", "warmup_iters", "sample_tokens"):
-            if getattr(self, name) < 0:
-                problems.append(f"{name} must be >= 0, got {getattr(self, name)}")
-        if self.n_head >= 1 and self.n_embd % self.n_head != 0:
-            problems.append(f"n_embd ({self.n_embd}) must be divisible by n_head ({self.n_head})")
-        if self.lr_decay_iters is not None and self.lr_decay_iters < self.warmup_iters:
-            problems.append(
-                f"lr_decay_iters ({self.lr_decay_iters}) must be >= warmup_iters "
-                f"({self.warmup_iters})"
-            )
-        if not (self.lr > 0 and math.isfinite(self.lr)):
-            problems.append(f"lr must be a positive number, got {self.lr}")
-        if not (self.min_lr >= 0 and math.isfinite(self.min_lr)):
-            problems.append(f"min_lr must be >= 0, got {self.min_lr}")
-        if not self.weight_decay >= 0:
-            problems.append(f"weight_decay must be >= 0, got {self.weight_decay}")
-        for name in ("beta1", "beta2"):
-            if not 0.0 <= getattr(self, name) < 1.0:
-                problems.append(f"{name} must be in [0, 1), got {getattr(self, name)}")
-        if not self.grad_clip >= 0:
-            problems.append(f"grad_clip must be >= 0 (0 turns clipping off), got {self.grad_clip}")
-        if not 0.0 <= self.dropout < 1.0:
-            problems.append(f"dropout must be in [0, 1), got {self.dropout}")
-        if self.tokenizer not in TOKENIZER_KINDS:
-            problems.append(
-                f"tokenizer must be one of {', '.join(TOKENIZER_KINDS)}, got {self.tokenizer!r}"
-            )
-        if not self.data:
-            problems.append("data must name a corpus or a file")
-        if problems:
-            raise ValueError("; ".join(problems))
-
-    @property
-    def decay_iters(self) -> int:
-        """The step where the cosine decay ends: ``lr_decay_iters``, else ``max_iters`` (or
-        ``warmup_iters`` when that is longer: a short run then spends all its steps warming up)."""
-        if self.lr_decay_iters is None:
-            return max(self.max_iters, self.warmup_iters)
-        return self.lr_decay_iters
-
-    def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
-
-    @classmethod
-    def from_dict(cls, values: dict[str, Any]) -> TrainConfig:
-        known = {f.name for f in dataclasses.fields(cls)}
-        unknown = sorted(set(values) - known)
-        if unknown:
-            raise ValueError(f"unknown TrainConfig fields {unknown}")
-        return cls(**values)
-
-
-# Fields that shape the model, its tokens or its randomness: a resumed run must keep them.
-FIXED_ON_RESUME = (
-    "n_layer",
-    "n_head",
-    "n_embd",
-    "block_size",
-    "dropout",
-    "bias",
-    "data",
-    "tokenizer",
-    "seed",
-)
-
-
-# --------------------------------------------------------------------------------- checkpoints
-
-# Where glassllm.save keeps the caller's metadata dict, JSON-encoded, in the safetensors header
-# (the file layout documented in glassllm/checkpoint.py).
-_METADATA_HEADER_KEY = "glassllm.metadata"
-
-
-def _read_metadata(path: Path) -> Any:
-    """The metadata dict of a glassllm checkpoint from the safetensors header alone (no tensors
-    read; glassllm.load checks the file's digest when the weights are loaded)."""
-    import safetensors
-
-    try:
-        with safetensors.safe_open(str(path), framework="np") as handle:
-            header = handle.metadata() or {}
-    except OSError as err:
-        raise ValueError(f"cannot read checkpoint {str(path)!r}: {err}") from None
-    except Exception as err:  # safetensors raises its own SafetensorError for a broken file
-        raise ValueError(
-            f"{str(path)!r} is not a readable safetensors checkpoint (truncated, corrupted or "
-            f"another format): {err}"
-        ) from None
-    try:
-        return json.loads(header.get(_METADATA_HEADER_KEY, "{}"))
-    except ValueError:
-        raise ValueError(f"checkpoint {str(path)!r} has corrupted metadata") from None
-
-
-def read_checkpoint_metadata(path: str | Path) -> dict[str, Any]:
-    """The metadata of a checkpoint written by :class:`Trainer`, read without building a model.
-
-    Raises ValueError for a missing or unreadable file, and for a checkpoint of another model.
-    """
-    path = Path(path)
-    if not path.is_file():
-        raise ValueError(f"checkpoint {str(path)!r} not found")
-    metadata = _read_metadata(path)
-    if not isinstance(metadata, dict) or metadata.get("format") != CHECKPOINT_FORMAT:
-        raise ValueError(
-            f"{str(path)!r} is not a glassllm GPT checkpoint (its metadata has no "
-            f"format={CHECKPOINT_FORMAT!r}): it holds another model"
-        )
-    return metadata
-
-
-def model_from_metadata(
-    metadata: dict[str, Any], rng: np.random.Generator | None = None
-) -> tuple[GPT, Tokenizer]:
-    """An (untrained) GPT of the checkpoint's shape and the checkpoint's tokenizer."""
-    try:
-        tokenizer = tokenizer_from_dict(metadata["tokenizer"])
-        model_config = GPTConfig.from_dict(metadata["model_config"])
-    except (KeyError, TypeError, ValueError) as err:
-        raise ValueError(f"checkpoint metadata is incomplete or invalid: {err}") from None
-    if model_config.vocab_size != tokenizer.vocab_size:
-        raise ValueError(
-            f"checkpoint metadata disagrees with itself: the model has a vocabulary of "
-            f"{model_config.vocab_size} but its tokenizer {tokenizer.vocab_size}"
-        )
-    return GPT(model_config, rng=rng), tokenizer
-
-
-def load_trained_model(path: str | Path) -> tuple[GPT, Tokenizer, dict[str, Any]]:
-    """Rebuild model and tokenizer from a checkpoint file alone: ``(model, tokenizer, metadata)``.
-
-    The model is in eval mode (ready to sample).
-    """
-    metadata = read_checkpoint_metadata(path)
-    model, tokenizer = model_from_metadata(metadata, rng=np.random.default_rng(0))
-    glassllm.load(path, model)
-    model.eval()
-    return model, tokenizer, metadata
-
-
-def resume_config(given: dict[str, Any]) -> TrainConfig:
-    """The configuration of a resumed run: the checkpoint's, updated with the options ``given``.
-
-    The checkpoint is ``given["out_dir"]/ckpt.safetensors`` (default ``out``). Options in
-    :data:`FIXED_ON_RESUME` may be given only with the checkpoint's value.
-    """
-    out_dir = given.get("out_dir", TrainConfig().out_dir)
-    path = Path(out_dir) / CHECKPOINT_NAME
-    if not path.is_file():
-        raise ValueError(
-            f"--resume: no checkpoint at {str(path)!r} (train without --resume first, or point "
-            f"--out-dir at the run to continue)"
-        )
-    metadata = read_checkpoint_metadata(path)
-    try:
-        saved = TrainConfig.from_dict(metadata["train_config"])
-    except (KeyError, TypeError, ValueError) as err:
-        raise ValueError(
-            f"checkpoint {str(path)!r} has no usable training configuration: {err}"
-        ) from None
-    conflicts = [
-        f"{name}={given[name]!r} (checkpoint: {getattr(saved, name)!r})"
-        for name in FIXED_ON_RESUME
-        if name in given and given[name] != getattr(saved, name)
-    ]
-    if conflicts:
-        raise ValueError(
-            f"cannot change {', '.join(conflicts)} when resuming: the model, data, tokenizer and "
-            "seed come from the checkpoint"
-        )
-    changes = {name: value for name, value in given.items() if name != "out_dir"}
-    return dataclasses.replace(saved, **changes, out_dir=str(out_dir))
-
-
-# -------------------------------------------------------------------------------------- corpus
-
-
-@dataclasses.dataclass
-class Corpus:
-    """The token streams of a run: 90% for training, 10% for validation."""
-
-    tokenizer: Tokenizer
-    train: np.ndarray
-    val: np.ndarray
-    sha256: str  # of the text, so a resumed run can tell whether it trains on the same text
-
-
-def prepare_corpus(config: TrainConfig, tokenizer: Tokenizer | None = None) -> Corpus:
-    """Load ``config.data``, tokenize it (with ``tokenizer``, else a new one of
-    ``config.tokenizer``) and split it; every way this can fail raises one ValueError."""
-    text = load_text(config.data)
-    sha256 = hashlib.sha256(text.encode("utf-8")).hexdigest()
-    if tokenizer is None:
-        tokenizer = build_tokenizer(config.tokenizer, text)
-    try:
-        ids = tokenizer.encode_array(text)
-    except ValueError as err:
-        raise ValueError(
-            f"data {config.data!r} does not fit the checkpoint's tokenizer: {err}"
-        ) from None
-    train, val = split_train_val(ids)
-    try:
-        check_long_enough(train, config.block_size, "training")
-        check_long_enough(val, config.block_size, "validation")
-    except ValueError as err:
-        raise ValueError(
-            f"data {config.data!r} is too short for block_size={config.block_size}: {len(ids)} "
-            f"tokens, and {err}; use a text of at least {10 * (config.block_size + 2)} tokens "
-            "or a smaller --block-size"
-        ) from None
-    return Corpus(tokenizer, train, val, sha256)
 
 
 # ------------------------------------------------------------------------------------ training
@@ -402,7 +139,9 @@ class Trainer:
         if metadata is not None:
             self._check_same_run(metadata)
             tokenizer = model_from_metadata(metadata, rng=np.random.default_rng(0))[1]
-        self.corpus = prepare_corpus(config, tokenizer)
+        self.corpus: TokenSplits = tokenize_corpus(
+            config.data, config.tokenizer, config.block_size, tokenizer
+        )
         self.tokenizer = self.corpus.tokenizer
         self.model_config = GPTConfig(
             vocab_size=self.tokenizer.vocab_size,

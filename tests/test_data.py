@@ -23,6 +23,7 @@ from glassllm.data import (
     load_text,
     sequential_batches,
     split_train_val,
+    tokenize_corpus,
     tokenizer_from_dict,
 )
 
@@ -205,3 +206,28 @@ def test_sequential_batches_cover_each_target_once(length, block, batch):
     targets = ys.ravel()
     assert len(set(targets.tolist())) == len(targets)  # no token scored twice
     assert len(targets) == (length - 1) // block * block
+
+
+# --- a corpus as a run uses it -----------------------------------------------------------------
+
+
+def test_tokenize_corpus_splits_and_fingerprints(tmp_path):
+    path = tmp_path / "t.txt"
+    path.write_text("abcdefghij" * 30)
+    splits = tokenize_corpus(str(path), "char", block_size=8)
+    assert splits.tokenizer.vocab_size == 10
+    assert len(splits.train) == 270 and len(splits.val) == 30
+    assert splits.tokenizer.decode(splits.train[:10].tolist()) == "abcdefghij"
+    assert len(splits.sha256) == 64
+    byte_splits = tokenize_corpus(str(path), "byte", block_size=8)
+    assert byte_splits.tokenizer.vocab_size == 256 and byte_splits.sha256 == splits.sha256
+
+
+def test_tokenize_corpus_errors(tmp_path):
+    path = tmp_path / "t.txt"
+    path.write_text("abcdefghij" * 30)
+    with pytest.raises(ValueError, match=r"too short for block_size=30: 300 tokens.*validation"):
+        tokenize_corpus(str(path), "char", block_size=30)
+    tokenizer = CharTokenizer.from_text("abc")
+    with pytest.raises(ValueError, match=r"does not fit the tokenizer: character 'd'"):
+        tokenize_corpus(str(path), "char", block_size=8, tokenizer=tokenizer)

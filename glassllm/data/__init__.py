@@ -21,6 +21,7 @@ from glassllm.data.corpus import (
     read_text_file,
     shakespeare_text,
 )
+from glassllm.data.dataset import TokenSplits, tokenize_corpus
 from glassllm.data.tokenizers import (
     TOKENIZER_KINDS,
     ByteTokenizer,
@@ -40,6 +41,7 @@ __all__ = [
     "ByteTokenizer",
     "CharTokenizer",
     "DataError",
+    "TokenSplits",
     "Tokenizer",
     "UnknownCharacterError",
     "build_tokenizer",
@@ -52,5 +54,6 @@ __all__ = [
     "sequential_batches",
     "shakespeare_text",
     "split_train_val",
+    "tokenize_corpus",
     "tokenizer_from_dict",
 ]

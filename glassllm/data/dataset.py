@@ -1,0 +1,49 @@
+"""A corpus as a run uses it: text -> tokenizer -> training and validation token streams."""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+
+import numpy as np
+
+from glassllm.data.batches import check_long_enough, split_train_val
+from glassllm.data.corpus import load_text
+from glassllm.data.tokenizers import Tokenizer, build_tokenizer
+
+
+@dataclasses.dataclass
+class TokenSplits:
+    """The token streams of a run: 90% for training, 10% for validation."""
+
+    tokenizer: Tokenizer
+    train: np.ndarray
+    val: np.ndarray
+    sha256: str  # of the text, so a resumed run can tell whether it trains on the same text
+
+
+def tokenize_corpus(
+    data: str, tokenizer_kind: str, block_size: int, tokenizer: Tokenizer | None = None
+) -> TokenSplits:
+    """Load the corpus ``data`` (see `load_text`), tokenize it with ``tokenizer`` (else a new
+    tokenizer of ``tokenizer_kind``) and split it 90/10. Each split must hold at least one
+    window of ``block_size + 1`` tokens. Every way this can fail raises one ValueError."""
+    text = load_text(data)
+    sha256 = hashlib.sha256(text.encode("utf-8")).hexdigest()
+    if tokenizer is None:
+        tokenizer = build_tokenizer(tokenizer_kind, text)
+    try:
+        ids = tokenizer.encode_array(text)
+    except ValueError as err:
+        raise ValueError(f"data {data!r} does not fit the tokenizer: {err}") from None
+    train, val = split_train_val(ids)
+    try:
+        check_long_enough(train, block_size, "training")
+        check_long_enough(val, block_size, "validation")
+    except ValueError as err:
+        raise ValueError(
+            f"data {data!r} is too short for block_size={block_size}: {len(ids)} "
+            f"tokens, and {err}; use a text of at least {10 * (block_size + 2)} tokens "
+            "or a smaller --block-size"
+        ) from None
+    return TokenSplits(tokenizer, train, val, sha256)
