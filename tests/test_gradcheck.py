@@ -19,7 +19,7 @@ def test_passes_a_correct_op_with_scalar_and_tensor_outputs():
     a, b = _leaf((2, 3), 1), _leaf((3,), 2)
     assert gradcheck(lambda a, b: (a * b).tanh(), [a, b]) is True
     assert gradcheck(lambda a, b: (a @ b.reshape(3, 1)).sum(), [a, b]) is True
-    assert gradcheck(lambda a: a.sum(), [_leaf(()) ]) is True
+    assert gradcheck(lambda a: a.sum(), [_leaf(())]) is True
 
 
 def _wrong_at(bad_index: tuple[int, ...]):
@@ -61,8 +61,9 @@ def test_fails_a_vjp_that_forgets_broadcasting_sums():
     """A subtler wrong op: gradient of the right shape, but only one replica's worth."""
 
     def add_wrong(a: Tensor, b: Tensor) -> Tensor:
-        return Tensor(a.data + b.data, parents=(a, b),
-                      backward=lambda g: (g, g[0]), requires_grad=True)
+        return Tensor(
+            a.data + b.data, parents=(a, b), backward=lambda g: (g, g[0]), requires_grad=True
+        )
 
     with pytest.raises(AssertionError, match=r"input 1\b"):
         gradcheck(add_wrong, [_leaf((3, 2), 8), _leaf((2,), 9)])
@@ -70,8 +71,12 @@ def test_fails_a_vjp_that_forgets_broadcasting_sums():
 
 def test_fails_when_an_input_gets_no_gradient_but_should():
     def drops_b(a: Tensor, b: Tensor) -> Tensor:
-        return Tensor(a.data * b.data, parents=(a, b),
-                      backward=lambda g: (g * b.data, None), requires_grad=True)
+        return Tensor(
+            a.data * b.data,
+            parents=(a, b),
+            backward=lambda g: (g * b.data, None),
+            requires_grad=True,
+        )
 
     with pytest.raises(AssertionError, match=r"input 1\b"):
         gradcheck(drops_b, [_leaf((2,), 10), _leaf((2,), 11)])
@@ -99,8 +104,11 @@ def test_constant_inputs_are_passed_through_unchecked():
 
 @pytest.mark.parametrize(
     "make",
-    [lambda: np.arange(6.0).reshape(2, 3).T, lambda: np.asfortranarray(np.arange(6.0).reshape(3, 2)),
-     lambda: np.arange(24.0).reshape(4, 6)[::2, 1::2]],
+    [
+        lambda: np.arange(6.0).reshape(2, 3).T,
+        lambda: np.asfortranarray(np.arange(6.0).reshape(3, 2)),
+        lambda: np.arange(24.0).reshape(4, 6)[::2, 1::2],
+    ],
     ids=["transposed", "fortran-order", "strided-view"],
 )
 def test_non_contiguous_inputs_are_perturbed_in_place(make):

@@ -220,6 +220,7 @@ def test_graph_dies_after_a_custom_op_built_with_the_constructor():
     was_enabled = gc.isenabled()
     gc.disable()
     try:
+
         def backward(g):
             return (g * np.cos(x.data),)
 

@@ -7,6 +7,7 @@ the engine that breaks the documented behaviour breaks one of these.
 
 def test_seed_example_backward_accumulates_and_seed_gradient():
     import numpy as np
+
     from glassllm import Tensor
 
     x = Tensor([3.0], requires_grad=True)
@@ -22,6 +23,7 @@ def test_seed_example_backward_accumulates_and_seed_gradient():
 
 def test_seed_example_broadcasting_and_max_ties():
     import numpy as np
+
     from glassllm import Tensor
 
     x = Tensor(np.ones((2, 3)), requires_grad=True)

@@ -62,7 +62,9 @@ def test_uses_slots():
     assert not hasattr(t, "__dict__")
 
 
-@pytest.mark.parametrize("name", ["detach", "item", "T", "__array__", "__rmatmul__", "numpy", "tolist"])
+@pytest.mark.parametrize(
+    "name", ["detach", "item", "T", "__array__", "__rmatmul__", "numpy", "tolist"]
+)
 def test_absent_attributes(name):
     t = Tensor(np.ones((2, 2)), requires_grad=True)
     assert not hasattr(t, name)
@@ -165,15 +167,21 @@ FLOAT32_EXPRESSIONS = {
     "reflected scalars": lambda x: 1.5 + (2.0 - x) + 3.0 / (x + 4.0) - 0.5 * x,
     "powers": lambda x: x**2 + (x * x + 1.0) ** 0.5 + 2.0**x + x**3,
     "reductions": lambda x: x.mean() + x.var(axis=0) + x.max(axis=-1, keepdims=True) - x.min(),
-    "elementwise": lambda x: x.exp() + (x * x + 1.0).log() + x.tanh() + x.sigmoid() + x.relu() + x.abs(),
-    "float32 arrays": lambda x: x @ np.ones((3, 2), dtype=np.float32) + np.ones(2, dtype=np.float32),
+    "elementwise": lambda x: (
+        x.exp() + (x * x + 1.0).log() + x.tanh() + x.sigmoid() + x.relu() + x.abs()
+    ),
+    "float32 arrays": lambda x: (
+        x @ np.ones((3, 2), dtype=np.float32) + np.ones(2, dtype=np.float32)
+    ),
     "shapes": lambda x: x.reshape(3, 2).transpose()[None, ..., 1] * x[np.array([0, 0]), 1],
 }
 
 
 @pytest.mark.parametrize("expr", FLOAT32_EXPRESSIONS.values(), ids=FLOAT32_EXPRESSIONS.keys())
 def test_python_scalars_never_upcast_float32(expr):
-    x = Tensor(np.array([[0.5, -1.0, 2.0], [1.5, 0.25, -0.75]], dtype=np.float32), requires_grad=True)
+    x = Tensor(
+        np.array([[0.5, -1.0, 2.0], [1.5, 0.25, -0.75]], dtype=np.float32), requires_grad=True
+    )
     out = expr(x)
     assert out.dtype == np.float32
     out.backward()
@@ -316,11 +324,14 @@ def test_custom_op_with_two_parents_via_constructor():
         out = np.sqrt(a.data**2 + b.data**2)
 
         def backward(g: np.ndarray) -> tuple:
-            return (g * a.data / out if a.requires_grad else None,
-                    g * b.data / out if b.requires_grad else None)
+            return (
+                g * a.data / out if a.requires_grad else None,
+                g * b.data / out if b.requires_grad else None,
+            )
 
-        return Tensor(out, parents=(a, b), backward=backward,
-                      requires_grad=a.requires_grad or b.requires_grad)
+        return Tensor(
+            out, parents=(a, b), backward=backward, requires_grad=a.requires_grad or b.requires_grad
+        )
 
     a = Tensor(np.array([3.0, -1.0, 0.5]), requires_grad=True)
     b = Tensor(np.array([4.0, 2.0, -0.7]), requires_grad=True)
@@ -386,9 +397,22 @@ def test_unbroadcast():
         lambda t: t[np.array([0, 7])],
         lambda t: t[np.ones(3, dtype=bool)],
     ],
-    ids=["add", "matmul", "matmul-0d", "reshape", "transpose-out-of-range", "transpose-axis-2",
-         "transpose-too-few", "sum-axis", "max-axis", "mean-dup-axis", "index", "too-many-indices",
-         "int-array", "bool-mask-shape"],
+    ids=[
+        "add",
+        "matmul",
+        "matmul-0d",
+        "reshape",
+        "transpose-out-of-range",
+        "transpose-axis-2",
+        "transpose-too-few",
+        "sum-axis",
+        "max-axis",
+        "mean-dup-axis",
+        "index",
+        "too-many-indices",
+        "int-array",
+        "bool-mask-shape",
+    ],
 )
 def test_invalid_shapes_and_indices_raise_what_numpy_raises(op):
     x = np.arange(6.0).reshape(2, 3)

@@ -22,8 +22,8 @@ SETTINGS = settings(max_examples=60, deadline=None)
 
 def source_index(out_index: tuple[int, ...], shape: tuple[int, ...]) -> tuple[int, ...]:
     """The entry of an operand of ``shape`` that broadcasting copied to ``out_index``."""
-    tail = out_index[len(out_index) - len(shape):] if shape else ()
-    return tuple(0 if n == 1 else i for i, n in zip(tail, shape))
+    tail = out_index[len(out_index) - len(shape) :] if shape else ()
+    return tuple(0 if n == 1 else i for i, n in zip(tail, shape, strict=True))
 
 
 def replica_sum(values: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:
@@ -63,10 +63,18 @@ def test_broadcast_gradient_is_the_sum_over_replicas(shapes, op, seed):
     a_full, b_full = np.broadcast_to(a_data, out_shape), np.broadcast_to(b_data, out_shape)
     per_replica_a, per_replica_b = local(upstream, a_full, b_full)
     assert a.grad.shape == shape_a and b.grad.shape == shape_b
-    np.testing.assert_allclose(a.grad, replica_sum(np.broadcast_to(per_replica_a, out_shape), shape_a),
-                               rtol=1e-12, atol=1e-12)
-    np.testing.assert_allclose(b.grad, replica_sum(np.broadcast_to(per_replica_b, out_shape), shape_b),
-                               rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(
+        a.grad,
+        replica_sum(np.broadcast_to(per_replica_a, out_shape), shape_a),
+        rtol=1e-12,
+        atol=1e-12,
+    )
+    np.testing.assert_allclose(
+        b.grad,
+        replica_sum(np.broadcast_to(per_replica_b, out_shape), shape_b),
+        rtol=1e-12,
+        atol=1e-12,
+    )
 
 
 @SETTINGS
@@ -107,8 +115,11 @@ def _reduced_axes(axis, ndim):
 
 
 @SETTINGS
-@given(spec=shape_and_axis(), name=st.sampled_from(["sum", "mean", "max", "min", "var"]),
-       seed=st.integers(0, 2**16))
+@given(
+    spec=shape_and_axis(),
+    name=st.sampled_from(["sum", "mean", "max", "min", "var"]),
+    seed=st.integers(0, 2**16),
+)
 def test_reduction_shapes_values_and_gradients_follow_numpy(spec, name, seed):
     shape, axis, keepdims = spec
     rng = np.random.default_rng(seed)

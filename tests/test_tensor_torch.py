@@ -28,8 +28,10 @@ def _compare(fn, torch_fn, arrays, upstream_seed=0, rtol=1e-10, atol=1e-12):
     upstream = np.random.default_rng(upstream_seed).standard_normal(out.shape).astype(out.dtype)
     out.backward(upstream)
     out_t.backward(torch.tensor(upstream))
-    for i, (x, x_t) in enumerate(zip(ours, theirs)):
-        np.testing.assert_allclose(x.grad, x_t.grad.numpy(), rtol=rtol, atol=atol, err_msg=f"input {i}")
+    for i, (x, x_t) in enumerate(zip(ours, theirs, strict=True)):
+        np.testing.assert_allclose(
+            x.grad, x_t.grad.numpy(), rtol=rtol, atol=atol, err_msg=f"input {i}"
+        )
     return ours
 
 
@@ -47,7 +49,9 @@ def test_ties_split_evenly_like_amax_amin(name, axis, keepdims):
 
 def test_all_equal_entries_share_the_gradient():
     (x,) = _compare(lambda t: t.max(), lambda t: torch.amax(t), [np.full((2, 2), 3.0)])
-    np.testing.assert_allclose(x.grad.sum(), np.asarray(np.random.default_rng(0).standard_normal(())))
+    np.testing.assert_allclose(
+        x.grad.sum(), np.asarray(np.random.default_rng(0).standard_normal(()))
+    )
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
@@ -62,7 +66,9 @@ def test_relu_of_infinities_and_nan_like_torch():
     x = np.array([-np.inf, -1.0, 0.0, 2.0, np.inf])
     _compare(lambda t: t.relu(), torch.relu, [x])
     y = Tensor(np.array([np.nan, 1.0])).relu().data
-    np.testing.assert_array_equal(np.isnan(y), torch.relu(torch.tensor([np.nan, 1.0])).isnan().numpy())
+    np.testing.assert_array_equal(
+        np.isnan(y), torch.relu(torch.tensor([np.nan, 1.0])).isnan().numpy()
+    )
 
 
 def test_power_at_zero_base_like_torch():
