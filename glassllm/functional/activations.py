@@ -37,10 +37,11 @@ def relu(x: Tensor) -> Tensor:
 def gelu(x: Tensor, approximate: str = "tanh") -> Tensor:
     """Gaussian error linear unit ``y = x Phi(x)`` (Hendrycks and Gimpel, 2016).
 
-    ``approximate="tanh"`` (GPT-2's): ``y = x (1 + t)/2``, ``t = tanh(u)``,
-    ``u = c (x + 0.044715 x^3)``, ``c = sqrt(2/pi)``. VJP:
-    ``dy/dx = (1 + t)/2 + x (1 - t^2) u'/2 = (1 + t)/2 (1 + x (1 - t) c (1 + 3 0.044715 x^2))``
-    with ``t`` kept from the forward. ``tanh`` saturates, so no overflow for any ``x``.
+    ``approximate="tanh"`` (GPT-2's): ``y = x (1 + tanh u)/2 = x s``, ``s = sigmoid(2u)``,
+    ``u = c (x + 0.044715 x^3)``, ``c = sqrt(2/pi)``. VJP: ``ds/dx = 2 u' s (1 - s)``, so
+    ``dy/dx = s (1 + 2 x u' (1 - s))``, ``2 x u' = 2c x (1 + 3 0.044715 x^2)``, with ``s`` kept
+    from the forward. ``s = 1/(1 + exp(-2u))`` avoids the cancellation of ``1 + tanh u`` for
+    ``x << 0``; ``exp`` overflowing to inf gives ``s = 0``, the right limit.
 
     ``approximate="none"``: ``Phi(x) = erfc(-x/sqrt 2)/2`` (erfc, not ``1 + erf``, so no
     cancellation for very negative ``x``). VJP: ``dy/dx = Phi(x) + x phi(x)`` with
@@ -53,27 +54,27 @@ def gelu(x: Tensor, approximate: str = "tanh") -> Tensor:
     x = float_tensor(x, "gelu: x")
     xd = x.data
     if approximate == "tanh":
-        # out= everywhere: for 0-d input NumPy would return immutable scalars
-        t = np.multiply(xd, xd, out=np.empty_like(xd))  # then u = x (c + c 0.044715 x^2), then tanh(u)
-        t *= _SQRT_2_OVER_PI * _GELU_CUBIC
-        t += _SQRT_2_OVER_PI
-        t *= xd
-        np.tanh(t, out=t)
-        out = np.add(t, 1.0, out=np.empty_like(t))
-        out *= xd
-        out *= 0.5
+        # (1 + tanh u)/2 = sigmoid(2u) = 1/(1 + exp(-2u)): no cancellation in 1 + tanh u -> 0
+        # for x << 0 (float32 loses every digit there at x ~ -5), and exp overflow -> s = 0.
+        # out= everywhere: for 0-d input NumPy would return immutable scalars.
+        s = np.multiply(xd, xd, out=np.empty_like(xd))  # -2u = x (-2c - 2c 0.044715 x^2), then s
+        s *= -2.0 * _SQRT_2_OVER_PI * _GELU_CUBIC
+        s -= 2.0 * _SQRT_2_OVER_PI
+        s *= xd
+        with np.errstate(over="ignore"):
+            np.exp(s, out=s)
+        s += 1.0
+        np.divide(1.0, s, out=s)
+        out = np.multiply(xd, s, out=np.empty_like(xd))
 
         def vjp(grad: np.ndarray) -> tuple:
-            slope = np.multiply(xd, xd, out=np.empty_like(xd))  # x c (1 + 3 0.044715 x^2)
-            slope *= 3.0 * _GELU_CUBIC * _SQRT_2_OVER_PI
-            slope += _SQRT_2_OVER_PI
+            slope = np.multiply(xd, xd, out=np.empty_like(xd))  # 2 x u' = 2c x (1 + 3 0.044715 x^2)
+            slope *= 6.0 * _GELU_CUBIC * _SQRT_2_OVER_PI
+            slope += 2.0 * _SQRT_2_OVER_PI
             slope *= xd
-            half_one_plus_t = np.subtract(1.0, t, out=np.empty_like(t))  # 1 - t, then (1 + t)/2
-            slope *= half_one_plus_t
+            slope *= np.subtract(1.0, s, out=np.empty_like(s))
             slope += 1.0
-            np.multiply(t, 0.5, out=half_one_plus_t)
-            half_one_plus_t += 0.5
-            slope *= half_one_plus_t
+            slope *= s
             slope *= grad
             return (slope,)
 
