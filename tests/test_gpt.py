@@ -158,7 +158,9 @@ def test_gpt2_initialisation_statistics():
 
 def test_initialisation_follows_the_rng():
     a, b, c = tiny_model(seed=3), tiny_model(seed=3), tiny_model(seed=4)
-    for (name, pa), pb, pc in zip(a.named_parameters(), b.parameters(), c.parameters()):
+    for (name, pa), pb, pc in zip(
+        a.named_parameters(), b.parameters(), c.parameters(), strict=True
+    ):
         np.testing.assert_array_equal(pa.data, pb.data, err_msg=name)
         if pa.ndim == 2:
             assert not np.array_equal(pa.data, pc.data), name
@@ -244,7 +246,29 @@ def test_configure_optimizer_decays_matrices_only():
     assert all(group["betas"] == (0.9, 0.99) and group["lr"] == 1e-3 for group in (decay, no_decay))
 
 
-def test_training_step_stays_float32():
+def test_training_step_stays_float32(monkeypatch):
+    """Every op output and every gradient an op hands back is float32, not only the end results:
+    the engine casts a stray float64 contribution back to the parameter's dtype, which would hide
+    a silent upcast (and its cost) inside a VJP."""
+    seen: list[str] = []
+    original = Tensor.from_op.__func__
+
+    def recording_from_op(cls, data, parents, vjp):
+        if data.dtype.kind == "f" and data.dtype != np.float32:
+            seen.append(f"op output {data.dtype} from {vjp.__qualname__}")
+
+        def checked_vjp(grad_out):
+            grads = vjp(grad_out)
+            seen.extend(
+                f"gradient {g.dtype} from {vjp.__qualname__}"
+                for g in grads
+                if g is not None and np.asarray(g).dtype != np.float32
+            )
+            return grads
+
+        return original(cls, data, parents, checked_vjp)
+
+    monkeypatch.setattr(Tensor, "from_op", classmethod(recording_from_op))
     model = tiny_model(bias=True, dropout=0.1)
     optimizer = model.configure_optimizer(lr=1e-3, weight_decay=0.1)
     idx, targets = batch(np.random.default_rng(0))
@@ -254,6 +278,7 @@ def test_training_step_stays_float32():
         loss.backward()
         nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         optimizer.step()
+    assert seen == []
     assert logits.dtype == np.float32 and loss.dtype == np.float32
     for name, p in model.named_parameters():
         assert p.dtype == np.float32 and p.grad.dtype == np.float32, name

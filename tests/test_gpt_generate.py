@@ -39,13 +39,13 @@ def test_cached_probabilities_match_full_recomputation(model):
         list(model.generate_stream(idx, 10, rng=np.random.default_rng(1), use_cache=use_cache))
         for use_cache in (True, False)
     ]
-    for (ids_c, probs_c), (ids_u, probs_u) in zip(*streams):
+    for (ids_c, probs_c), (ids_u, probs_u) in zip(*streams, strict=True):
         np.testing.assert_array_equal(ids_c, ids_u)
         np.testing.assert_allclose(probs_c, probs_u, rtol=1e-5, atol=1e-6)
 
 
 def test_forward_with_caches_matches_full_forward_logits(model):
-    """Feeding tokens one position at a time through the caches reproduces every full-context logit."""
+    """Feeding tokens one position at a time through the caches reproduces every full logit."""
     idx = prompt(T=CONFIG.block_size)
     full, _ = model(idx)
     caches = [model._new_cache() for _ in model.blocks]
@@ -161,4 +161,3 @@ def test_bad_generation_arguments_raise_at_the_call(model, kwargs, message):
 def test_zero_new_tokens_returns_the_prompt(model):
     idx = prompt()
     np.testing.assert_array_equal(model.generate(idx, 0), idx)
-

@@ -55,7 +55,9 @@ def torch_gpt(torch, config: GPTConfig):
             B, T, E = x.shape
             q, k, v = self.qkv(x).split(E, dim=2)
             heads = lambda t: t.view(B, T, config.n_head, E // config.n_head).transpose(1, 2)
-            y = functional.scaled_dot_product_attention(heads(q), heads(k), heads(v), is_causal=True)
+            y = functional.scaled_dot_product_attention(
+                heads(q), heads(k), heads(v), is_causal=True
+            )
             return self.proj(y.transpose(1, 2).contiguous().view(B, T, E))
 
     class Block(tnn.Module):

@@ -16,8 +16,8 @@ Parameter names are flat (no ``transformer.`` wrapper prefix) and are the checkp
     blocks.{i}.mlp.proj.weight      (4 * n_embd, n_embd)   nanoGPT: transformer.h.{i}.mlp.c_proj
     ln_f.weight/.bias               (n_embd,)              nanoGPT: transformer.ln_f
 
-Linear weights are stored (in, out), so ``y = x @ W``: the transpose of PyTorch's layout. Biases exist
-only when ``config.bias`` is true (LayerNorm biases included, as nanoGPT).
+Linear weights are stored (in, out), so ``y = x @ W``: the transpose of PyTorch's layout. Biases
+exist only when ``config.bias`` is true (LayerNorm biases included, as nanoGPT).
 """
 
 from __future__ import annotations
@@ -66,7 +66,9 @@ class GPTConfig:
             raise ValueError(
                 f"GPTConfig.n_embd ({self.n_embd}) must be divisible by n_head ({self.n_head})"
             )
-        if isinstance(self.dropout, bool) or not isinstance(self.dropout, (int, float, np.floating)):
+        if isinstance(self.dropout, bool) or not isinstance(
+            self.dropout, (int, float, np.floating)
+        ):
             raise ValueError(f"GPTConfig.dropout must be a number, got {self.dropout!r}")
         if not 0.0 <= self.dropout < 1.0:
             raise ValueError(f"GPTConfig.dropout must be in [0, 1), got {self.dropout}")
@@ -87,7 +89,8 @@ class GPTConfig:
         if unknown:
             raise ValueError(f"unknown GPTConfig keys {unknown}; known keys are {list(fields)}")
         missing = [
-            name for name, f in fields.items()
+            name
+            for name, f in fields.items()
             if f.default is dataclasses.MISSING and name not in values
         ]
         if missing:
@@ -262,7 +265,9 @@ class GPT(nn.Module):
     def _check_targets(self, targets: Any, shape: tuple[int, ...]) -> np.ndarray:
         targets = np.asarray(targets.data if isinstance(targets, Tensor) else targets)
         if targets.shape != tuple(shape):
-            raise ValueError(f"targets shape {targets.shape} does not match idx shape {tuple(shape)}")
+            raise ValueError(
+                f"targets shape {targets.shape} does not match idx shape {tuple(shape)}"
+            )
         if not np.issubdtype(targets.dtype, np.integer):
             raise ValueError(f"targets must hold integer token ids, got dtype {targets.dtype}")
         return targets
@@ -284,9 +289,12 @@ class GPT(nn.Module):
         generate_stream for the sampling rule and the key/value cache.
         """
         idx = self._check_idx_for_generation(idx)
-        new = [ids[:, None] for ids, _ in self.generate_stream(
-            idx, max_new_tokens, temperature, top_k, rng, use_cache
-        )]
+        new = [
+            ids[:, None]
+            for ids, _ in self.generate_stream(
+                idx, max_new_tokens, temperature, top_k, rng, use_cache
+            )
+        ]
         return np.concatenate([idx, *new], axis=1)
 
     def generate_stream(
@@ -381,7 +389,8 @@ class GPT(nn.Module):
         idx = np.asarray(idx.data if isinstance(idx, Tensor) else idx)
         if idx.ndim != 2 or idx.shape[1] == 0 or not np.issubdtype(idx.dtype, np.integer):
             raise ValueError(
-                f"idx must be a non-empty integer array of shape (B, T), got {idx.dtype} {idx.shape}"
+                "idx must be a non-empty integer array of shape (B, T), "
+                f"got {idx.dtype} {idx.shape}"
             )
         if idx.min() < 0 or idx.max() >= self.config.vocab_size:
             raise ValueError(f"idx holds token ids outside [0, {self.config.vocab_size})")
