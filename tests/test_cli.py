@@ -204,6 +204,12 @@ def test_explain_shows_each_token_probability_and_alternatives(trained, capsys):
     assert out.endswith(plain)
 
 
+def test_default_corpus_is_builtin(tmp_path, capsys):
+    status, out, err = run(["train", *TINY, "--max-iters", "2", "--out-dir", tmp_path], capsys)
+    assert status == 0, err
+    assert "data builtin:" in out
+
+
 # --- bad input: one clear line, exit status 2 ------------------------------------------------
 
 
@@ -242,6 +248,18 @@ def test_bad_training_options(text_file, tmp_path, capsys, options, fragments):
     argv = ["train", *TINY, "--data", text_file, "--out-dir", tmp_path / "o", *options]
     assert_one_line_error(*run(argv, capsys)[::2], *fragments)
     assert not (tmp_path / "o").exists()
+
+
+def test_shakespeare_without_network(tmp_path, capsys, monkeypatch):
+    import socket
+
+    with socket.socket() as sock:  # a port nothing listens on
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    monkeypatch.setenv("GLASSLLM_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setenv("GLASSLLM_SHAKESPEARE_URL", f"http://127.0.0.1:{port}/input.txt")
+    argv = ["train", *TINY, "--data", "shakespeare", "--out-dir", tmp_path / "o"]
+    assert_one_line_error(*run(argv, capsys)[::2], "could not download", "--data PATH")
 
 
 def test_no_command_is_an_error(capsys):
