@@ -61,6 +61,8 @@ def test_config_from_dict_rejects_unknown_and_missing_keys():
     del partial["n_embd"]
     with pytest.raises(ValueError, match=r"missing required keys \['n_embd'\]"):
         GPTConfig.from_dict(partial)
+    with pytest.raises(TypeError, match="expects a mapping, got list"):
+        GPTConfig.from_dict([("vocab_size", 13)])
 
 
 # ----------------------------------------------------------------------------- structure
