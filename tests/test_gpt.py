@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import doctest
 import math
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
+import glassllm.models.gpt
 import glassllm.nn as nn
 from glassllm import Tensor
 from glassllm.models import GPT, GPTConfig
@@ -190,6 +194,24 @@ def test_forward_shapes_with_and_without_targets():
     np.testing.assert_array_equal(logits_only.data, logits.data)
 
 
+SHAPE_MODEL = GPT(GPTConfig(**TINY), rng=np.random.default_rng(0))
+
+
+@settings(max_examples=25, deadline=None)
+@given(B=st.integers(1, 3), T=st.integers(1, 12), with_targets=st.booleans())
+def test_forward_shape_rule(B, T, with_targets):
+    """Any (B, T) with T <= block_size gives (B, T, vocab) logits; longer T raises, naming both."""
+    idx = np.zeros((B, T), dtype=np.int64)
+    targets = idx if with_targets else None
+    if T > TINY["block_size"]:
+        with pytest.raises(ValueError, match=f"T={T} exceeds block_size=8"):
+            SHAPE_MODEL(idx, targets)
+        return
+    logits, loss = SHAPE_MODEL(idx, targets)
+    assert logits.shape == (B, T, 13)
+    assert (loss is None) == (not with_targets)
+
+
 def test_forward_is_causal():
     """Changing a later token leaves the logits of earlier positions unchanged."""
     model = tiny_model()
@@ -316,3 +338,8 @@ def test_tiny_gpt_overfits_one_batch():
             break
     assert abs(first - math.log(16)) < 0.1
     assert float(loss.data) < 0.1
+
+
+def test_docstring_examples():
+    result = doctest.testmod(glassllm.models.gpt)
+    assert result.attempted > 0 and result.failed == 0
