@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from glassllm import is_grad_enabled, no_grad
+from glassllm import Tensor, is_grad_enabled, no_grad
 from glassllm.models import GPT, GPTConfig
 
 CONFIG = GPTConfig(vocab_size=17, block_size=8, n_layer=2, n_head=2, n_embd=16)
@@ -97,7 +97,17 @@ def test_sampling_follows_the_probabilities():
 
 
 @pytest.mark.parametrize("training", [True, False])
-def test_generation_leaves_no_graph_and_restores_modes(training):
+def test_generation_leaves_no_graph_and_restores_modes(training, monkeypatch):
+    tracked: list[str] = []
+    original = Tensor.from_op.__func__
+
+    def recording_from_op(cls, data, parents, vjp):
+        out = original(cls, data, parents, vjp)
+        if out.requires_grad or out.parents:
+            tracked.append(vjp.__qualname__)
+        return out
+
+    monkeypatch.setattr(Tensor, "from_op", classmethod(recording_from_op))
     model = GPT(GPTConfig(**{**CONFIG.to_dict(), "dropout": 0.5}), rng=np.random.default_rng(0))
     model.train(training)
     model.blocks[0].mlp.dropout.train(not training)  # a mixed tree comes back as it was
@@ -106,6 +116,7 @@ def test_generation_leaves_no_graph_and_restores_modes(training):
     assert [m.training for m in model.modules()] == modes
     assert is_grad_enabled()
     assert all(p.grad is None for p in model.parameters())
+    assert tracked == []  # every op ran under no_grad: no graph was built
     # Dropout is off while generating: cached and uncached agree even with dropout 0.5 in training.
     b = model.generate(prompt(), 4, rng=np.random.default_rng(0), use_cache=False)
     np.testing.assert_array_equal(a, b)
