@@ -96,6 +96,18 @@ def test_sampling_follows_the_probabilities():
     assert frequencies[[0, 2, 5]].sum() == 0
 
 
+def test_sampling_when_the_draw_rounds_up_to_the_total():
+    """u * sum(p) rounding up to sum(p) (possible in float32) picks the last token with
+    probability, never index 0 or a zero-probability token."""
+
+    class TopOfRange:
+        def random(self, size, dtype):
+            return np.ones(size, dtype=dtype)
+
+    probs = np.array([[0.0, 0.6, 0.4, 0.0], [0.3, 0.7, 0.0, 0.0]], dtype=np.float32)
+    np.testing.assert_array_equal(GPT._sample(probs, TopOfRange()), [2, 1])
+
+
 @pytest.mark.parametrize("training", [True, False])
 def test_generation_leaves_no_graph_and_restores_modes(training, monkeypatch):
     tracked: list[str] = []

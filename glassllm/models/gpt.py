@@ -386,7 +386,14 @@ class GPT(nn.Module):
         chosen because the cumulative sum does not rise across them."""
         cdf = np.cumsum(probs, axis=-1)  # (B, V)
         u = rng.random(probs.shape[0], dtype=cdf.dtype) * cdf[:, -1]  # (B,)
-        return np.argmax(cdf > u[:, None], axis=-1).astype(np.int64)  # (B,)
+        above = cdf > u[:, None]  # (B, V)
+        ids = np.argmax(above, axis=-1).astype(np.int64)  # (B,) first index past u
+        # u * sum can round up to the sum itself in float32, leaving no index past it (argmax
+        # would then say 0): take the last token that has probability instead.
+        missed = ~above[:, -1]  # (B,)
+        if missed.any():
+            ids[missed] = probs.shape[-1] - 1 - np.argmax(probs[missed, ::-1] > 0, axis=-1)
+        return ids
 
     def _check_idx_for_generation(self, idx: Any) -> np.ndarray:
         idx = np.asarray(idx.data if isinstance(idx, Tensor) else idx)
