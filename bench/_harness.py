@@ -77,19 +77,27 @@ def worker_env(threads: int, extra: dict[str, str] | None = None) -> dict[str, s
 
 
 def run_worker(
-    script: Path, args: Sequence[str], threads: int, extra_env: dict[str, str] | None = None,
+    script: Path,
+    args: Sequence[str],
+    threads: int,
+    extra_env: dict[str, str] | None = None,
     timeout: float = 1800.0,
 ) -> dict[str, Any]:
     """Run ``python script --worker ... args`` in a fresh process; return its BENCH_JSON payload."""
     command = [sys.executable, str(script), *args]
     done = subprocess.run(
-        command, env=worker_env(threads, extra_env), cwd=REPO_DIR, capture_output=True,
-        text=True, timeout=timeout, check=False,
+        command,
+        env=worker_env(threads, extra_env),
+        cwd=REPO_DIR,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
     )
     payload = None
     for line in done.stdout.splitlines():
         if line.startswith(JSON_MARKER):
-            payload = json.loads(line[len(JSON_MARKER):])
+            payload = json.loads(line[len(JSON_MARKER) :])
     if done.returncode != 0 or payload is None:
         raise RuntimeError(
             f"worker failed (exit {done.returncode}): {' '.join(command)}\n"
@@ -104,7 +112,9 @@ def emit(payload: dict[str, Any]) -> None:
 
 
 def alternate(
-    sides: dict[str, Callable[[], dict[str, Any]]], rounds: int, pause: float = 0.0,
+    sides: dict[str, Callable[[], dict[str, Any]]],
+    rounds: int,
+    pause: float = 0.0,
     log: Callable[[str], None] | None = print,
 ) -> dict[str, list[dict[str, Any]]]:
     """Run each side once per round, in order, ``rounds`` times: {side: [result per round]}."""
@@ -224,7 +234,10 @@ def machine_info() -> dict[str, Any]:
         torch_version = "not installed"
     try:
         commit = subprocess.run(
-            ["git", "rev-parse", "--short", "HEAD"], cwd=REPO_DIR, capture_output=True, text=True,
+            ["git", "rev-parse", "--short", "HEAD"],
+            cwd=REPO_DIR,
+            capture_output=True,
+            text=True,
             check=False,
         ).stdout.strip()
     except OSError:
@@ -257,12 +270,17 @@ def write_json(name: str, payload: dict[str, Any]) -> Path:
 def print_table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
     """A GitHub-markdown table (also readable in a terminal); returns the text it printed."""
     cells = [[_fmt(c) for c in row] + [""] * (len(headers) - len(row)) for row in rows]
-    widths = [max(len(h), *(len(r[i]) for r in cells)) if cells else len(h) for i, h in enumerate(headers)]
+    widths = [
+        max(len(h), *(len(r[i]) for r in cells)) if cells else len(h) for i, h in enumerate(headers)
+    ]
     lines = [
-        "| " + " | ".join(h.ljust(w) for h, w in zip(headers, widths)) + " |",
+        "| " + " | ".join(h.ljust(w) for h, w in zip(headers, widths, strict=False)) + " |",
         "|" + "|".join("-" * (w + 2) for w in widths) + "|",
     ]
-    lines += ["| " + " | ".join(c.ljust(w) for c, w in zip(row, widths)) + " |" for row in cells]
+    lines += [
+        "| " + " | ".join(c.ljust(w) for c, w in zip(row, widths, strict=False)) + " |"
+        for row in cells
+    ]
     text = "\n".join(lines)
     print(text)
     return text

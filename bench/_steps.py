@@ -42,6 +42,19 @@ def random_batches(
 # ----------------------------------------------------------------------------- glassllm
 
 
+def tune_allocator(enabled: bool = True) -> bool:
+    """What the ``glassllm`` command does before training (glassllm.allocator): raise glibc's
+    mmap/trim thresholds so freed step buffers are reused instead of page-faulted back. Returns
+    whether it was applied (False where glassllm has no allocator module or glibc refuses)."""
+    if not enabled:
+        return False
+    try:
+        from glassllm.allocator import tune_allocator as tune
+    except ImportError:
+        return False
+    return bool(tune())
+
+
 def glassllm_model(config: dict[str, Any], seed: int = 0) -> Any:
     from glassllm.models import GPT, GPTConfig
 
@@ -67,8 +80,13 @@ def glassllm_step(config: dict[str, Any], seed: int = 0) -> tuple[Any, Any, Step
         optimizer.step()
         optimizer.zero_grad()
         t4 = time.perf_counter()
-        return {"forward": t1 - t0, "backward": t2 - t1, "clip": t3 - t2, "optimizer": t4 - t3,
-                "loss": float(loss.data)}
+        return {
+            "forward": t1 - t0,
+            "backward": t2 - t1,
+            "clip": t3 - t2,
+            "optimizer": t4 - t3,
+            "loss": float(loss.data),
+        }
 
     return model, optimizer, step
 
@@ -99,8 +117,13 @@ def torch_step(config: dict[str, Any], seed: int = 0) -> tuple[Any, Any, StepFn]
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
         t4 = time.perf_counter()
-        return {"forward": t1 - t0, "backward": t2 - t1, "clip": t3 - t2, "optimizer": t4 - t3,
-                "loss": float(loss.detach())}
+        return {
+            "forward": t1 - t0,
+            "backward": t2 - t1,
+            "clip": t3 - t2,
+            "optimizer": t4 - t3,
+            "loss": float(loss.detach()),
+        }
 
     return model, optimizer, step
 
@@ -113,7 +136,7 @@ def step_matmul_shapes(
 ) -> list[tuple[tuple[int, ...], tuple[int, ...]]]:
     """Every matrix product of one training step as (a_shape, b_shape) for np.matmul, forward and
     backward (transposes folded into the shapes: BLAS handles them by flags, not copies)."""
-    N, T, E, H, V = batch_size * block_size, block_size, n_embd, n_head, vocab_size
+    N, T, E, V = batch_size * block_size, block_size, n_embd, vocab_size
     BH, hs = batch_size * n_head, n_embd // n_head
 
     def linear(n_in: int, n_out: int) -> list[tuple[tuple[int, ...], tuple[int, ...]]]:
@@ -143,8 +166,10 @@ def matmul_floor(config: dict[str, Any], batch_size: int) -> Callable[[], None]:
     for a_shape, b_shape in step_matmul_shapes(batch_size, **config):
         a = rng.standard_normal(a_shape, dtype=np.float32)
         b = rng.standard_normal(b_shape, dtype=np.float32)
-        out = np.empty(np.broadcast_shapes(a_shape[:-2], b_shape[:-2]) + (a_shape[-2], b_shape[-1]),
-                       dtype=np.float32)
+        out = np.empty(
+            np.broadcast_shapes(a_shape[:-2], b_shape[:-2]) + (a_shape[-2], b_shape[-1]),
+            dtype=np.float32,
+        )
         operands.append((a, b, out))
 
     def run() -> None:

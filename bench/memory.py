@@ -46,9 +46,8 @@ def reset_high_water() -> bool:
 
 
 def worker(args: argparse.Namespace) -> None:
-    import numpy as np
-
     import _steps
+    import numpy as np
 
     config = dict(H.NANOGPT_CPU)
     rss_imports = H.rss_bytes()
@@ -64,6 +63,7 @@ def worker(args: argparse.Namespace) -> None:
     else:
         import glassllm
 
+        extra_tuned = _steps.tune_allocator(args.worker == "glassllm")
         model, _, step = _steps.glassllm_step(config)
         no_grad = glassllm.no_grad
         forward = model
@@ -93,43 +93,59 @@ def worker(args: argparse.Namespace) -> None:
     forwards_growth = forward_trace[args.forwards] - forward_trace[10]
 
     extra = {}
-    if args.worker == "glassllm":
+    if args.worker.startswith("glassllm"):
+        extra["allocator_tuned"] = extra_tuned
         from glassllm import Tensor
 
         extra["live_tensors"] = sum(isinstance(o, Tensor) for o in gc.get_objects())
         extra["num_parameters"] = len(list(model.parameters()))
     extra["gc_collected"] = gc.collect()
-    H.emit({
-        "rss_after_imports_mib": rss_imports / MIB,
-        "rss_model_built_mib": rss_model / MIB,
-        "rss_before_step_mib": before_step / MIB,
-        "step_peak_mib": step_peak / MIB,
-        "step_working_mib": (step_peak - before_step) / MIB,
-        "step_over_model_mib": (step_peak - rss_model) / MIB,
-        "step_peak_exact": exact,
-        "ru_maxrss_mib": H.peak_rss_bytes() / MIB,
-        "steps": args.steps,
-        "rss_steps_mib": {str(k): v / MIB for k, v in trace.items()},
-        "steps_growth_mib": steps_growth / MIB,
-        "forwards": args.forwards,
-        "rss_forwards_mib": {str(k): v / MIB for k, v in forward_trace.items()},
-        "forwards_growth_mib": forwards_growth / MIB,
-        "numpy": np.__version__,
-        **extra,
-    })
+    H.emit(
+        {
+            "rss_after_imports_mib": rss_imports / MIB,
+            "rss_model_built_mib": rss_model / MIB,
+            "rss_before_step_mib": before_step / MIB,
+            "step_peak_mib": step_peak / MIB,
+            "step_working_mib": (step_peak - before_step) / MIB,
+            "step_over_model_mib": (step_peak - rss_model) / MIB,
+            "step_peak_exact": exact,
+            "ru_maxrss_mib": H.peak_rss_bytes() / MIB,
+            "steps": args.steps,
+            "rss_steps_mib": {str(k): v / MIB for k, v in trace.items()},
+            "steps_growth_mib": steps_growth / MIB,
+            "forwards": args.forwards,
+            "rss_forwards_mib": {str(k): v / MIB for k, v in forward_trace.items()},
+            "forwards_growth_mib": forwards_growth / MIB,
+            "numpy": np.__version__,
+            **extra,
+        }
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--steps", type=int, default=300)
     parser.add_argument("--forwards", type=int, default=1000)
-    parser.add_argument("--sides", default="glassllm,torch")
-    parser.add_argument("--write-results", action="store_true", help="also refresh bench/RESULTS.md")
-    parser.add_argument("--worker", choices=["glassllm", "torch"], help=argparse.SUPPRESS)
+    parser.add_argument(
+        "--sides",
+        default="glassllm,torch",
+        help="comma list of glassllm (allocator tuned as the glassllm command does), "
+        "glassllm-untuned, torch",
+    )
+    parser.add_argument(
+        "--write-results", action="store_true", help="also refresh bench/RESULTS.md"
+    )
+    parser.add_argument(
+        "--worker", choices=["glassllm", "glassllm-untuned", "torch"], help=argparse.SUPPRESS
+    )
     args = parser.parse_args(argv)
     if args.steps < 10 or args.forwards < 10:
-        parser.error("--steps and --forwards must be at least 10 (growth is measured from the 10th)")
+        parser.error(
+            "--steps and --forwards must be at least 10 (growth is measured from the 10th)"
+        )
     if args.worker:
         worker(args)
         return 0
@@ -138,27 +154,66 @@ def main(argv: list[str] | None = None) -> int:
     for side in args.sides.split(","):
         print(f"{side} ...", flush=True)
         results[side] = H.run_worker(
-            SCRIPT, ["--worker", side, "--threads", str(args.threads), "--steps", str(args.steps),
-                     "--forwards", str(args.forwards)], args.threads)
-    rows = [[side, r["rss_model_built_mib"], r["step_peak_mib"], r["step_over_model_mib"],
-             r["step_working_mib"],
-             r["ru_maxrss_mib"], r["steps_growth_mib"], r["forwards_growth_mib"], r["gc_collected"]]
-            for side, r in results.items()]
-    H.print_table(["side", "RSS model built MiB", "step peak MiB", "peak over model MiB",
-                   "peak over pre-step MiB",
-                   "ru_maxrss MiB", f"growth {args.steps} steps MiB",
-                   f"growth {args.forwards} no_grad fwd MiB", "gc.collect() freed"], rows)
-    payload = {"config": {**H.NANOGPT_CPU, "batch_size": H.BATCH_SIZE}, "threads": args.threads,
-               "sides": results}
+            SCRIPT,
+            [
+                "--worker",
+                side,
+                "--threads",
+                str(args.threads),
+                "--steps",
+                str(args.steps),
+                "--forwards",
+                str(args.forwards),
+            ],
+            args.threads,
+        )
+    rows = [
+        [
+            side,
+            r["rss_model_built_mib"],
+            r["step_peak_mib"],
+            r["step_over_model_mib"],
+            r["step_working_mib"],
+            r["ru_maxrss_mib"],
+            r["steps_growth_mib"],
+            r["forwards_growth_mib"],
+            r["gc_collected"],
+        ]
+        for side, r in results.items()
+    ]
+    H.print_table(
+        [
+            "side",
+            "RSS model built MiB",
+            "step peak MiB",
+            "peak over model MiB",
+            "peak over pre-step MiB",
+            "ru_maxrss MiB",
+            f"growth {args.steps} steps MiB",
+            f"growth {args.forwards} no_grad fwd MiB",
+            "gc.collect() freed",
+        ],
+        rows,
+    )
+    payload = {
+        "config": {**H.NANOGPT_CPU, "batch_size": H.BATCH_SIZE},
+        "threads": args.threads,
+        "sides": results,
+    }
     if "glassllm" in results and "torch" in results:
-        payload["step_over_model_ratio"] = (results["glassllm"]["step_over_model_mib"]
-                                            / results["torch"]["step_over_model_mib"])
-        print("training-step peak over the built model, glassllm/torch: "
-              f"{payload['step_over_model_ratio']:.2f}")
+        payload["step_over_model_ratio"] = (
+            results["glassllm"]["step_over_model_mib"] / results["torch"]["step_over_model_mib"]
+        )
+        print(
+            "training-step peak over the built model, glassllm/torch: "
+            f"{payload['step_over_model_ratio']:.2f}"
+        )
     if "glassllm" in results:
         g = results["glassllm"]
-        print(f"glassllm: {g['live_tensors']} live Tensors after the loops "
-              f"({g['num_parameters']} parameters)")
+        print(
+            f"glassllm: {g['live_tensors']} live Tensors after the loops "
+            f"({g['num_parameters']} parameters)"
+        )
     path = H.write_json("memory", payload)
     print(f"wrote {path}")
     if args.write_results:

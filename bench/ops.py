@@ -35,7 +35,11 @@ def op_cases() -> dict[str, dict[str, Any]]:
         "cross_entropy (B,T,V)": {"x": (B, T, V)},
         "layer_norm (B,T,E)": {"x": (B, T, E), "w": (E,)},
         "gelu tanh (B,T,4E)": {"x": (B, T, 4 * E)},
-        "attention causal (B,nh,T,hs)": {"q": (B, NH, T, HS), "k": (B, NH, T, HS), "v": (B, NH, T, HS)},
+        "attention causal (B,nh,T,hs)": {
+            "q": (B, NH, T, HS),
+            "k": (B, NH, T, HS),
+            "v": (B, NH, T, HS),
+        },
         "embedding wte (B,T)->E": {"w": (V, E)},
         "linear E->3E": {"x": (B, T, E), "w": (E, 3 * E)},
         "linear E->4E": {"x": (B, T, E), "w": (E, 4 * E)},
@@ -137,6 +141,10 @@ def worker(args: argparse.Namespace) -> None:
         import torch
 
         H.set_torch_threads(args.threads)
+    else:
+        import _steps
+
+        _steps.tune_allocator()
     rng = np.random.default_rng(0)
     results = {}
     for name, shapes in op_cases().items():
@@ -149,18 +157,7 @@ def worker(args: argparse.Namespace) -> None:
         fn, leaves = (torch_case if torch_side else glassllm_case)(name, arrays, ids)
         out_shape = tuple(fn().shape)
         upstream = rng.standard_normal(out_shape, dtype=np.float32)
-        if torch_side:
-            g = torch.from_numpy(upstream)
-
-            def call() -> None:
-                fn().backward(g)
-                for leaf in leaves:
-                    leaf.grad = None
-        else:
-            def call() -> None:
-                fn().backward(upstream)
-                for leaf in leaves:
-                    leaf.grad = None
+        call = forward_backward(fn, leaves, torch.from_numpy(upstream) if torch_side else upstream)
         forward_only = fn
         repeats = max(20, int(args.budget / max(_one_call(call), 1e-6)))
         both = H.median(H.time_calls(call, repeats=repeats, warmup=3))
@@ -176,8 +173,20 @@ def worker(args: argparse.Namespace) -> None:
     else:
         mm = lambda: np.matmul(a, b)
     results["matmul (B*T,E)@(E,4E) only"] = {
-        "fwd_us": H.median(H.time_calls(mm, repeats=500, warmup=10)) * 1e6}
+        "fwd_us": H.median(H.time_calls(mm, repeats=500, warmup=10)) * 1e6
+    }
     H.emit({"ops": results})
+
+
+def forward_backward(fn: Callable, leaves: list, upstream: Any) -> Callable[[], None]:
+    """One timed call: forward, backward from ``upstream``, drop the leaves' gradients."""
+
+    def call() -> None:
+        fn().backward(upstream)
+        for leaf in leaves:
+            leaf.grad = None
+
+    return call
 
 
 def _one_call(call: Callable[[], None]) -> float:
@@ -190,12 +199,18 @@ def _one_call(call: Callable[[], None]) -> float:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--budget", type=float, default=0.3, help="seconds of timing per op and side")
+    parser.add_argument(
+        "--budget", type=float, default=0.3, help="seconds of timing per op and side"
+    )
     parser.add_argument("--only", default="", help="comma list of substrings of op names")
-    parser.add_argument("--write-results", action="store_true", help="also refresh bench/RESULTS.md")
+    parser.add_argument(
+        "--write-results", action="store_true", help="also refresh bench/RESULTS.md"
+    )
     parser.add_argument("--worker", choices=["glassllm", "torch"], help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.worker:
@@ -205,8 +220,10 @@ def main(argv: list[str] | None = None) -> int:
     common = ["--threads", str(args.threads), "--budget", str(args.budget)]
     if args.only:
         common += ["--only", args.only]
-    runners = {side: (lambda side=side: H.run_worker(SCRIPT, ["--worker", side, *common], args.threads))
-               for side in ("glassllm", "torch")}
+    runners = {
+        side: (lambda side=side: H.run_worker(SCRIPT, ["--worker", side, *common], args.threads))
+        for side in ("glassllm", "torch")
+    }
     results = H.alternate(runners, args.rounds, log=lambda s: print(s.split(":")[0], flush=True))
     table = {}
     for name in results["glassllm"][0]["ops"]:
@@ -216,16 +233,40 @@ def main(argv: list[str] | None = None) -> int:
             t = [r["ops"][name].get(key) for r in results["torch"]]
             if None in g:
                 continue
-            entry[key] = {"glassllm": H.median(g), "torch": H.median(t), "ratio": H.paired_ratio(g, t)}
+            entry[key] = {
+                "glassllm": H.median(g),
+                "torch": H.median(t),
+                "ratio": H.paired_ratio(g, t),
+            }
         table[name] = entry
     H.print_table(
-        ["op", "glassllm fwd+bwd us", "torch fwd+bwd us", "ratio", "glassllm fwd us", "torch fwd us",
-         "fwd ratio"],
-        [[name, *(e.get("fwd_bwd_us", {}).get(k, "-") for k in ("glassllm", "torch", "ratio")),
-          *(e["fwd_us"][k] for k in ("glassllm", "torch", "ratio"))] for name, e in table.items()],
+        [
+            "op",
+            "glassllm fwd+bwd us",
+            "torch fwd+bwd us",
+            "ratio",
+            "glassllm fwd us",
+            "torch fwd us",
+            "fwd ratio",
+        ],
+        [
+            [
+                name,
+                *(e.get("fwd_bwd_us", {}).get(k, "-") for k in ("glassllm", "torch", "ratio")),
+                *(e["fwd_us"][k] for k in ("glassllm", "torch", "ratio")),
+            ]
+            for name, e in table.items()
+        ],
     )
-    path = H.write_json("ops", {"sizes": {"B": B, "T": T, "E": E, "n_head": NH, "vocab": V},
-                                "threads": args.threads, "rounds": args.rounds, "ops": table})
+    path = H.write_json(
+        "ops",
+        {
+            "sizes": {"B": B, "T": T, "E": E, "n_head": NH, "vocab": V},
+            "threads": args.threads,
+            "rounds": args.rounds,
+            "ops": table,
+        },
+    )
     print(f"wrote {path}")
     if args.write_results:
         import report

@@ -28,10 +28,11 @@ SCRIPT = Path(__file__).resolve()
 SIDES = ("glassllm-cache", "glassllm-nocache", "torch")
 
 
-def token_times_glassllm(block_size: int, use_cache: bool, new_tokens: int, seed: int) -> list[float]:
-    import numpy as np
-
+def token_times_glassllm(
+    block_size: int, use_cache: bool, new_tokens: int, seed: int
+) -> list[float]:
     import _steps
+    import numpy as np
 
     model = _steps.glassllm_model({**H.NANOGPT_CPU, "block_size": block_size}, seed)
     prompt = np.zeros((1, 1), dtype=np.int64)
@@ -41,7 +42,7 @@ def token_times_glassllm(block_size: int, use_cache: bool, new_tokens: int, seed
     stamps = [time.perf_counter()]
     for _ in model.generate_stream(prompt, new_tokens, rng=rng, use_cache=use_cache):
         stamps.append(time.perf_counter())
-    return [b - a for a, b in zip(stamps, stamps[1:])]
+    return [b - a for a, b in zip(stamps, stamps[1:], strict=False)]
 
 
 def token_times_torch(block_size: int, new_tokens: int, seed: int) -> list[float]:
@@ -69,38 +70,58 @@ def token_times_torch(block_size: int, new_tokens: int, seed: int) -> list[float
 def worker(args: argparse.Namespace) -> None:
     if args.worker == "torch":
         H.set_torch_threads(args.threads)
+    else:
+        import _steps
+
+        _steps.tune_allocator()
     out = {}
     for block_size in args.block_sizes:
         new_tokens = 2 * block_size - 1
         if args.worker == "torch":
             times = token_times_torch(block_size, new_tokens, args.seed)
         else:
-            times = token_times_glassllm(block_size, args.worker == "glassllm-cache", new_tokens, args.seed)
-        fill, slide = times[: block_size - 1], times[block_size - 1:]
-        out[str(block_size)] = {"fill_tokens_per_s": len(fill) / sum(fill),
-                                "slide_tokens_per_s": len(slide) / sum(slide)}
+            times = token_times_glassllm(
+                block_size, args.worker == "glassllm-cache", new_tokens, args.seed
+            )
+        fill, slide = times[: block_size - 1], times[block_size - 1 :]
+        out[str(block_size)] = {
+            "fill_tokens_per_s": len(fill) / sum(fill),
+            "slide_tokens_per_s": len(slide) / sum(slide),
+        }
     first = out[str(args.block_sizes[0])]
     H.emit({"by_block_size": out, "tokens_per_s": first["fill_tokens_per_s"]})
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--block-sizes", type=int, nargs="+", default=[64, 256])
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--sides", default=",".join(SIDES))
-    parser.add_argument("--write-results", action="store_true", help="also refresh bench/RESULTS.md")
+    parser.add_argument(
+        "--write-results", action="store_true", help="also refresh bench/RESULTS.md"
+    )
     parser.add_argument("--worker", choices=SIDES, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.worker:
         worker(args)
         return 0
 
-    common = ["--threads", str(args.threads), "--seed", str(args.seed), "--block-sizes",
-              *map(str, args.block_sizes)]
-    runners = {side: (lambda side=side: H.run_worker(SCRIPT, ["--worker", side, *common], args.threads))
-               for side in args.sides.split(",")}
+    common = [
+        "--threads",
+        str(args.threads),
+        "--seed",
+        str(args.seed),
+        "--block-sizes",
+        *map(str, args.block_sizes),
+    ]
+    runners = {
+        side: (lambda side=side: H.run_worker(SCRIPT, ["--worker", side, *common], args.threads))
+        for side in args.sides.split(",")
+    }
     results = H.alternate(runners, args.rounds)
     table: dict[str, dict[str, dict[str, float]]] = {}
     for side, runs in results.items():
@@ -116,11 +137,27 @@ def main(argv: list[str] | None = None) -> int:
             both = "glassllm-cache" in sides and "torch" in sides
             row.append(sides["glassllm-cache"][regime] / sides["torch"][regime] if both else "-")
             rows.append(row)
-    H.print_table(["block_size", "regime", "glassllm cache tok/s", "glassllm no cache tok/s",
-                   "torch (nanoGPT) tok/s", "cache / torch"], rows)
-    path = H.write_json("sample", {"config": H.NANOGPT_CPU, "threads": args.threads,
-                                   "rounds": args.rounds, "tokens_per_s": table,
-                                   "per_round": results})
+    H.print_table(
+        [
+            "block_size",
+            "regime",
+            "glassllm cache tok/s",
+            "glassllm no cache tok/s",
+            "torch (nanoGPT) tok/s",
+            "cache / torch",
+        ],
+        rows,
+    )
+    path = H.write_json(
+        "sample",
+        {
+            "config": H.NANOGPT_CPU,
+            "threads": args.threads,
+            "rounds": args.rounds,
+            "tokens_per_s": table,
+            "per_round": results,
+        },
+    )
     print(f"wrote {path}")
     if args.write_results:
         import report

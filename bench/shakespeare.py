@@ -60,13 +60,18 @@ def estimate_loss(model, data, block_size: int, batch_size: int, iters: int, rng
 
     model.eval()
     with no_grad():
-        losses = [float(model(*get_batch(data, block_size, batch_size, rng))[1].data) for _ in range(iters)]
+        losses = [
+            float(model(*get_batch(data, block_size, batch_size, rng))[1].data)
+            for _ in range(iters)
+        ]
     model.train()
     return sum(losses) / len(losses)
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--data", default=str(DEFAULT_DATA))
     parser.add_argument("--max-iters", type=int, default=2000)
     parser.add_argument("--lr-decay-iters", type=int, default=2000)
@@ -77,9 +82,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--eval-iters", type=int, default=20)
     parser.add_argument("--seed", type=int, default=1337)
     parser.add_argument("--target", type=float, default=1.90, help="full-val loss to reach")
-    parser.add_argument("--write-results", action="store_true", help="also refresh bench/RESULTS.md")
+    parser.add_argument(
+        "--untuned",
+        action="store_true",
+        help="keep glibc's allocator defaults (the glassllm command tunes them)",
+    )
+    parser.add_argument(
+        "--write-results", action="store_true", help="also refresh bench/RESULTS.md"
+    )
     args = parser.parse_args(argv)
 
+    import _steps
     import numpy as np
 
     from glassllm.data import CharTokenizer, get_batch, split_train_val
@@ -87,29 +100,43 @@ def main(argv: list[str] | None = None) -> int:
     from glassllm.nn.utils import clip_grad_norm_
     from glassllm.optim import cosine_with_warmup
 
+    tuned = _steps.tune_allocator(not args.untuned)
     text = load_text(args.data)
     tokenizer = CharTokenizer.from_text(text)
     train_data, val_data = split_train_val(tokenizer.encode_array(text))
-    config = GPTConfig(vocab_size=tokenizer.vocab_size, block_size=64, n_layer=4, n_head=4,
-                       n_embd=128, dropout=0.0, bias=False)
+    config = GPTConfig(
+        vocab_size=tokenizer.vocab_size,
+        block_size=64,
+        n_layer=4,
+        n_head=4,
+        n_embd=128,
+        dropout=0.0,
+        bias=False,
+    )
     # Separate streams, so the evaluation schedule does not change which batches training sees.
     model = GPT(config, rng=np.random.default_rng(args.seed))
     batch_rng = np.random.default_rng([args.seed, 1])
     eval_rng = np.random.default_rng([args.seed, 2])
     optimizer = model.configure_optimizer(lr=args.lr, weight_decay=0.1, betas=(0.9, 0.99))
     params = list(model.parameters())
-    print(f"{len(text):,} characters, vocab {config.vocab_size}, {model.num_parameters():,} parameters")
+    n_params = model.num_parameters()
+    print(f"{len(text):,} characters, vocab {config.vocab_size}, {n_params:,} parameters")
 
     start = time.perf_counter()
     train_time = 0.0
     log = []
     for it in range(args.max_iters + 1):
         if it % args.eval_interval == 0 or it == args.max_iters:
-            est = {split: estimate_loss(model, data, config.block_size, 12, args.eval_iters, eval_rng)
-                   for split, data in (("train", train_data), ("val", val_data))}
+            est = {
+                split: estimate_loss(model, data, config.block_size, 12, args.eval_iters, eval_rng)
+                for split, data in (("train", train_data), ("val", val_data))
+            }
             log.append({"iter": it, **est})
-            print(f"step {it}: train loss {est['train']:.4f}, val loss {est['val']:.4f} "
-                  f"(nanoGPT-style {args.eval_iters}-batch estimate)", flush=True)
+            print(
+                f"step {it}: train loss {est['train']:.4f}, val loss {est['val']:.4f} "
+                f"(nanoGPT-style {args.eval_iters}-batch estimate)",
+                flush=True,
+            )
         if it == args.max_iters:
             break
         lr = cosine_with_warmup(it, args.lr, args.min_lr, args.warmup_iters, args.lr_decay_iters)
@@ -130,16 +157,28 @@ def main(argv: list[str] | None = None) -> int:
     val_loss = split_loss(model, val_data, config.block_size)
     train_loss = split_loss(model, train_data, config.block_size)
     result = {
-        "data": args.data, "config": config.to_dict(), "max_iters": args.max_iters, "seed": args.seed,
-        "final_train_loss_full": train_loss, "final_val_loss_full": val_loss,
-        "target_val_loss": args.target, "reached": val_loss <= args.target,
-        "wall_s_training_loop": train_wall, "ms_per_iter": train_time / args.max_iters * 1e3,
-        "peak_rss_mib": H.peak_rss_bytes() / 2**20, "evals": log,
+        "data": args.data,
+        "config": config.to_dict(),
+        "max_iters": args.max_iters,
+        "seed": args.seed,
+        "allocator_tuned": tuned,
+        "final_train_loss_full": train_loss,
+        "final_val_loss_full": val_loss,
+        "target_val_loss": args.target,
+        "reached": val_loss <= args.target,
+        "wall_s_training_loop": train_wall,
+        "ms_per_iter": train_time / args.max_iters * 1e3,
+        "peak_rss_mib": H.peak_rss_bytes() / 2**20,
+        "evals": log,
     }
-    print(f"final loss over the whole split: train {train_loss:.4f}, val {val_loss:.4f} "
-          f"(target <= {args.target}: {'reached' if result['reached'] else 'NOT reached'})")
-    print(f"training loop {train_wall:.1f} s ({result['ms_per_iter']:.1f} ms per iteration), "
-          f"peak RSS {result['peak_rss_mib']:.0f} MiB")
+    print(
+        f"final loss over the whole split: train {train_loss:.4f}, val {val_loss:.4f} "
+        f"(target <= {args.target}: {'reached' if result['reached'] else 'NOT reached'})"
+    )
+    print(
+        f"training loop {train_wall:.1f} s ({result['ms_per_iter']:.1f} ms per iteration), "
+        f"peak RSS {result['peak_rss_mib']:.0f} MiB"
+    )
     path = H.write_json("shakespeare", result)
     print(f"wrote {path}")
     if args.write_results:

@@ -10,8 +10,8 @@ One deliberate difference from nanoGPT: GELU is the tanh approximation (nanoGPT'
 exact erf), because glassllm's GPT uses tanh and the benchmarks check that both models compute the
 same loss from the same weights (``copy_from_glassllm``).
 
-Parameter names follow nanoGPT (``transformer.h.0.attn.c_attn.weight``); ``GLASSLLM_NAMES`` maps them
-onto glassllm's flat names. glassllm stores Linear weights (in, out), PyTorch (out, in): copies
+Parameter names follow nanoGPT (``transformer.h.0.attn.c_attn.weight``); ``glassllm_names`` maps
+them onto glassllm's flat names. glassllm stores Linear weights (in, out), PyTorch (out, in): copies
 transpose them.
 """
 
@@ -124,7 +124,9 @@ class TorchGPT(nn.Module):
         x = self.transformer.ln_f(x)
         if targets is not None:
             logits = self.lm_head(x)
-            loss = F.cross_entropy(logits.view(-1, logits.size(-1)), targets.view(-1), ignore_index=-1)
+            loss = F.cross_entropy(
+                logits.view(-1, logits.size(-1)), targets.view(-1), ignore_index=-1
+            )
             return logits, loss
         # nanoGPT inference: the head on the last position only.
         return self.lm_head(x[:, [-1], :]), None
@@ -142,12 +144,18 @@ class TorchGPT(nn.Module):
 
     @torch.no_grad()
     def generate(
-        self, idx: torch.Tensor, max_new_tokens: int, temperature: float = 1.0,
-        top_k: int | None = None, generator: torch.Generator | None = None,
+        self,
+        idx: torch.Tensor,
+        max_new_tokens: int,
+        temperature: float = 1.0,
+        top_k: int | None = None,
+        generator: torch.Generator | None = None,
     ) -> torch.Tensor:
         """nanoGPT's generate: no key/value cache, the whole (cropped) context every token."""
         for _ in range(max_new_tokens):
-            idx_cond = idx if idx.size(1) <= self.config.block_size else idx[:, -self.config.block_size :]
+            idx_cond = (
+                idx if idx.size(1) <= self.config.block_size else idx[:, -self.config.block_size :]
+            )
             logits, _ = self(idx_cond)
             logits = logits[:, -1, :] / temperature
             if top_k is not None:
@@ -160,7 +168,7 @@ class TorchGPT(nn.Module):
 
 
 def glassllm_names(n_layer: int) -> dict[str, str]:
-    """nanoGPT parameter name -> glassllm GPT parameter name (the tied head appears once, as wte)."""
+    """nanoGPT parameter name -> glassllm GPT parameter name (the tied head appears once: wte)."""
     names = {
         "transformer.wte.weight": "wte.weight",
         "transformer.wpe.weight": "wpe.weight",
@@ -184,7 +192,7 @@ _LINEAR_SUFFIXES = ("c_attn.weight", "c_proj.weight", "c_fc.weight")
 
 
 def copy_from_glassllm(model: TorchGPT, glassllm_state: dict[str, np.ndarray]) -> None:
-    """Load glassllm GPT weights (``{name: ndarray}``, e.g. from ``state_dict()``) into ``model``."""
+    """Load glassllm GPT weights (``{name: ndarray}``, e.g. ``state_dict()``) into ``model``."""
     ours = dict(model.named_parameters())  # the tied lm_head.weight is listed once, as wte
     names = glassllm_names(model.config.n_layer)
     missing = sorted(set(names.values()) - set(glassllm_state))
@@ -197,5 +205,7 @@ def copy_from_glassllm(model: TorchGPT, glassllm_state: dict[str, np.ndarray]) -
                 array = array.T
             target = ours[torch_name]
             if tuple(array.shape) != tuple(target.shape):
-                raise ValueError(f"{glass_name} {array.shape} does not fit {torch_name} {tuple(target.shape)}")
+                raise ValueError(
+                    f"{glass_name} {array.shape} does not fit {torch_name} {tuple(target.shape)}"
+                )
             target.copy_(torch.from_numpy(np.ascontiguousarray(array, dtype=np.float32)))

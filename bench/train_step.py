@@ -45,45 +45,53 @@ def worker(args: argparse.Namespace) -> None:
 
     import _steps
 
+    tuned = False
     if args.worker == "torch":
         H.set_torch_threads(args.threads)
         _, _, step = _steps.torch_step(config)
     else:
+        tuned = _steps.tune_allocator(args.worker == "glassllm")
         _, _, step = _steps.glassllm_step(config)
-    batches = _steps.random_batches(args.warmup + args.steps, H.BATCH_SIZE, config["block_size"],
-                                    config["vocab_size"])
+    batches = _steps.random_batches(
+        args.warmup + args.steps, H.BATCH_SIZE, config["block_size"], config["vocab_size"]
+    )
     for x, y in batches[: args.warmup]:
         step(x, y)
     phases: dict[str, list[float]] = {p: [] for p in _steps.PHASES}
     totals, losses = [], []
     faults_before = H.page_faults()[0]
-    for x, y in batches[args.warmup:]:
+    for x, y in batches[args.warmup :]:
         t = step(x, y)
         for p in _steps.PHASES:
             phases[p].append(t[p])
         totals.append(sum(t[p] for p in _steps.PHASES))
         losses.append(t["loss"])
     faults = (H.page_faults()[0] - faults_before) / args.steps
-    H.emit({
-        "median_ms": H.median(totals) * 1e3,
-        "min_ms": min(totals) * 1e3,
-        "phases_ms": {p: H.median(v) * 1e3 for p, v in phases.items()},
-        "minor_faults_per_step": faults,
-        "last_loss": losses[-1],
-    })
+    H.emit(
+        {
+            "median_ms": H.median(totals) * 1e3,
+            "min_ms": min(totals) * 1e3,
+            "phases_ms": {p: H.median(v) * 1e3 for p, v in phases.items()},
+            "minor_faults_per_step": faults,
+            "last_loss": losses[-1],
+            "allocator_tuned": tuned,
+        }
+    )
 
 
 def equivalence_check(config: dict[str, int]) -> dict[str, float]:
     """Same weights, same batch: loss and every gradient must agree (float32 tolerance)."""
+    import _steps
     import numpy as np
     import torch
-    import _steps
     from torch_gpt import TorchGPT, TorchGPTConfig, copy_from_glassllm, glassllm_names
 
     model = _steps.glassllm_model(config, seed=1)
     reference = TorchGPT(TorchGPTConfig(**config))
     copy_from_glassllm(reference, {n: p.data for n, p in model.named_parameters()})
-    (x, y), = _steps.random_batches(1, H.BATCH_SIZE, config["block_size"], config["vocab_size"], 1)
+    ((x, y),) = _steps.random_batches(
+        1, H.BATCH_SIZE, config["block_size"], config["vocab_size"], 1
+    )
     _, loss = model(x, y)
     loss.backward()
     _, ref_loss = reference(torch.from_numpy(x), torch.from_numpy(y))
@@ -103,25 +111,47 @@ def equivalence_check(config: dict[str, int]) -> dict[str, float]:
             f"glassllm and torch disagree: loss {float(loss.data)} vs {float(ref_loss)}, "
             f"worst relative gradient difference {worst:.2e}"
         )
-    return {"loss_glassllm": float(loss.data), "loss_torch": float(ref_loss.detach()),
-            "loss_abs_diff": loss_diff, "grad_max_rel_diff": worst,
-            "grad_dtypes": sorted({str(p.grad.dtype) for p in ours.values()})}
+    return {
+        "loss_glassllm": float(loss.data),
+        "loss_torch": float(ref_loss.detach()),
+        "loss_abs_diff": loss_diff,
+        "grad_max_rel_diff": worst,
+        "grad_dtypes": sorted({str(p.grad.dtype) for p in ours.values()}),
+    }
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--threads", type=int, nargs="+", default=[2, 1])
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--steps", type=int, default=20, help="timed steps per process")
     parser.add_argument("--warmup", type=int, default=5)
     parser.add_argument("--matmul-n", type=int, default=2048)
-    parser.add_argument("--sides", default="glassllm,torch", help="comma list: glassllm,torch")
-    parser.add_argument("--glassllm-env", action="append", default=[], metavar="KEY=VALUE",
-                        help="extra environment for the glassllm processes (e.g. malloc tuning)")
+    parser.add_argument(
+        "--sides",
+        default="glassllm,torch",
+        help="comma list of glassllm (allocator tuned as the glassllm command does), "
+        "glassllm-untuned (glibc defaults), torch",
+    )
+    parser.add_argument(
+        "--glassllm-env",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="extra environment for the glassllm processes (e.g. malloc tuning)",
+    )
     parser.add_argument("--no-check", action="store_true", help="skip the loss/gradient check")
     parser.add_argument("--out", default="train_step", help="JSON name under bench/results/")
-    parser.add_argument("--write-results", action="store_true", help="also refresh bench/RESULTS.md")
-    parser.add_argument("--worker", choices=["glassllm", "torch", "matmul", "check"], help=argparse.SUPPRESS)
+    parser.add_argument(
+        "--write-results", action="store_true", help="also refresh bench/RESULTS.md"
+    )
+    parser.add_argument(
+        "--worker",
+        choices=["glassllm", "glassllm-untuned", "torch", "matmul", "check"],
+        help=argparse.SUPPRESS,
+    )
     args = parser.parse_args(argv)
     if args.worker:
         args.threads = args.threads[0]
@@ -131,67 +161,125 @@ def main(argv: list[str] | None = None) -> int:
     sides = args.sides.split(",")
     glass_env = dict(item.split("=", 1) for item in args.glassllm_env)
     common = ["--steps", str(args.steps), "--warmup", str(args.warmup)]
-    payload: dict = {"config": {**H.NANOGPT_CPU, "batch_size": H.BATCH_SIZE},
-                     "flops_per_step": H.gpt_matmul_flops_per_step(H.BATCH_SIZE, **H.NANOGPT_CPU),
-                     "rounds": args.rounds, "steps": args.steps, "glassllm_env": glass_env,
-                     "by_threads": {}}
+    payload: dict = {
+        "config": {**H.NANOGPT_CPU, "batch_size": H.BATCH_SIZE},
+        "flops_per_step": H.gpt_matmul_flops_per_step(H.BATCH_SIZE, **H.NANOGPT_CPU),
+        "rounds": args.rounds,
+        "steps": args.steps,
+        "glassllm_env": glass_env,
+        "by_threads": {},
+    }
     if not args.no_check and "glassllm" in sides and "torch" in sides:
         check = H.run_worker(SCRIPT, ["--worker", "check"], threads=1)
         payload["equivalence"] = check
-        print(f"equivalence: loss {check['loss_glassllm']:.6f} (glassllm) vs "
-              f"{check['loss_torch']:.6f} (torch); worst gradient difference "
-              f"{check['grad_max_rel_diff']:.1e} of the largest entry; grad dtypes {check['grad_dtypes']}")
+        print(
+            f"equivalence: loss {check['loss_glassllm']:.6f} (glassllm) vs "
+            f"{check['loss_torch']:.6f} (torch); worst gradient difference "
+            f"{check['grad_max_rel_diff']:.1e} of the largest entry; "
+            f"grad dtypes {check['grad_dtypes']}"
+        )
 
     flops = payload["flops_per_step"]["step"]
     rows = []
     for threads in args.threads:
         print(f"threads={threads}")
-        matmul = H.run_worker(SCRIPT, ["--worker", "matmul", "--threads", str(threads),
-                                       "--matmul-n", str(args.matmul_n)], threads)
+        matmul = H.run_worker(
+            SCRIPT,
+            ["--worker", "matmul", "--threads", str(threads), "--matmul-n", str(args.matmul_n)],
+            threads,
+        )
         runners = {
-            side: (lambda side=side: H.run_worker(
-                SCRIPT, ["--worker", side, "--threads", str(threads), *common], threads,
-                glass_env if side == "glassllm" else None))
+            side: (
+                lambda side=side, threads=threads: H.run_worker(
+                    SCRIPT,
+                    ["--worker", side, "--threads", str(threads), *common],
+                    threads,
+                    glass_env if side.startswith("glassllm") else None,
+                )
+            )
             for side in sides
         }
         results = H.alternate(runners, args.rounds)
-        matmul_end = H.run_worker(SCRIPT, ["--worker", "matmul", "--threads", str(threads),
-                                           "--matmul-n", str(args.matmul_n)], threads)
+        matmul_end = H.run_worker(
+            SCRIPT,
+            ["--worker", "matmul", "--threads", str(threads), "--matmul-n", str(args.matmul_n)],
+            threads,
+        )
         peak = max(matmul["matmul_gflops"], matmul_end["matmul_gflops"])
-        entry = {"matmul_gflops": peak, "floor_ms": min(matmul["floor_ms"], matmul_end["floor_ms"]),
-                 "sides": {}}
+        entry = {
+            "matmul_gflops": peak,
+            "floor_ms": min(matmul["floor_ms"], matmul_end["floor_ms"]),
+            "sides": {},
+        }
         for side, runs in results.items():
             ms = [r["median_ms"] for r in runs]
             entry["sides"][side] = {
-                "median_ms": H.median(ms), "per_round_ms": ms,
+                "median_ms": H.median(ms),
+                "per_round_ms": ms,
                 "gflops": flops / (H.median(ms) / 1e3) / 1e9,
-                "phases_ms": {p: H.median([r["phases_ms"][p] for r in runs]) for p in runs[0]["phases_ms"]},
+                "phases_ms": {
+                    p: H.median([r["phases_ms"][p] for r in runs]) for p in runs[0]["phases_ms"]
+                },
                 "minor_faults_per_step": H.median([r["minor_faults_per_step"] for r in runs]),
             }
         if "glassllm" in results and "torch" in results:
             g = [r["median_ms"] for r in results["glassllm"]]
             t = [r["median_ms"] for r in results["torch"]]
             entry["ratio_paired"] = H.paired_ratio(g, t)
-            entry["ratio_per_round"] = [a / b for a, b in zip(g, t)]
+            entry["ratio_per_round"] = [a / b for a, b in zip(g, t, strict=False)]
         payload["by_threads"][str(threads)] = entry
         rows.append(entry)
 
     print()
     print(f"step matmul FLOPs: {flops / 1e9:.3f} GFLOP")
     H.print_table(
-        ["threads", "glassllm ms", "torch ms", "ratio (paired)", "glassllm GFLOP/s",
-         "torch GFLOP/s", "np.matmul GFLOP/s", "BLAS floor ms"],
-        [[t, e["sides"].get("glassllm", {}).get("median_ms", "-"),
-          e["sides"].get("torch", {}).get("median_ms", "-"), e.get("ratio_paired", "-"),
-          e["sides"].get("glassllm", {}).get("gflops", "-"), e["sides"].get("torch", {}).get("gflops", "-"),
-          e["matmul_gflops"], e["floor_ms"]] for t, e in payload["by_threads"].items()],
+        [
+            "threads",
+            "glassllm ms",
+            "torch ms",
+            "ratio (paired)",
+            "glassllm GFLOP/s",
+            "torch GFLOP/s",
+            "np.matmul GFLOP/s",
+            "BLAS floor ms",
+        ],
+        [
+            [
+                t,
+                e["sides"].get("glassllm", {}).get("median_ms", "-"),
+                e["sides"].get("torch", {}).get("median_ms", "-"),
+                e.get("ratio_paired", "-"),
+                e["sides"].get("glassllm", {}).get("gflops", "-"),
+                e["sides"].get("torch", {}).get("gflops", "-"),
+                e["matmul_gflops"],
+                e["floor_ms"],
+            ]
+            for t, e in payload["by_threads"].items()
+        ],
     )
     print()
     H.print_table(
-        ["threads", "side", "forward ms", "backward ms", "clip ms", "optimizer ms", "minor faults/step"],
-        [[t, s, *(v["phases_ms"][p] for p in ("forward", "backward", "clip", "optimizer")),
-          v["minor_faults_per_step"]]
-         for t, e in payload["by_threads"].items() for s, v in e["sides"].items()],
+        [
+            "threads",
+            "side",
+            "step ms",
+            "forward ms",
+            "backward ms",
+            "clip ms",
+            "optimizer ms",
+            "minor faults/step",
+        ],
+        [
+            [
+                t,
+                s,
+                v["median_ms"],
+                *(v["phases_ms"][p] for p in ("forward", "backward", "clip", "optimizer")),
+                v["minor_faults_per_step"],
+            ]
+            for t, e in payload["by_threads"].items()
+            for s, v in e["sides"].items()
+        ],
     )
     path = H.write_json(args.out, payload)
     print(f"\nwrote {path}")
