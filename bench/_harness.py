@@ -232,8 +232,9 @@ def machine_info() -> dict[str, Any]:
         torch_version = version("torch")
     except Exception:  # noqa: BLE001
         torch_version = "not installed"
+    commit = os.environ.get("BENCH_COMMIT", "")  # set where the tree travels without .git
     try:
-        commit = subprocess.run(
+        commit = commit or subprocess.run(
             ["git", "rev-parse", "--short", "HEAD"],
             cwd=REPO_DIR,
             capture_output=True,
