@@ -240,6 +240,33 @@ def test_fully_masked_rows_give_zeros_not_nan():
     assert np.isfinite(F.scaled_dot_product_attention(q, k, v, mask=mask).data).all()
 
 
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_global_and_per_row_max_shifts_agree(dtype):
+    """A narrow-range array takes one global shift; a wide one falls back to per-row maxima.
+    Appending a row offset by 1e3 forces the fallback; the other rows must not change."""
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((3, 6)).astype(dtype)
+    wide = np.concatenate([x, x[:1] + 1e3]).astype(dtype)
+    tol = dict(rtol=1e-6 if dtype == np.float32 else 1e-14, atol=1e-7 if dtype == np.float32 else 1e-15)
+    for fn in (F.softmax, F.log_softmax, F.logsumexp, lambda z: F.cross_entropy(z, np.arange(len(z)))):
+        narrow_t, wide_t = Tensor(x, requires_grad=True), Tensor(wide, requires_grad=True)
+        a, b = fn(narrow_t), fn(wide_t)
+        if a.ndim:
+            np.testing.assert_allclose(a.data, b.data[:3], **tol)
+            seed = rng.standard_normal(b.shape).astype(dtype)  # not ones: softmax's sum is constant
+            a.backward(seed[:3])
+            b.backward(seed)
+            np.testing.assert_allclose(narrow_t.grad, wide_t.grad[:3], **tol)
+    q = rng.standard_normal((1, 4, 3)).astype(dtype)
+    k = rng.standard_normal((1, 4, 3)).astype(dtype)
+    v = rng.standard_normal((1, 4, 2)).astype(dtype)
+    narrow = F.scaled_dot_product_attention(Tensor(q), Tensor(k), Tensor(v), causal=True).data
+    q_wide = np.concatenate([q, q * 200.0]).astype(dtype)  # second batch: scores span > 80
+    k_wide, v_wide = np.concatenate([k, k]).astype(dtype), np.concatenate([v, v]).astype(dtype)
+    wide_out = F.scaled_dot_product_attention(Tensor(q_wide), Tensor(k_wide), Tensor(v_wide), causal=True)
+    np.testing.assert_allclose(narrow, wide_out.data[:1], rtol=1e-5 if dtype == np.float32 else 1e-13)
+
+
 def test_cross_entropy_all_ignored_is_zero_with_zero_gradient():
     logits = leaf((2, 3))
     loss = F.cross_entropy(logits, np.array([-1, -1]), ignore_index=-1)
@@ -400,9 +427,19 @@ def test_erf_and_erfc_are_float64_accurate():
     special = F.erf(np.array([np.inf, -np.inf, np.nan])), F.erfc(np.array([np.inf, -np.inf, np.nan]))
     np.testing.assert_array_equal(special[0], [1.0, -1.0, np.nan])
     np.testing.assert_array_equal(special[1], [0.0, 2.0, np.nan])
-    x32 = x.astype(np.float32)
-    assert F.erf(x32).dtype == np.float32 and F.erfc(x32).dtype == np.float32
-    np.testing.assert_allclose(F.erf(x32), [math.erf(t) for t in x32], rtol=1e-6, atol=1e-7)
+
+    # float32: computed in float32, erfc by one rational function up to |x| = 11
+    x32 = np.concatenate([np.linspace(-12, 12, 4801), [1e-30, 1e4, -1e4]]).astype(np.float32)
+    erf32, erfc32 = F.erf(x32), F.erfc(x32)
+    assert erf32.dtype == np.float32 and erfc32.dtype == np.float32
+    np.testing.assert_allclose(erf32, [math.erf(t) for t in x32], rtol=4e-7, atol=0)
+    exact = np.array([math.erfc(t) for t in x32.astype(np.float64)])
+    near = np.abs(x32) <= 4
+    np.testing.assert_allclose(erfc32[near], exact[near], rtol=1.5e-6, atol=0)
+    np.testing.assert_allclose(erfc32, exact, rtol=1e-5, atol=1e-44)  # the tail: ~x^2 ulp
+    special32 = np.float32([np.inf, -np.inf, np.nan])
+    np.testing.assert_array_equal(F.erf(special32), [1.0, -1.0, np.nan])
+    np.testing.assert_array_equal(F.erfc(special32), [0.0, 2.0, np.nan])
 
 
 # ------------------------------------------------------------------ shape rules (hypothesis)

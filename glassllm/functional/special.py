@@ -3,14 +3,21 @@
 W. J. Cody, "Rational Chebyshev approximations for the error function", Math. Comp. 23
 (1969) 631-638, as in his SPECFUN routine CALERF: three rational approximations,
 
-    |x| <= 0.46875:      erf(x)  = x R1(x^2)
+    |x| <= 0.46875:      erf(x)    = x R1(x^2)
     0.46875 < |x| <= 4:  erfc(|x|) = exp(-x^2) R2(|x|)
-    |x| > 4:             erfc(|x|) = exp(-x^2)/|x| (1/sqrt(pi) + R3(1/x^2)/x^2)
+    |x| > 4:             erfc(|x|) = exp(-x^2)/|x| (1/sqrt(pi) - R3(1/x^2)/x^2)
 
-with ~1e-16 relative error in float64. ``exp(-x^2)`` is evaluated as
-``exp(-u^2) exp(-(x-u)(x+u))`` with ``u = trunc(16 x)/16``: ``u^2`` is exact and the
-small second factor carries the rest, so the rounding error of ``x^2`` is not amplified by ``exp``. float32 input is computed in float32
-(the coefficients are Python floats, which NumPy 2 does not let upcast an array).
+float64 (and any non-float32 input, computed in float64): the three regions, each on its
+own elements, with ~1e-16 relative error. ``exp(-x^2)`` is evaluated as
+``exp(-u^2) exp(-(x-u)(x+u))`` with ``u = trunc(16 x)/16``: ``u^2`` is exact and the small
+second factor carries the rest, so the rounding error of ``x^2`` is not amplified by ``exp``.
+
+float32: computed in float32 (Python-float coefficients do not upcast under NumPy 2) over the
+whole array, without boolean indexing or ``np.where`` (a random mask makes both branchy and
+5-10x slower than arithmetic). ``R2`` alone covers ``0 <= |x| <= 11`` there: extrapolated
+beyond Cody's interval its relative error stays below 5e-12 on [0, 0.47] and 1.4e-9 on
+[4, 12], far under float32's 6e-8, and ``erfc`` underflows float32 to 0 at 11. One ``exp(-x^2)``
+then costs ~``x^2`` ulp: relative error ~1e-7 near 0, ~1e-6 at 4, ~6e-6 at 10.
 """
 
 from __future__ import annotations
@@ -36,8 +43,9 @@ _SMALL = 0.46875  # Cody's THRESH: below it, erf by R1; above it, erfc by R2 or 
 
 
 def _float_array(x: np.ndarray) -> np.ndarray:
+    """float32 and float64 stay; anything else (ints, float16) is computed in float64."""
     x = np.asarray(x)
-    return x if x.dtype.kind == "f" else x.astype(np.float64)
+    return x if x.dtype in (np.float32, np.float64) else x.astype(np.float64)
 
 
 def _erf_small(x: np.ndarray) -> np.ndarray:
@@ -111,6 +119,50 @@ def _erfc_large(y: np.ndarray) -> np.ndarray:
     return out
 
 
+def _rational_r2(y: np.ndarray) -> np.ndarray:
+    """Cody's ``R2(y) = erfc(y) exp(y^2)`` over the whole float32 array ``y >= 0`` (Horner, in place)."""
+    num = np.multiply(y, _C[8])
+    den = np.add(y, _D[0])
+    den *= y
+    for c in _C[:7]:
+        num += c
+        num *= y
+    for d in _D[1:7]:
+        den += d
+        den *= y
+    num += _C[7]
+    den += _D[7]
+    num /= den
+    return num
+
+
+def _erfc_float32(x: np.ndarray) -> np.ndarray:
+    """``erfc(x)`` for float32 ``x``: ``exp(-y^2) R2(y)``, ``y = min(|x|, 10)``; ``2 - that`` for x < 0."""
+    y = np.abs(x)
+    np.minimum(y, 11.0, out=y)  # erfc(11) underflows float32 to 0; keeps R2's y^8 finite
+    tail = _rational_r2(y)
+    np.multiply(y, y, out=y)
+    np.negative(y, out=y)
+    tail *= np.exp(y, out=y)
+    flip = np.multiply(tail, -2.0)  # tail + [x < 0] (2 - 2 tail): exact when the mask is 0
+    flip += 2.0
+    flip *= x < 0
+    tail += flip
+    return tail
+
+
+def _erf_float32(x: np.ndarray) -> np.ndarray:
+    """``erf(x)`` for float32 ``x``: ``x R1(x^2)`` for ``|x| <= 0.46875``, else ``sign(x) (1 - erfc|x|)``."""
+    small = np.abs(x) <= _SMALL
+    near_zero = _erf_small(np.clip(x, -_SMALL, _SMALL))
+    near_zero *= small
+    far = np.subtract(1.0, _erfc_float32(np.abs(x)))
+    np.copysign(far, x, out=far)
+    far *= ~small
+    far += near_zero
+    return far
+
+
 def erfc(x: np.ndarray) -> np.ndarray:
     """Complementary error function ``1 - erf(x)``, accurate where it is tiny (large ``x``).
 
@@ -118,6 +170,8 @@ def erfc(x: np.ndarray) -> np.ndarray:
     1.537459794428035e-12
     """
     x = _float_array(x)
+    if x.dtype == np.float32:
+        return _erfc_float32(x)
     y = np.abs(x)
     out = np.empty_like(x)
     small = y <= _SMALL
@@ -135,6 +189,8 @@ def erf(x: np.ndarray) -> np.ndarray:
     0.5204998778130465
     """
     x = _float_array(x)
+    if x.dtype == np.float32:
+        return _erf_float32(x)
     y = np.abs(x)
     out = np.empty_like(x)
     small = y <= _SMALL
