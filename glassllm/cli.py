@@ -97,7 +97,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     train = commands.add_parser(
         "train",
-        help="train a GPT (defaults: a small model on the built-in corpus, ~3 min)",
+        help="train a GPT (defaults: a small model on the built-in corpus, a few minutes)",
         description="Train a GPT on text. Without options: a small character-level model on the "
         "Python documentation that ships with Python, in a few minutes on a laptop CPU.",
     )

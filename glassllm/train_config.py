@@ -26,9 +26,11 @@ def _option(default: Any, help: str, **extra: Any) -> Any:
 class TrainConfig:
     """Every knob of a training run; ``glassllm train --n-layer 6`` sets ``n_layer``.
 
-    The defaults train a 0.8M-parameter character-level GPT on the built-in corpus (the Python
-    documentation) in about three minutes on a 2-core laptop CPU: nanoGPT's "I only have a
-    macbook" shakespeare_char configuration, with fewer iterations.
+    The defaults are nanoGPT's "I only have a macbook" shakespeare_char configuration (4 layers,
+    4 heads, 128 wide, context 64, batch 12, 2000 steps, lr 1e-3 -> 1e-4, beta2 0.99): a
+    0.8M-parameter character-level GPT, here trained on the built-in corpus (the Python docs).
+    Measured on a 2-core CPU: about 50 ms per step when the machine is otherwise idle, so about
+    two minutes in all; 4 min 51 s on a busy shared machine; final val loss 1.42.
     """
 
     # model
@@ -43,7 +45,7 @@ class TrainConfig:
     tokenizer: str = _option("char", "'char' (one token per character) or 'byte' (UTF-8 bytes)")
     batch_size: int = _option(12, "blocks per step")
     # optimisation
-    max_iters: int = _option(600, "training steps")
+    max_iters: int = _option(2000, "training steps")
     lr: float = _option(1e-3, "peak learning rate")
     min_lr: float = _option(1e-4, "learning-rate floor at the end of the cosine decay")
     warmup_iters: int = _option(100, "steps of linear learning-rate warmup")
@@ -55,7 +57,7 @@ class TrainConfig:
     beta2: float = _option(0.99, "AdamW beta2")
     grad_clip: float = _option(1.0, "clip the gradient norm to this (0: no clipping)")
     # evaluation, checkpoints, reproducibility
-    eval_interval: int = _option(100, "steps between evaluations and checkpoints")
+    eval_interval: int = _option(250, "steps between evaluations and checkpoints")
     eval_iters: int = _option(20, "batches per split in each evaluation")
     seed: int = _option(1337, "seed of every random generator of the run")
     out_dir: str = _option("out", "directory for the checkpoint, log and loss plot")
