@@ -449,3 +449,12 @@ def test_help_lists_every_config_option(capsys):
         "--explain",
     ]:
         assert flag in out, flag
+
+
+def test_docstring_examples():
+    import doctest
+
+    import glassllm.sample
+
+    result = doctest.testmod(glassllm.sample)
+    assert result.attempted > 0 and result.failed == 0
