@@ -44,7 +44,7 @@ def test_gradcheck_stack():
     assert gradcheck(lambda *t: F.stack(t), scalars)
     a, b = leaf((2, 3)), leaf((2, 3), 1)
     for axis in (0, 1, 2, -1):
-        assert gradcheck(lambda a, b: F.stack([a, b], axis=axis), [a, b])
+        assert gradcheck(lambda a, b, axis=axis: F.stack([a, b], axis=axis), [a, b])
 
 
 def test_gradcheck_where_broadcasts_cond_and_operands():
@@ -58,28 +58,40 @@ def test_gradcheck_where_broadcasts_cond_and_operands():
 
 @pytest.mark.parametrize(
     "shape,axis,keepdims",
-    [((2, 3, 4), -1, False), ((2, 3, 4), 0, True), ((2, 3, 4), (0, 2), False),
-     ((2, 1, 3), None, False), ((3, 1), -1, True), ((), None, False)],
+    [
+        ((2, 3, 4), -1, False),
+        ((2, 3, 4), 0, True),
+        ((2, 3, 4), (0, 2), False),
+        ((2, 1, 3), None, False),
+        ((3, 1), -1, True),
+        ((), None, False),
+    ],
 )
 def test_gradcheck_logsumexp(shape, axis, keepdims):
     assert gradcheck(lambda x: F.logsumexp(x, axis=axis, keepdims=keepdims), [leaf(shape)])
 
 
 @pytest.mark.parametrize("fn", [F.softmax, F.log_softmax])
-@pytest.mark.parametrize("shape,axis", [((2, 3, 4), -1), ((2, 3, 4), 0), ((2, 3, 4), 1), ((3, 1), -1), ((4,), 0)])
+@pytest.mark.parametrize(
+    "shape,axis", [((2, 3, 4), -1), ((2, 3, 4), 0), ((2, 3, 4), 1), ((3, 1), -1), ((4,), 0)]
+)
 def test_gradcheck_softmax_family(fn, shape, axis):
     assert gradcheck(lambda x: fn(x, axis=axis), [leaf(shape, scale=2.0)])
 
 
 @pytest.mark.parametrize("ignore", [None, -100, 2])
 def test_gradcheck_cross_entropy(ignore):
-    targets = np.array([[0, 4, 2], [-100, 1, 2]]) if ignore == -100 else np.array([[0, 4, 2], [3, 1, 2]])
+    targets = (
+        np.array([[0, 4, 2], [-100, 1, 2]]) if ignore == -100 else np.array([[0, 4, 2], [3, 1, 2]])
+    )
     logits = leaf((2, 3, 5), scale=2.0)
     assert gradcheck(lambda z: F.cross_entropy(z, targets, ignore_index=ignore), [logits])
 
 
 def test_gradcheck_cross_entropy_single_position_and_constant_target_tensor():
-    assert gradcheck(lambda z: F.cross_entropy(z, np.array(2)), [leaf((4,))])  # (C,) with 0-d target
+    assert gradcheck(
+        lambda z: F.cross_entropy(z, np.array(2)), [leaf((4,))]
+    )  # (C,) with 0-d target
     targets = Tensor(np.array([1, 0, 1]))
     assert gradcheck(lambda z: F.cross_entropy(z, targets), [leaf((3, 2))])
 
@@ -133,7 +145,9 @@ def test_gradcheck_attention_plain_and_broadcast_batch():
     assert gradcheck(F.scaled_dot_product_attention, [q, k, v])
     # one key/value head shared by two query heads: k, v broadcast over the head axis
     q4, k4, v4 = leaf((1, 2, 3, 4)), leaf((1, 1, 3, 4), 1), leaf((1, 1, 3, 2), 2)
-    assert gradcheck(lambda q, k, v: F.scaled_dot_product_attention(q, k, v, causal=True), [q4, k4, v4])
+    assert gradcheck(
+        lambda q, k, v: F.scaled_dot_product_attention(q, k, v, causal=True), [q4, k4, v4]
+    )
 
 
 def test_gradcheck_attention_causal_kv_cache_mask_and_dropout():
@@ -158,16 +172,21 @@ def test_gradcheck_attention_causal_kv_cache_mask_and_dropout():
 def test_fused_functions_match_composite_tensor_chains():
     x, w, b = leaf((3, 5)), leaf((5, 2), 1), leaf((2,), 2)
     composite = {
-        "softmax": lambda x: (x - x.max(axis=-1, keepdims=True)).exp()
-        / (x - x.max(axis=-1, keepdims=True)).exp().sum(axis=-1, keepdims=True),
+        "softmax": lambda x: (
+            (x - x.max(axis=-1, keepdims=True)).exp()
+            / (x - x.max(axis=-1, keepdims=True)).exp().sum(axis=-1, keepdims=True)
+        ),
         "linear": lambda x: x @ w + b,
-        "layer_norm": lambda x: (x - x.mean(axis=-1, keepdims=True))
-        / (x.var(axis=-1, keepdims=True) + 1e-5).sqrt(),
+        "layer_norm": lambda x: (
+            (x - x.mean(axis=-1, keepdims=True)) / (x.var(axis=-1, keepdims=True) + 1e-5).sqrt()
+        ),
         "relu": lambda x: x.relu(),
     }
     fused = {
-        "softmax": F.softmax, "linear": lambda x: F.linear(x, w, b),
-        "layer_norm": F.layer_norm, "relu": F.relu,
+        "softmax": F.softmax,
+        "linear": lambda x: F.linear(x, w, b),
+        "layer_norm": F.layer_norm,
+        "relu": F.relu,
     }
     for name in composite:
         grads = []
@@ -211,7 +230,9 @@ def test_large_logits_stay_finite_in_float32():
         out.backward(np.ones(out.shape, dtype=np.float32))
         assert np.isfinite(out.data).all() and np.isfinite(z.grad).all()
         assert out.dtype == z.grad.dtype == np.float32
-    np.testing.assert_allclose(F.logsumexp(Tensor(np.float32([1e4, 1e4]))).data, 1e4 + math.log(2), rtol=1e-7)
+    np.testing.assert_allclose(
+        F.logsumexp(Tensor(np.float32([1e4, 1e4]))).data, 1e4 + math.log(2), rtol=1e-7
+    )
     q = Tensor(np.full((1, 3, 2), 100.0, dtype=np.float32), requires_grad=True)  # scores ~1e4
     k = Tensor(np.float32([[[100, 100], [-100, -100], [100, -100]]]), requires_grad=True)
     v = Tensor(np.ones((1, 3, 2), dtype=np.float32), requires_grad=True)
@@ -247,8 +268,15 @@ def test_global_and_per_row_max_shifts_agree(dtype):
     rng = np.random.default_rng(0)
     x = rng.standard_normal((3, 6)).astype(dtype)
     wide = np.concatenate([x, x[:1] + 1e3]).astype(dtype)
-    tol = dict(rtol=1e-6 if dtype == np.float32 else 1e-14, atol=1e-7 if dtype == np.float32 else 1e-15)
-    for fn in (F.softmax, F.log_softmax, F.logsumexp, lambda z: F.cross_entropy(z, np.arange(len(z)))):
+    tol = dict(
+        rtol=1e-6 if dtype == np.float32 else 1e-14, atol=1e-7 if dtype == np.float32 else 1e-15
+    )
+    for fn in (
+        F.softmax,
+        F.log_softmax,
+        F.logsumexp,
+        lambda z: F.cross_entropy(z, np.arange(len(z))),
+    ):
         narrow_t, wide_t = Tensor(x, requires_grad=True), Tensor(wide, requires_grad=True)
         a, b = fn(narrow_t), fn(wide_t)
         if a.ndim:
@@ -263,8 +291,12 @@ def test_global_and_per_row_max_shifts_agree(dtype):
     narrow = F.scaled_dot_product_attention(Tensor(q), Tensor(k), Tensor(v), causal=True).data
     q_wide = np.concatenate([q, q * 200.0]).astype(dtype)  # second batch: scores span > 80
     k_wide, v_wide = np.concatenate([k, k]).astype(dtype), np.concatenate([v, v]).astype(dtype)
-    wide_out = F.scaled_dot_product_attention(Tensor(q_wide), Tensor(k_wide), Tensor(v_wide), causal=True)
-    np.testing.assert_allclose(narrow, wide_out.data[:1], rtol=1e-5 if dtype == np.float32 else 1e-13)
+    wide_out = F.scaled_dot_product_attention(
+        Tensor(q_wide), Tensor(k_wide), Tensor(v_wide), causal=True
+    )
+    np.testing.assert_allclose(
+        narrow, wide_out.data[:1], rtol=1e-5 if dtype == np.float32 else 1e-13
+    )
 
 
 def test_cross_entropy_all_ignored_is_zero_with_zero_gradient():
@@ -296,7 +328,9 @@ def test_gelu_extreme_inputs():
 
 def test_layer_norm_large_offset_does_not_cancel():
     x = Tensor(np.float32([[1e4 + 1.0, 1e4 + 2.0, 1e4 + 3.0]]))
-    np.testing.assert_allclose(F.layer_norm(x, eps=0.0).data, [[-1.2247449, 0.0, 1.2247449]], rtol=1e-6)
+    np.testing.assert_allclose(
+        F.layer_norm(x, eps=0.0).data, [[-1.2247449, 0.0, 1.2247449]], rtol=1e-6
+    )
 
 
 # ------------------------------------------------------------------ dtypes
@@ -305,8 +339,23 @@ def test_layer_norm_large_offset_does_not_cancel():
 def _float32_cases():
     rng = np.random.default_rng(0)
     f32 = lambda *shape: Tensor(rng.standard_normal(shape, dtype=np.float32), requires_grad=True)
-    x, w, b, ids = f32(2, 3, 4), f32(4,), f32(4,), np.array([[0, 1, 1], [3, 0, 2]])
-    table, weight, bias = f32(4, 4), f32(4, 5), f32(5,)
+    x, w, b, ids = (
+        f32(2, 3, 4),
+        f32(
+            4,
+        ),
+        f32(
+            4,
+        ),
+        np.array([[0, 1, 1], [3, 0, 2]]),
+    )
+    table, weight, bias = (
+        f32(4, 4),
+        f32(4, 5),
+        f32(
+            5,
+        ),
+    )
     return {
         "concatenate": (lambda: F.concatenate([x, x], axis=1), [x]),
         "stack": (lambda: F.stack([x, x], axis=-1), [x]),
@@ -322,7 +371,10 @@ def _float32_cases():
         "dropout": (lambda: F.dropout(x, 0.5, rng=np.random.default_rng(0)), [x]),
         "embedding": (lambda: F.embedding(ids, table), [table]),
         "linear": (lambda: F.linear(x, weight, bias), [x, weight, bias]),
-        "attention": (lambda: F.scaled_dot_product_attention(x, x, x, causal=True, dropout_p=0.1), [x]),
+        "attention": (
+            lambda: F.scaled_dot_product_attention(x, x, x, causal=True, dropout_p=0.1),
+            [x],
+        ),
     }
 
 
@@ -346,7 +398,7 @@ def test_float32_internals_make_no_float64(monkeypatch):
         return original(cls, data, parents, lambda g: returned.append(vjp(g)) or returned[-1])
 
     monkeypatch.setattr(Tensor, "from_op", classmethod(spy))
-    for name, (fn, _) in _float32_cases().items():
+    for fn, _ in _float32_cases().values():
         out = fn()
         out.backward(np.ones(out.shape, dtype=np.float32))
     for grads in returned:
@@ -383,26 +435,60 @@ def test_dropout_statistics_identity_and_reproducibility():
 @pytest.mark.parametrize(
     "call,error,words",
     [
-        (lambda: F.cross_entropy(Tensor(np.zeros((2, 3))), np.array([0, 3])), ValueError, "outside [0, 3)"),
-        (lambda: F.cross_entropy(Tensor(np.zeros((2, 3))), np.array([0, -1])), ValueError, "target -1"),
-        (lambda: F.cross_entropy(Tensor(np.zeros((2, 3))), np.array([0.0, 1.0])), TypeError, "integers"),
-        (lambda: F.cross_entropy(Tensor(np.zeros((2, 3))), np.array([0, 1, 2])), ValueError, "targets shape"),
+        (
+            lambda: F.cross_entropy(Tensor(np.zeros((2, 3))), np.array([0, 3])),
+            ValueError,
+            "outside [0, 3)",
+        ),
+        (
+            lambda: F.cross_entropy(Tensor(np.zeros((2, 3))), np.array([0, -1])),
+            ValueError,
+            "target -1",
+        ),
+        (
+            lambda: F.cross_entropy(Tensor(np.zeros((2, 3))), np.array([0.0, 1.0])),
+            TypeError,
+            "integers",
+        ),
+        (
+            lambda: F.cross_entropy(Tensor(np.zeros((2, 3))), np.array([0, 1, 2])),
+            ValueError,
+            "targets shape",
+        ),
         (lambda: F.embedding(np.array([4]), Tensor(np.zeros((4, 2)))), IndexError, "id 4"),
         (lambda: F.embedding(np.array([-1]), Tensor(np.zeros((4, 2)))), IndexError, "id -1"),
         (lambda: F.embedding(np.array([0.5]), Tensor(np.zeros((4, 2)))), TypeError, "integers"),
         (lambda: F.dropout(Tensor(np.ones(3)), 1.5), ValueError, "[0, 1]"),
         (lambda: F.dropout(Tensor(np.ones(3)), -0.1), ValueError, "[0, 1]"),
         (lambda: F.gelu(Tensor(np.ones(3)), approximate="exact"), ValueError, "approximate"),
-        (lambda: F.layer_norm(Tensor(np.ones((2, 3))), Tensor(np.ones(2))), ValueError, "weight shape"),
+        (
+            lambda: F.layer_norm(Tensor(np.ones((2, 3))), Tensor(np.ones(2))),
+            ValueError,
+            "weight shape",
+        ),
         (lambda: F.linear(Tensor(np.ones((2, 3))), Tensor(np.ones((4, 5)))), ValueError, "in=4"),
-        (lambda: F.linear(Tensor(np.ones((2, 4))), Tensor(np.ones((4, 5))), Tensor(np.ones(4))),
-         ValueError, "bias shape"),
-        (lambda: F.scaled_dot_product_attention(*(Tensor(np.ones((2, s))) for s in (3, 4, 4))),
-         ValueError, "head"),
-        (lambda: F.scaled_dot_product_attention(*(Tensor(np.ones((t, 2))) for t in (2, 3, 4))),
-         ValueError, "number of keys"),
-        (lambda: F.scaled_dot_product_attention(*(Tensor(np.ones((2, 2))),) * 3, mask=np.ones((2, 2))),
-         TypeError, "boolean"),
+        (
+            lambda: F.linear(Tensor(np.ones((2, 4))), Tensor(np.ones((4, 5))), Tensor(np.ones(4))),
+            ValueError,
+            "bias shape",
+        ),
+        (
+            lambda: F.scaled_dot_product_attention(*(Tensor(np.ones((2, s))) for s in (3, 4, 4))),
+            ValueError,
+            "head",
+        ),
+        (
+            lambda: F.scaled_dot_product_attention(*(Tensor(np.ones((t, 2))) for t in (2, 3, 4))),
+            ValueError,
+            "number of keys",
+        ),
+        (
+            lambda: F.scaled_dot_product_attention(
+                *(Tensor(np.ones((2, 2))),) * 3, mask=np.ones((2, 2))
+            ),
+            TypeError,
+            "boolean",
+        ),
         (lambda: F.where(np.ones(2), Tensor(np.ones(2)), 0.0), TypeError, "boolean"),
         (lambda: F.concatenate([]), ValueError, "at least one"),
         (lambda: F.stack(Tensor(np.ones(2))), TypeError, "sequence"),
@@ -424,7 +510,10 @@ def test_erf_and_erfc_are_float64_accurate():
     erfc_ref = np.array([math.erfc(t) for t in x])
     np.testing.assert_allclose(F.erf(x), erf_ref, rtol=2e-15, atol=1e-300)
     np.testing.assert_allclose(F.erfc(x), erfc_ref, rtol=4e-15, atol=1e-300)
-    special = F.erf(np.array([np.inf, -np.inf, np.nan])), F.erfc(np.array([np.inf, -np.inf, np.nan]))
+    special = (
+        F.erf(np.array([np.inf, -np.inf, np.nan])),
+        F.erfc(np.array([np.inf, -np.inf, np.nan])),
+    )
     np.testing.assert_array_equal(special[0], [1.0, -1.0, np.nan])
     np.testing.assert_array_equal(special[1], [0.0, 2.0, np.nan])
 
@@ -482,7 +571,9 @@ def test_concatenate_and_stack_follow_numpy_shapes(shape, count, data):
     stacked = F.stack(same, axis=stack_axis)
     assert stacked.shape == np.stack([t.data for t in same], axis=stack_axis).shape
     stacked.backward(np.arange(stacked.size, dtype=np.float64).reshape(stacked.shape))
-    expected = np.moveaxis(np.arange(stacked.size, dtype=np.float64).reshape(stacked.shape), stack_axis, 0)
+    expected = np.moveaxis(
+        np.arange(stacked.size, dtype=np.float64).reshape(stacked.shape), stack_axis, 0
+    )
     for i, t in enumerate(same):
         np.testing.assert_array_equal(t.grad, expected[i])
 
@@ -492,7 +583,10 @@ def test_concatenate_and_stack_follow_numpy_shapes(shape, count, data):
 def test_where_broadcasts_like_numpy(shapes):
     cond_shape, a_shape, b_shape = shapes.input_shapes
     cond = np.arange(math.prod(cond_shape)).reshape(cond_shape) % 2 == 0
-    a, b = Tensor(np.ones(a_shape), requires_grad=True), Tensor(np.zeros(b_shape), requires_grad=True)
+    a, b = (
+        Tensor(np.ones(a_shape), requires_grad=True),
+        Tensor(np.zeros(b_shape), requires_grad=True),
+    )
     out = F.where(cond, a, b)
     assert out.shape == shapes.result_shape
     out.backward(np.ones(out.shape))
@@ -513,8 +607,10 @@ def test_no_graph_under_no_grad():
 def test_backward_twice_gives_twice_the_gradient():
     """The VJPs do not consume what they saved (a graph may be differentiated again)."""
     q, k, v = leaf((2, 3, 4)), leaf((2, 3, 4), 1), leaf((2, 3, 4), 2)
-    loss = F.cross_entropy(F.scaled_dot_product_attention(F.layer_norm(q), k, v, causal=True),
-                           np.array([[0, 1, 3], [2, 2, 1]]))
+    loss = F.cross_entropy(
+        F.scaled_dot_product_attention(F.layer_norm(q), k, v, causal=True),
+        np.array([[0, 1, 3], [2, 2, 1]]),
+    )
     loss.backward()
     first = q.grad.copy()
     loss.backward()
@@ -523,8 +619,17 @@ def test_backward_twice_gives_twice_the_gradient():
 
 @pytest.mark.parametrize(
     "module",
-    ["shape", "probability", "losses", "activations", "normalization", "regularization",
-     "affine", "attention", "special"],
+    [
+        "shape",
+        "probability",
+        "losses",
+        "activations",
+        "normalization",
+        "regularization",
+        "affine",
+        "attention",
+        "special",
+    ],
 )
 def test_docstring_examples(module):
     mod = importlib.import_module(f"glassllm.functional.{module}")

@@ -43,59 +43,131 @@ PADDED[0, ..., 3:] = False  # key padding, broadcast over heads and queries
 
 # name: (glassllm fn, torch fn, input shapes, value scale)
 CASES = {
-    "concatenate": (lambda a, b: F.concatenate([a, b], axis=1),
-                    lambda a, b: torch.cat([a, b], dim=1), [(2, 3, 4), (2, 1, 4)], 1.0),
-    "stack": (lambda a, b: F.stack([a, b], axis=-1),
-              lambda a, b: torch.stack([a, b], dim=-1), [(2, 3), (2, 3)], 1.0),
-    "where": (lambda a, b: F.where(COND, a, b),
-              lambda a, b: torch.where(torch.from_numpy(COND), a, b), [(3, 4), (2, 3, 1)], 1.0),
-    "logsumexp": (lambda x: F.logsumexp(x, axis=1),
-                  lambda x: torch.logsumexp(x, dim=1), [(2, 5, 3)], 3.0),
-    "logsumexp_keepdims_tuple": (lambda x: F.logsumexp(x, axis=(0, 2), keepdims=True),
-                                 lambda x: torch.logsumexp(x, dim=(0, 2), keepdim=True), [(2, 5, 3)], 3.0),
+    "concatenate": (
+        lambda a, b: F.concatenate([a, b], axis=1),
+        lambda a, b: torch.cat([a, b], dim=1),
+        [(2, 3, 4), (2, 1, 4)],
+        1.0,
+    ),
+    "stack": (
+        lambda a, b: F.stack([a, b], axis=-1),
+        lambda a, b: torch.stack([a, b], dim=-1),
+        [(2, 3), (2, 3)],
+        1.0,
+    ),
+    "where": (
+        lambda a, b: F.where(COND, a, b),
+        lambda a, b: torch.where(torch.from_numpy(COND), a, b),
+        [(3, 4), (2, 3, 1)],
+        1.0,
+    ),
+    "logsumexp": (
+        lambda x: F.logsumexp(x, axis=1),
+        lambda x: torch.logsumexp(x, dim=1),
+        [(2, 5, 3)],
+        3.0,
+    ),
+    "logsumexp_keepdims_tuple": (
+        lambda x: F.logsumexp(x, axis=(0, 2), keepdims=True),
+        lambda x: torch.logsumexp(x, dim=(0, 2), keepdim=True),
+        [(2, 5, 3)],
+        3.0,
+    ),
     "softmax": (lambda x: F.softmax(x), lambda x: torch.softmax(x, dim=-1), [(2, 3, 7)], 3.0),
-    "softmax_axis0": (lambda x: F.softmax(x, axis=0), lambda x: torch.softmax(x, dim=0), [(4, 3)], 3.0),
-    "log_softmax": (lambda x: F.log_softmax(x), lambda x: torch.log_softmax(x, dim=-1), [(2, 3, 7)], 3.0),
-    "log_softmax_axis1": (lambda x: F.log_softmax(x, axis=1),
-                          lambda x: torch.log_softmax(x, dim=1), [(2, 3, 7)], 3.0),
-    "cross_entropy": (lambda z: F.cross_entropy(z, TARGETS),
-                      lambda z: TF.cross_entropy(z.reshape(-1, 5), torch.from_numpy(TARGETS).reshape(-1)),
-                      [(2, 3, 5)], 3.0),
-    "cross_entropy_ignore": (lambda z: F.cross_entropy(z, TARGETS_IGNORED, ignore_index=-100),
-                             lambda z: TF.cross_entropy(z.reshape(-1, 5),
-                                                        torch.from_numpy(TARGETS_IGNORED).reshape(-1),
-                                                        ignore_index=-100),
-                             [(2, 3, 5)], 3.0),
+    "softmax_axis0": (
+        lambda x: F.softmax(x, axis=0),
+        lambda x: torch.softmax(x, dim=0),
+        [(4, 3)],
+        3.0,
+    ),
+    "log_softmax": (
+        lambda x: F.log_softmax(x),
+        lambda x: torch.log_softmax(x, dim=-1),
+        [(2, 3, 7)],
+        3.0,
+    ),
+    "log_softmax_axis1": (
+        lambda x: F.log_softmax(x, axis=1),
+        lambda x: torch.log_softmax(x, dim=1),
+        [(2, 3, 7)],
+        3.0,
+    ),
+    "cross_entropy": (
+        lambda z: F.cross_entropy(z, TARGETS),
+        lambda z: TF.cross_entropy(z.reshape(-1, 5), torch.from_numpy(TARGETS).reshape(-1)),
+        [(2, 3, 5)],
+        3.0,
+    ),
+    "cross_entropy_ignore": (
+        lambda z: F.cross_entropy(z, TARGETS_IGNORED, ignore_index=-100),
+        lambda z: TF.cross_entropy(
+            z.reshape(-1, 5), torch.from_numpy(TARGETS_IGNORED).reshape(-1), ignore_index=-100
+        ),
+        [(2, 3, 5)],
+        3.0,
+    ),
     "gelu_tanh": (lambda x: F.gelu(x), lambda x: TF.gelu(x, approximate="tanh"), [(3, 17)], 3.0),
     "gelu_none": (lambda x: F.gelu(x, approximate="none"), lambda x: TF.gelu(x), [(3, 17)], 3.0),
     "relu": (F.relu, torch.relu, [(3, 17)], 1.0),
-    "layer_norm": (lambda x, w, b: F.layer_norm(x, w, b),
-                   lambda x, w, b: TF.layer_norm(x, (6,), w, b, eps=1e-5), [(2, 3, 6), (6,), (6,)], 2.0),
-    "layer_norm_no_affine": (lambda x: F.layer_norm(x, eps=1e-3),
-                             lambda x: TF.layer_norm(x, (6,), eps=1e-3), [(4, 6)], 2.0),
-    "embedding": (lambda w: F.embedding(IDS, w),
-                  lambda w: TF.embedding(torch.from_numpy(IDS), w), [(5, 3)], 1.0),
-    "linear": (lambda x, w, b: F.linear(x, w, b),
-               lambda x, w, b: TF.linear(x, w.T, b), [(2, 3, 4), (4, 5), (5,)], 1.0),
+    "layer_norm": (
+        lambda x, w, b: F.layer_norm(x, w, b),
+        lambda x, w, b: TF.layer_norm(x, (6,), w, b, eps=1e-5),
+        [(2, 3, 6), (6,), (6,)],
+        2.0,
+    ),
+    "layer_norm_no_affine": (
+        lambda x: F.layer_norm(x, eps=1e-3),
+        lambda x: TF.layer_norm(x, (6,), eps=1e-3),
+        [(4, 6)],
+        2.0,
+    ),
+    "embedding": (
+        lambda w: F.embedding(IDS, w),
+        lambda w: TF.embedding(torch.from_numpy(IDS), w),
+        [(5, 3)],
+        1.0,
+    ),
+    "linear": (
+        lambda x, w, b: F.linear(x, w, b),
+        lambda x, w, b: TF.linear(x, w.T, b),
+        [(2, 3, 4), (4, 5), (5,)],
+        1.0,
+    ),
     "linear_1d_no_bias": (lambda x, w: F.linear(x, w), lambda x, w: x @ w, [(4,), (4, 5)], 1.0),
-    "attention": (F.scaled_dot_product_attention, TF.scaled_dot_product_attention,
-                  [(2, 2, 5, 4), (2, 2, 5, 4), (2, 2, 5, 3)], 1.0),
-    "attention_causal": (lambda q, k, v: F.scaled_dot_product_attention(q, k, v, causal=True),
-                         lambda q, k, v: TF.scaled_dot_product_attention(q, k, v, is_causal=True),
-                         [(2, 2, 5, 4), (2, 2, 5, 4), (2, 2, 5, 3)], 1.0),
-    "attention_kv_cache": (lambda q, k, v: F.scaled_dot_product_attention(q, k, v, causal=True),
-                           lambda q, k, v: TF.scaled_dot_product_attention(
-                               q, k, v, attn_mask=torch.from_numpy(_causal_mask(3, 5))),
-                           [(2, 2, 3, 4), (2, 2, 5, 4), (2, 2, 5, 3)], 1.0),
-    "attention_mask": (lambda q, k, v: F.scaled_dot_product_attention(q, k, v, mask=MASK),
-                       lambda q, k, v: TF.scaled_dot_product_attention(
-                           q, k, v, attn_mask=torch.from_numpy(MASK)),
-                       [(2, 2, 3, 4), (2, 2, 5, 4), (2, 2, 5, 3)], 1.0),
+    "attention": (
+        F.scaled_dot_product_attention,
+        TF.scaled_dot_product_attention,
+        [(2, 2, 5, 4), (2, 2, 5, 4), (2, 2, 5, 3)],
+        1.0,
+    ),
+    "attention_causal": (
+        lambda q, k, v: F.scaled_dot_product_attention(q, k, v, causal=True),
+        lambda q, k, v: TF.scaled_dot_product_attention(q, k, v, is_causal=True),
+        [(2, 2, 5, 4), (2, 2, 5, 4), (2, 2, 5, 3)],
+        1.0,
+    ),
+    "attention_kv_cache": (
+        lambda q, k, v: F.scaled_dot_product_attention(q, k, v, causal=True),
+        lambda q, k, v: TF.scaled_dot_product_attention(
+            q, k, v, attn_mask=torch.from_numpy(_causal_mask(3, 5))
+        ),
+        [(2, 2, 3, 4), (2, 2, 5, 4), (2, 2, 5, 3)],
+        1.0,
+    ),
+    "attention_mask": (
+        lambda q, k, v: F.scaled_dot_product_attention(q, k, v, mask=MASK),
+        lambda q, k, v: TF.scaled_dot_product_attention(q, k, v, attn_mask=torch.from_numpy(MASK)),
+        [(2, 2, 3, 4), (2, 2, 5, 4), (2, 2, 5, 3)],
+        1.0,
+    ),
     "attention_padding_and_causal": (
         lambda q, k, v: F.scaled_dot_product_attention(q, k, v, causal=True, mask=PADDED),
         lambda q, k, v: TF.scaled_dot_product_attention(
-            q, k, v, attn_mask=torch.from_numpy(PADDED & _causal_mask(5, 5))),
-        [(2, 2, 5, 4), (2, 2, 5, 4), (2, 2, 5, 3)], 1.0),
+            q, k, v, attn_mask=torch.from_numpy(PADDED & _causal_mask(5, 5))
+        ),
+        [(2, 2, 5, 4), (2, 2, 5, 4), (2, 2, 5, 3)],
+        1.0,
+    ),
 }
 
 
@@ -118,7 +190,7 @@ def _compare(ours, theirs, arrays, dtype, tol=None, exact_reference=False):
     seed = np.random.default_rng(7).standard_normal(out.shape).astype(dtype)
     out.backward(seed)
     expected.backward(torch.from_numpy(seed.astype(ref_dtype)))
-    for i, (g, t) in enumerate(zip(glass, ref)):
+    for i, (g, t) in enumerate(zip(glass, ref, strict=True)):
         assert g.grad.dtype == dtype
         np.testing.assert_allclose(g.grad, t.grad.numpy(), **tol, err_msg=f"gradient of input {i}")
 
@@ -166,7 +238,9 @@ def test_gelu_exact_matches_torch_over_the_whole_range_in_float64():
     # torch forms 1 + erf(x/sqrt 2), which cancels for x << 0; hence the absolute floor
     np.testing.assert_allclose(out.data, expected.detach().numpy(), rtol=1e-10, atol=1e-15)
     np.testing.assert_allclose(glass.grad, ref.grad.numpy(), rtol=1e-10, atol=1e-14)
-    np.testing.assert_allclose(F.erf(x), torch.special.erf(torch.from_numpy(x)).numpy(), rtol=1e-15, atol=0)
+    np.testing.assert_allclose(
+        F.erf(x), torch.special.erf(torch.from_numpy(x)).numpy(), rtol=1e-15, atol=0
+    )
 
 
 @pytest.mark.parametrize("p", [0.1, 0.5])

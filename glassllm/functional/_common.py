@@ -17,14 +17,14 @@ from glassllm.tensor import Tensor, as_tensor
 
 @lru_cache(maxsize=64)
 def ones_vector(n: int, dtype: np.dtype) -> np.ndarray:
-    """A read-only vector of ``n`` ones in ``dtype``, cached because every step asks for the same few."""
+    """A read-only vector of ``n`` ones in ``dtype``, cached: every step asks for the same few."""
     ones = np.ones(n, dtype=dtype)
     ones.flags.writeable = False
     return ones
 
 
 def sum_last(a: np.ndarray, keepdims: bool = True) -> np.ndarray:
-    """Sum over the last axis of ``a``: ``a @ ones`` on a 2-D view when ``a`` is a contiguous float array."""
+    """Sum over the last axis: ``a @ ones`` on a 2-D view when ``a`` is a contiguous float array."""
     n = a.shape[-1]
     if a.dtype.kind == "f" and a.ndim >= 1 and a.size > 0 and a.flags.c_contiguous:
         row_sums = a.reshape(-1, n) @ ones_vector(n, a.dtype)

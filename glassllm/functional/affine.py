@@ -22,7 +22,7 @@ ONE_HOT_MAX_ROWS = 64
 
 
 def linear(x: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:
-    """``y = x @ W + b`` over the last axis of ``x``; ``W`` has shape ``(in, out)``, ``b`` ``(out,)``.
+    """``y = x @ W + b`` over the last axis of ``x``; ``W`` is ``(in, out)``, ``b`` is ``(out,)``.
 
     ``x`` of shape ``(..., in)`` is viewed as a matrix ``X (N, in)`` so the product is one
     2-D BLAS call (a 3-D @ 2-D matmul is ~1.6x slower). VJP with ``G = dL/dY (N, out)``:
@@ -90,7 +90,7 @@ def _scatter_add_rows(ids: np.ndarray, grad_rows: np.ndarray, num_rows: int) -> 
 
 
 def embedding(ids: Any, weight: Tensor) -> Tensor:
-    """Rows of ``weight (V, D)`` picked by integer ``ids`` of any shape: ``y[..., :] = W[ids[...]]``.
+    """Rows of ``weight (V, D)`` picked by integer ``ids`` of any shape: ``y[...] = W[ids[...]]``.
 
     Forward: a gather, ``y = onehot(ids) @ W`` without the one-hot. VJP:
     ``dW = onehot(ids)^T G``: each row ``v`` receives the sum of the upstream rows of every
@@ -110,7 +110,9 @@ def embedding(ids: Any, weight: Tensor) -> Tensor:
     num_rows, dim = weight.shape
     if index.size and (index.min() < 0 or index.max() >= num_rows):
         bad = index[(index < 0) | (index >= num_rows)].flat[0]
-        raise IndexError(f"embedding: id {bad} is outside [0, {num_rows}) (weight shape {weight.shape})")
+        raise IndexError(
+            f"embedding: id {bad} is outside [0, {num_rows}) (weight shape {weight.shape})"
+        )
     out = np.take(weight.data, index, axis=0)  # (*ids.shape, D)
 
     def vjp(grad: np.ndarray) -> tuple:

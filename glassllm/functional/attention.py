@@ -15,7 +15,9 @@ from glassllm.tensor import Tensor, unbroadcast
 @lru_cache(maxsize=32)
 def _causal_bias(num_queries: int, num_keys: int, dtype: np.dtype) -> np.ndarray:
     """``(Tq, Tk)``: 0 where query ``i`` may see key ``j <= Tk - Tq + i``, ``-inf`` elsewhere."""
-    bias = np.triu(np.full((num_queries, num_keys), -np.inf, dtype=dtype), k=num_keys - num_queries + 1)
+    bias = np.triu(
+        np.full((num_queries, num_keys), -np.inf, dtype=dtype), k=num_keys - num_queries + 1
+    )
     bias.flags.writeable = False
     return bias
 
@@ -41,7 +43,7 @@ def scaled_dot_product_attention(
     dropout_p: float = 0.0,
     rng: np.random.Generator | None = None,
 ) -> Tensor:
-    """``softmax(q k^T / sqrt(d) + M) v`` over ``q (..., Tq, d)``, ``k (..., Tk, d)``, ``v (..., Tk, dv)``.
+    """Attention ``softmax(q k^T / sqrt(d) + M) v`` over ``(..., T, d)`` queries, keys, values.
 
     Leading (batch, head) axes broadcast as in ``np.matmul``. ``M`` is 0 where attending is
     allowed and ``-inf`` elsewhere: ``causal`` lets query ``i`` see keys ``j <= Tk - Tq + i``
@@ -68,16 +70,21 @@ def scaled_dot_product_attention(
     v = float_tensor(v, "attention: v")
     if min(q.ndim, k.ndim, v.ndim) < 2:
         raise ValueError(
-            f"attention: q, k, v need at least 2 axes (..., T, d), got {q.shape}, {k.shape}, {v.shape}"
+            "attention: q, k, v need at least 2 axes (..., T, d), "
+            f"got {q.shape}, {k.shape}, {v.shape}"
         )
     if q.shape[-1] != k.shape[-1]:
         raise ValueError(f"attention: q {q.shape} and k {k.shape} must share the last (head) axis")
     if k.shape[-2] != v.shape[-2]:
-        raise ValueError(f"attention: k {k.shape} and v {v.shape} must have the same number of keys")
+        raise ValueError(
+            f"attention: k {k.shape} and v {v.shape} must have the same number of keys"
+        )
     if mask is not None:
         mask = mask.data if isinstance(mask, Tensor) else np.asarray(mask)
         if mask.dtype != np.bool_:
-            raise TypeError(f"attention: mask must be boolean (True = attend), got dtype {mask.dtype}")
+            raise TypeError(
+                f"attention: mask must be boolean (True = attend), got dtype {mask.dtype}"
+            )
     dropout_p = check_probability(dropout_p, "attention: dropout_p")
     num_queries, head_dim = q.shape[-2:]
     num_keys = k.shape[-2]

@@ -16,7 +16,8 @@ def cross_entropy(logits: Tensor, targets: Any, ignore_index: int | None = None)
     ``logits`` has shape ``(..., C)``, ``targets`` integer shape ``(...)`` with values in
     ``[0, C)`` (or equal to ``ignore_index``). With ``n`` the number of non-ignored positions:
 
-    Forward: ``L = (1/n) sum_i [log sum_c exp(z_ic - m_i) - (z_{i,t_i} - m_i)]``, ``m_i = max_c z_ic``
+    Forward: ``L = (1/n) sum_i [log sum_c exp(z_ic - m_i) - (z_{i,t_i} - m_i)]``,
+    ``m_i = max_c z_ic``
     (or the global max, see ``_common.exp_shift``): the max-subtraction keeps ``exp`` <= 1
     and the log-sum-exp never takes ``log 0``.
     VJP: ``dL/dz_ic = (g/n) (p_ic - [c = t_i])`` with ``p = softmax(z)``; the one-hot is a

@@ -28,7 +28,9 @@ def layer_norm(
     """
     x = float_tensor(x, "layer_norm: x")
     if x.ndim == 0 or x.shape[-1] == 0:
-        raise ValueError(f"layer_norm: x needs a non-empty last axis to normalize, got shape {x.shape}")
+        raise ValueError(
+            f"layer_norm: x needs a non-empty last axis to normalize, got shape {x.shape}"
+        )
     dim = x.shape[-1]
     for name, param in (("weight", weight), ("bias", bias)):
         if param is not None and tuple(param.shape) != (dim,):

@@ -35,8 +35,10 @@ def check_probability(p: float, name: str) -> float:
     return p
 
 
-def dropout(x: Tensor, p: float, training: bool = True, rng: np.random.Generator | None = None) -> Tensor:
-    """Zero each entry with probability ``p`` and scale the rest by ``1/(1-p)`` ("inverted" dropout).
+def dropout(
+    x: Tensor, p: float, training: bool = True, rng: np.random.Generator | None = None
+) -> Tensor:
+    """Zero each entry with probability ``p``, scale the rest by ``1/(1-p)`` ("inverted" dropout).
 
     Forward: ``y = x * m``, ``m_i = [u_i >= p] / (1 - p)``, ``u_i ~ U[0, 1)`` from
     ``glassllm.rng.get_rng(rng)``, so ``E[y] = x`` and evaluation needs no rescaling.

@@ -16,7 +16,9 @@ from glassllm.tensor import Tensor, as_tensor, unbroadcast
 
 def _tensor_list(tensors: Sequence[Any], name: str) -> list[Tensor]:
     if isinstance(tensors, (Tensor, np.ndarray)):
-        raise TypeError(f"{name} takes a sequence of tensors, not a single {type(tensors).__name__}")
+        raise TypeError(
+            f"{name} takes a sequence of tensors, not a single {type(tensors).__name__}"
+        )
     items = [as_tensor(t) for t in tensors]
     if not items:
         raise ValueError(f"{name} needs at least one tensor")
@@ -42,7 +44,8 @@ def concatenate(tensors: Sequence[Tensor], axis: int = 0) -> Tensor:
     def vjp(grad: np.ndarray) -> tuple:
         pieces = np.split(grad, bounds, axis=axis)
         return tuple(
-            as_dtype(piece, p.dtype) if p.requires_grad else None for piece, p in zip(pieces, parts)
+            as_dtype(piece, p.dtype) if p.requires_grad else None
+            for piece, p in zip(pieces, parts, strict=True)
         )
 
     return Tensor.from_op(out, tuple(parts), vjp)
