@@ -56,6 +56,10 @@ def _float(text: str) -> float:
 _float.__name__ = "float"  # argparse names the type in its message: "invalid float value"
 
 
+# How an option's value is shown in --help, by type (a field's metadata may say otherwise).
+_METAVARS = {int: "N", float: "X", str: "TEXT"}
+
+
 def add_config_options(parser: argparse.ArgumentParser, config_class: type) -> None:
     """One option per dataclass field, defaulting to "not given" so a resumed run can tell which
     options the user set."""
@@ -66,6 +70,8 @@ def add_config_options(parser: argparse.ArgumentParser, config_class: type) -> N
         flag = "--" + field.name.replace("_", "-")
         default = getattr(defaults, field.name)
         help_text = f"{field.metadata.get('help', '')} (default: {default})"
+        choices = field.metadata.get("choices")
+        metavar = "{" + ",".join(choices) + "}" if choices else _METAVARS[kind]
         if kind is bool:
             parser.add_argument(
                 flag,
@@ -80,7 +86,8 @@ def add_config_options(parser: argparse.ArgumentParser, config_class: type) -> N
                 dest=field.name,
                 type=_float if kind is float else kind,
                 default=argparse.SUPPRESS,
-                metavar=field.name.upper(),
+                choices=choices,
+                metavar=field.metadata.get("metavar", metavar),
                 help=help_text,
             )
 

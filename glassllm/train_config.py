@@ -41,8 +41,12 @@ class TrainConfig:
     dropout: float = _option(0.0, "dropout probability (0 for small models)")
     bias: bool = _option(False, "biases in Linear and LayerNorm layers")
     # data
-    data: str = _option("builtin", "'builtin' (Python docs), 'shakespeare' or a text file path")
-    tokenizer: str = _option("char", "'char' (one token per character) or 'byte' (UTF-8 bytes)")
+    data: str = _option(
+        "builtin", "'builtin' (Python docs), 'shakespeare' or a text file path", metavar="DATA"
+    )
+    tokenizer: str = _option(
+        "char", "'char' (one token per character) or 'byte' (UTF-8 bytes)", choices=TOKENIZER_KINDS
+    )
     batch_size: int = _option(12, "blocks per step")
     # optimisation
     max_iters: int = _option(2000, "training steps")
@@ -60,7 +64,7 @@ class TrainConfig:
     eval_interval: int = _option(250, "steps between evaluations and checkpoints")
     eval_iters: int = _option(20, "batches per split in each evaluation")
     seed: int = _option(1337, "seed of every random generator of the run")
-    out_dir: str = _option("out", "directory for the checkpoint, log and loss plot")
+    out_dir: str = _option("out", "directory for the checkpoint, log and loss plot", metavar="DIR")
     sample_tokens: int = _option(300, "tokens sampled at the end of training (0: none)")
 
     def validate(self) -> None:

@@ -237,7 +237,7 @@ def test_bad_data(tmp_path, capsys, make_data, fragments):
         (["--n-embd", "18", "--n-head", "4"], ["n_embd (18) must be divisible by n_head (4)"]),
         (["--n-layer", "0"], ["n_layer must be at least 1"]),
         (["--dropout", "1.0"], ["dropout"]),
-        (["--tokenizer", "bpe"], ["tokenizer must be one of char, byte"]),
+        (["--tokenizer", "bpe"], ["--tokenizer: invalid choice: 'bpe'"]),
         (["--lr", "nan"], ["--lr", "invalid float value"]),
         (["--n-layer", "two"], ["--n-layer", "invalid int value"]),
         (["--no-such-option"], ["unrecognized arguments"]),
