@@ -57,7 +57,7 @@ _float.__name__ = "float"  # argparse names the type in its message: "invalid fl
 
 
 # How an option's value is shown in --help, by type (a field's metadata may say otherwise).
-_METAVARS = {int: "N", float: "X", str: "TEXT"}
+_METAVARS = {bool: None, int: "N", float: "X", str: "TEXT"}
 
 
 def add_config_options(parser: argparse.ArgumentParser, config_class: type) -> None:
