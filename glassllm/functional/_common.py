@@ -67,40 +67,25 @@ def as_dtype(a: np.ndarray, dtype: np.dtype) -> np.ndarray:
     return a if a.dtype == dtype else a.astype(dtype)
 
 
-# exp(-R) must stay a normal number, where exp keeps full relative precision:
-# float32's smallest normal is exp(-87.3), float64's exp(-708.4).
-_EXP_SAFE_RANGE = {np.dtype(np.float32): 80.0, np.dtype(np.float64): 700.0}
-
-
-def global_exp_shift(x: np.ndarray) -> np.ndarray | None:
-    """``max(x)`` as a 0-d array when one shift is safe for every slice of ``x``, else None.
-
-    Any shift gives the same softmax; it only has to make every exponent <= 0 and keep each
-    slice's largest exponent far above underflow. When the whole array spans at most ``R``
-    (80 in float32, 700 in float64), its global maximum does both for every slice at once:
-    exponents lie in ``[-R, 0]``, all normal numbers, where ``exp`` keeps full relative
-    precision. Two SIMD reductions over the whole array cost ~20 us where a per-row ``max``
-    over short rows costs ~270 us (the attention scores of the GPT step). Wide ranges,
-    infinities and nan give None.
-    """
-    if x.size:
-        high, low = x.max(), x.min()
-        if high - low <= _EXP_SAFE_RANGE.get(x.dtype, 0.0):
-            return np.asarray(high)
-    return None
-
-
 def exp_shift(x: np.ndarray, axes: tuple[int, ...]) -> np.ndarray:
-    """A shift ``m`` for ``exp(x - m)`` that cannot overflow or underflow: the max-subtraction.
+    """The max-subtraction shift for ``exp(x - m)``: the maximum of each slice over ``axes``.
 
-    The global maximum when ``global_exp_shift`` allows it, else the maximum of each slice
-    over ``axes`` (kept as size-1 axes), with 0 for a slice whose maximum is not finite (all
-    ``-inf``: ``exp(-inf - 0) = 0`` rather than ``exp(-inf + inf) = nan``).
+    Kept as size-1 axes so it broadcasts against ``x``. With ``m`` the slice maximum every
+    exponent is <= 0 (no overflow) and the largest is 0 (the sum is >= 1, never 0). A slice
+    whose maximum is not finite (all ``-inf``, fully masked) is shifted by 0 instead:
+    ``exp(-inf - 0) = 0`` rather than ``exp(-inf + inf) = nan``.
+
+    Over one axis, ``take_along_axis(x, argmax(x))`` is used: NumPy's ``argmax`` is vectorised
+    over short rows where ``max`` is not, and the pair is ~2x faster than ``max`` on the GPT's
+    attention scores (87 vs 183 us at (12, 4, 64, 64)) with the same result, nan included.
+    The shift is per slice on purpose: one global shift would be cheaper still, but would make
+    each row's rounding depend on the other rows (on later positions, in causal attention).
     """
-    shift = global_exp_shift(x)
-    if shift is not None:
-        return shift
-    shift = np.asarray(x.max(axis=axes, keepdims=True, initial=-np.inf))
+    if len(axes) == 1 and x.shape[axes[0]] > 0:
+        axis = axes[0]
+        shift = np.take_along_axis(x, np.expand_dims(x.argmax(axis=axis), axis), axis)
+    else:
+        shift = np.asarray(x.max(axis=axes, keepdims=True, initial=-np.inf))
     if not np.isfinite(shift).all():
         shift[~np.isfinite(shift)] = 0
     return shift

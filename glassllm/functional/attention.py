@@ -7,7 +7,7 @@ from functools import lru_cache
 
 import numpy as np
 
-from glassllm.functional._common import float_tensor, global_exp_shift, sum_last
+from glassllm.functional._common import exp_shift, float_tensor, sum_last
 from glassllm.functional.regularization import check_probability, dropout_mask
 from glassllm.tensor import Tensor, unbroadcast
 
@@ -54,8 +54,7 @@ def scaled_dot_product_attention(
     when not training.
 
     Forward: ``S = (q/sqrt d) k^T + M``, ``P = softmax(S)`` with the row maximum subtracted
-    (or the global one, see ``_common.exp_shift``; a fully masked row is shifted by 0 and its
-    zero sum replaced by 1), ``A = P * m_drop``,
+    (a fully masked row is shifted by 0 and its zero sum replaced by 1), ``A = P * m_drop``,
     ``O = A v``. VJP with ``G = dL/dO``: ``dv = A^T G``, ``dP = (G v^T) * m_drop``,
     ``dS = P * (dP - rowsum(dP * P))``, where ``rowsum(dP * P) = rowsum(G * O)`` is computed
     on ``(Tq, dv)`` rather than ``(Tq, Tk)``; ``dq = dS k / sqrt d``, ``dk = dS^T q / sqrt d``.
@@ -94,23 +93,12 @@ def scaled_dot_product_attention(
     q_scaled = np.multiply(q.data, scale, dtype=dtype)  # (..., Tq, d): cheaper to scale than S
     scores = q_scaled @ np.swapaxes(k.data, -1, -2).astype(dtype, copy=False)  # (..., Tq, Tk)
     bias = _mask_bias(num_queries, num_keys, causal, mask, dtype)
-    # Max-subtraction. When the unmasked scores span a safe range, one scalar shift serves
-    # every row and folds into the small (Tq, Tk) bias: no per-row max, no extra pass.
-    shift = global_exp_shift(scores)
-    if shift is not None:
-        if bias is None:
-            scores -= shift
-        else:
-            bias = bias - shift
     if bias is not None:
         if np.broadcast_shapes(scores.shape, bias.shape) == scores.shape:
             scores += bias
         else:
             scores = scores + bias  # the mask adds batch axes that q, k lack
-    if shift is None:
-        row_max = scores.max(axis=-1, keepdims=True, initial=-np.inf)  # (..., Tq, 1)
-        row_max[np.isneginf(row_max)] = 0  # a fully masked row: exp(-inf - 0) = 0, never nan
-        scores -= row_max
+    scores -= exp_shift(scores, (scores.ndim - 1,))  # (..., Tq, 1) row max, 0 if fully masked
     probs = np.exp(scores, out=scores)  # (..., Tq, Tk)
     row_sum = sum_last(probs)
     row_sum[row_sum == 0] = 1

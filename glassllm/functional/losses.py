@@ -17,9 +17,8 @@ def cross_entropy(logits: Tensor, targets: Any, ignore_index: int | None = None)
     ``[0, C)`` (or equal to ``ignore_index``). With ``n`` the number of non-ignored positions:
 
     Forward: ``L = (1/n) sum_i [log sum_c exp(z_ic - m_i) - (z_{i,t_i} - m_i)]``,
-    ``m_i = max_c z_ic``
-    (or the global max, see ``_common.exp_shift``): the max-subtraction keeps ``exp`` <= 1
-    and the log-sum-exp never takes ``log 0``.
+    ``m_i = max_c z_ic``: the max-subtraction keeps ``exp`` <= 1 and the log-sum-exp never
+    takes ``log 0``.
     VJP: ``dL/dz_ic = (g/n) (p_ic - [c = t_i])`` with ``p = softmax(z)``; the one-hot is a
     scatter-subtract of ``g/n`` at ``(i, t_i)``, never materialised. Ignored rows get 0.
 
@@ -58,7 +57,7 @@ def cross_entropy(logits: Tensor, targets: Any, ignore_index: int | None = None)
     rows = np.arange(z.shape[0])
     n = z.shape[0] if kept is None else int(np.count_nonzero(kept))
 
-    m = exp_shift(z, (1,))  # (N, 1) row maxima, or the global max when that is as safe
+    m = exp_shift(z, (1,))  # (N, 1) row maxima
     e = np.subtract(z, m)  # (N, C) shifted logits, then their exp
     picked = e[rows, safe_t]  # (N,) z_{i,t_i} - m_i
     np.exp(e, out=e)

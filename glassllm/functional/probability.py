@@ -2,10 +2,8 @@
 
 All three subtract the maximum along the reduced axes before exponentiating, so every
 exponent is <= 0, ``exp`` never overflows and the sum it feeds is >= 1 (one term is
-exp(0)). (When the whole array spans less than the exponent range, its global maximum serves
-every slice at once; see ``_common.exp_shift``.) A slice that is entirely ``-inf`` (fully
-masked) is shifted by 0 instead of by its ``-inf`` maximum, which would give
-``-inf - -inf = nan``.
+exp(0)). A slice that is entirely ``-inf`` (fully masked) is shifted by 0 instead of by its
+``-inf`` maximum, which would give ``-inf - -inf = nan``.
 """
 
 from __future__ import annotations
@@ -31,12 +29,12 @@ def _axes(axis: int | tuple[int, ...] | None, ndim: int) -> tuple[int, ...]:
 
 
 def _shifted_exp(x: np.ndarray, axes: tuple[int, ...]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """``(e, m, s)`` with ``m`` the shift of ``exp_shift``, ``e = exp(x - m)``, ``s = sum(e)``.
+    """``(e, m, s)`` with ``m`` the slice maxima (``exp_shift``), ``e = exp(x - m)``, ``s = sum e``.
 
-    ``m`` broadcasts against ``x`` (a scalar, or the reduced axes kept with size 1); ``s``
-    keeps the reduced axes. ``e`` is a fresh array the caller may overwrite.
+    ``m`` and ``s`` keep the reduced axes (size 1). ``e`` is a fresh array the caller may
+    overwrite.
     """
-    m = exp_shift(x, axes)  # per-slice max, or the global max when that is as safe
+    m = exp_shift(x, axes)  # per-slice max, 0 for an all -inf slice
     e = np.subtract(x, m, out=np.empty_like(x))  # out=: NumPy returns scalars for 0-d input
     np.exp(e, out=e)
     last_only = axes == (x.ndim - 1,)
