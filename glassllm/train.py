@@ -177,13 +177,19 @@ class Trainer:
             raise ValueError(f"cannot resume with a different {'; '.join(different)}")
 
     def _restore(self, metadata: dict[str, Any]) -> None:
+        iteration = int(metadata["iteration"])
+        if iteration >= self.config.max_iters:
+            raise ValueError(
+                f"the checkpoint is already at iteration {iteration} and max_iters is "
+                f"{self.config.max_iters}: pass a larger --max-iters to train further"
+            )
         glassllm.load(self.checkpoint_path, self.model, self.optimizer)
         # The optimizer state brought the old hyper-parameters; the configuration may change them.
         for group in self.optimizer.param_groups:
             decays = all(p.ndim >= 2 for p in group["params"])
             group["weight_decay"] = self.config.weight_decay if decays else 0.0
             group["betas"] = (self.config.beta1, self.config.beta2)
-        self.iteration = int(metadata["iteration"])
+        self.iteration = iteration
         self.best_val_loss = metadata.get("best_val_loss")
         self.last_eval_iteration = metadata.get("last_eval_iteration")
         self.elapsed_s = float(metadata.get("elapsed_s", 0.0))
@@ -196,11 +202,6 @@ class Trainer:
                 f"glassllm: warning: {self.config.data!r} is not the text this checkpoint was "
                 "trained on; the run continues on the new text",
                 file=sys.stderr,
-            )
-        if self.iteration >= self.config.max_iters:
-            raise ValueError(
-                f"the checkpoint is already at iteration {self.iteration} and max_iters is "
-                f"{self.config.max_iters}: pass a larger --max-iters to train further"
             )
 
     # ---- checkpoints and logs
