@@ -210,6 +210,24 @@ def test_default_corpus_is_builtin(tmp_path, capsys):
     assert "data builtin:" in out
 
 
+def test_resume_from_the_command_line_matches_a_straight_run(text_file, tmp_path, capsys):
+    from safetensors.numpy import load_file
+
+    common = [*TINY, "--data", text_file, "--lr-decay-iters", "12", "--dropout", "0.1"]
+    assert run(["train", *common, "--out-dir", tmp_path / "straight"], capsys)[0] == 0
+    half = ["train", *common, "--max-iters", "7", "--out-dir", tmp_path / "split"]
+    assert run(half, capsys)[0] == 0
+    status, out, err = run(["train", "--resume", "--out-dir", tmp_path / "split",
+                            "--max-iters", "12"], capsys)  # fmt: skip
+    assert status == 0, err
+    assert "resuming at step 7" in out
+    straight = load_file(tmp_path / "straight" / CHECKPOINT_NAME)
+    resumed = load_file(tmp_path / "split" / CHECKPOINT_NAME)
+    assert straight.keys() == resumed.keys()  # weights and optimizer moments
+    for name, value in straight.items():
+        np.testing.assert_array_equal(resumed[name], value, err_msg=name)
+
+
 # --- bad input: one clear line, exit status 2 ------------------------------------------------
 
 
