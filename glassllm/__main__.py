@@ -4,4 +4,5 @@ import sys
 
 from glassllm.cli import main
 
-sys.exit(main())
+if __name__ == "__main__":  # not when a tool (e.g. pytest --doctest-modules) imports this file
+    sys.exit(main())
