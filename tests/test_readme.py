@@ -1,0 +1,32 @@
+"""The README stays true: its Python examples run, and its Quickstart is what CI runs."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+README = (ROOT / "README.md").read_text(encoding="utf-8")
+PYTHON_BLOCKS = re.findall(r"```python\n(.*?)```", README, flags=re.DOTALL)
+
+
+def test_readme_has_python_examples():
+    assert len(PYTHON_BLOCKS) >= 3
+
+
+@pytest.mark.parametrize("index", range(len(PYTHON_BLOCKS)))
+def test_readme_python_example_runs(index, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # the examples may write files (a checkpoint)
+    exec(compile(PYTHON_BLOCKS[index], f"README.md[python block {index}]", "exec"), {})
+
+
+def test_quickstart_has_exactly_two_commands_and_ci_runs_the_test_one():
+    quickstart = README.split("## Quickstart", 1)[1]
+    block = re.search(r"```bash\n(.*?)```", quickstart, flags=re.DOTALL).group(1)
+    commands = [line for line in block.splitlines() if line.strip()]
+    assert len(commands) == 2
+    assert "glassllm train" in commands[0]
+    ci_script = (ROOT / ".ci" / "run").read_text(encoding="utf-8")
+    assert commands[1] in ci_script.splitlines()
