@@ -8,44 +8,18 @@ vocabulary (``tokenizer``), the training configuration and the state of every ra
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 import glassllm
+from glassllm.checkpoint import read_metadata
 from glassllm.data import Tokenizer, tokenizer_from_dict
 from glassllm.models import GPT, GPTConfig
 
 # metadata["format"] of a checkpoint written by glassllm.train; anything else is another model.
 CHECKPOINT_FORMAT = "glassllm.gpt"
-
-# Where glassllm.save keeps the caller's metadata dict, JSON-encoded, in the safetensors header
-# (the file layout documented in glassllm/checkpoint.py).
-_METADATA_HEADER_KEY = "glassllm.metadata"
-
-
-def _read_metadata(path: Path) -> Any:
-    """The metadata dict of a glassllm checkpoint from the safetensors header alone (no tensors
-    read; glassllm.load checks the file's digest when the weights are loaded)."""
-    import safetensors
-
-    try:
-        with safetensors.safe_open(str(path), framework="np") as handle:
-            header = handle.metadata() or {}
-    except OSError as err:
-        raise ValueError(f"cannot read checkpoint {str(path)!r}: {err}") from None
-    except Exception as err:  # safetensors raises its own SafetensorError for a broken file
-        raise ValueError(
-            f"{str(path)!r} is not a readable safetensors checkpoint (truncated, corrupted or "
-            f"another format): {err}"
-        ) from None
-    try:
-        return json.loads(header.get(_METADATA_HEADER_KEY, "{}"))
-    except ValueError:
-        raise ValueError(f"checkpoint {str(path)!r} has corrupted metadata") from None
-
 
 def read_checkpoint_metadata(path: str | Path) -> dict[str, Any]:
     """The metadata of a checkpoint written by :class:`Trainer`, read without building a model.
@@ -55,7 +29,7 @@ def read_checkpoint_metadata(path: str | Path) -> dict[str, Any]:
     path = Path(path)
     if not path.is_file():
         raise ValueError(f"checkpoint {str(path)!r} not found")
-    metadata = _read_metadata(path)
+    metadata = read_metadata(path)  # CheckpointError (a ValueError) for an unreadable file
     if not isinstance(metadata, dict) or metadata.get("format") != CHECKPOINT_FORMAT:
         raise ValueError(
             f"{str(path)!r} is not a glassllm GPT checkpoint (its metadata has no "
