@@ -9,7 +9,7 @@ truncation error is too small for the rounding error.
 
 from __future__ import annotations
 
-from typing import Callable, Sequence
+from collections.abc import Callable, Sequence
 
 import numpy as np
 
@@ -65,14 +65,14 @@ def gradcheck(
             for i in checked
         ]
     finally:
-        for i, grad in zip(checked, saved_grads):
+        for i, grad in zip(checked, saved_grads, strict=True):
             inputs[i].grad = grad
 
     def projected() -> float:
         with no_grad():
             return float(np.sum(fn(*inputs).data * direction))
 
-    for i, exact in zip(checked, analytic):
+    for i, exact in zip(checked, analytic, strict=True):
         values = inputs[i].data
         numeric = np.zeros(values.shape)
         # Index the array itself: reshape(-1) of a transposed or strided array is
@@ -88,11 +88,12 @@ def gradcheck(
         error = np.abs(exact - numeric)
         allowed = atol + rtol * np.abs(numeric)
         if np.any(~(error <= allowed)):
-            worst = np.unravel_index(np.nanargmax(np.where(np.isnan(error), np.inf, error - allowed)),
-                                     values.shape) if values.ndim else ()
+            excess = np.where(np.isnan(error), np.inf, error - allowed)
+            worst = np.unravel_index(np.argmax(excess), values.shape) if values.ndim else ()
             raise AssertionError(
-                f"gradcheck: input {i} (shape {values.shape}) mismatch at index {tuple(map(int, worst))}: "
-                f"analytic {exact[worst]!r}, finite difference {numeric[worst]!r} "
+                f"gradcheck: input {i} (shape {values.shape}) mismatch at index "
+                f"{tuple(map(int, worst))}: analytic {float(exact[worst])!r}, "
+                f"finite difference {float(numeric[worst])!r} "
                 f"(|diff| {error[worst]:.3g} > atol {atol} + rtol {rtol} * |fd|)"
             )
     return True
