@@ -234,13 +234,16 @@ def machine_info() -> dict[str, Any]:
         torch_version = "not installed"
     commit = os.environ.get("BENCH_COMMIT", "")  # set where the tree travels without .git
     try:
-        commit = commit or subprocess.run(
-            ["git", "rev-parse", "--short", "HEAD"],
-            cwd=REPO_DIR,
-            capture_output=True,
-            text=True,
-            check=False,
-        ).stdout.strip()
+        commit = (
+            commit
+            or subprocess.run(
+                ["git", "rev-parse", "--short", "HEAD"],
+                cwd=REPO_DIR,
+                capture_output=True,
+                text=True,
+                check=False,
+            ).stdout.strip()
+        )
     except OSError:
         commit = "unknown"
     simd = [f for f in ("avx2", "fma", "avx512f", "avx512_bf16") if f in flags]

@@ -31,7 +31,7 @@ def table(headers: list[str], rows: list[list[Any]]) -> str:
 def machine_line(m: dict[str, Any]) -> str:
     return (
         f"{m['cpu']} ({m['usable_cpus']} usable of {m['logical_cpus']} logical CPUs, "
-        f"{'/'.join(m.get('simd', []))}), load average {m['load_average']} at start; Python "
+        f"{'/'.join(m.get('simd', []))}), load average {m['load_average']} when written; Python "
         f"{m['python']}, NumPy {m['numpy']} with {m['blas']}, PyTorch {m['torch']}; glassllm "
         f"{m['glassllm_commit']}; {m['date']}"
     )
@@ -257,57 +257,77 @@ def _trace(rss: dict[str, float], last: int) -> str:
     return f"{rss['10']:.1f} → {rss[str(last)]:.1f}"
 
 
-def shakespeare(d: dict[str, Any]) -> str:
-    evals = ", ".join(f"{e['iter']}: {e['val']:.3f}" for e in d["evals"])
+def shakespeare(runs: list[dict[str, Any]]) -> str:
+    """One row per run (bench/results/shakespeare*.json), the default run first."""
+    rows = [
+        [
+            d.get("framework", "glassllm"),
+            d["seed"],
+            f"{d['final_train_loss_full']:.4f}",
+            f"{d['final_val_loss_full']:.4f}",
+            f"{d['evals'][-1]['val']:.4f}",
+            "yes" if d["reached"] else "no",
+            d["wall_s_training_loop"],
+            d["ms_per_iter"],
+            d["peak_rss_mib"],
+            d["machine"]["cpu"],
+        ]
+        for d in runs
+    ]
+    first = runs[0]
+    evals = ", ".join(f"{e['iter']}: {e['val']:.3f}" for e in first["evals"])
     return "\n".join(
         [
-            f"Machine: {machine_line(d['machine'])}.",
-            "",
-            f"{d['max_iters']} iterations, seed {d['seed']}, data `{d['data']}`.",
+            f"{first['max_iters']} iterations each; target: val loss over the whole split <= "
+            f"{first['target_val_loss']}. First run: {machine_line(first['machine'])}.",
             "",
             table(
                 [
-                    "final train loss (whole split)",
-                    "final val loss (whole split)",
-                    "target",
+                    "framework",
+                    "seed",
+                    "train loss (whole split)",
+                    "val loss (whole split)",
+                    "val, 20-batch estimate",
                     "reached",
                     "training loop s",
                     "ms/iter",
                     "peak RSS MiB",
+                    "CPU",
                 ],
-                [
-                    [
-                        d["final_train_loss_full"],
-                        d["final_val_loss_full"],
-                        f"<= {d['target_val_loss']}",
-                        d["reached"],
-                        d["wall_s_training_loop"],
-                        d["ms_per_iter"],
-                        d["peak_rss_mib"],
-                    ]
-                ],
+                rows,
             ),
             "",
-            f"Val loss, 20-batch estimate during training (iteration: loss): {evals}.",
+            f"First run's val loss, 20-batch estimate during training (iteration: loss): {evals}.",
         ]
     )
 
 
-SECTIONS: dict[str, tuple[str, Callable[[dict[str, Any]], str]]] = {
-    "train_step": ("train_step", train_step),
-    "sample": ("sample", sample),
-    "ops": ("ops", ops),
-    "memory": ("memory", memory),
-    "shakespeare": ("shakespeare", shakespeare),
+# section name -> (JSON file names or a glob under bench/results/, renderer, script to run)
+SECTIONS: dict[str, tuple[str, Callable[[Any], str], str]] = {
+    "train_step": ("train_step", train_step, "train_step.py"),
+    "train_step_local": ("train_step_local", train_step, "train_step.py --out train_step_local"),
+    "sample": ("sample", sample, "sample.py"),
+    "sample_local": (
+        "sample_local",
+        sample,
+        "sample.py, then rename the JSON to sample_local.json",
+    ),
+    "ops": ("ops", ops, "ops.py"),
+    "ops_local": ("ops_local", ops, "ops.py, then rename the JSON to ops_local.json"),
+    "memory": ("memory", memory, "memory.py"),
+    "shakespeare": ("shakespeare*", shakespeare, "shakespeare.py"),
 }
 
 
 def render(name: str) -> str:
-    json_name, fn = SECTIONS[name]
-    path = H.RESULTS_DIR / f"{json_name}.json"
-    if not path.exists():
-        return f"_Not measured yet: run `python bench/{json_name}.py`._"
-    return fn(json.loads(path.read_text()))
+    pattern, fn, script = SECTIONS[name]
+    paths = sorted(
+        H.RESULTS_DIR.glob(f"{pattern}.json"), key=lambda p: (p.stem != pattern.rstrip("*"), p.stem)
+    )
+    if not paths:
+        return f"_Not measured yet: run `python bench/{script}`._"
+    loaded = [json.loads(p.read_text()) for p in paths]
+    return fn(loaded if "*" in pattern else loaded[0])
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -20,6 +20,7 @@ bench/results/shakespeare.json.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import time
 from pathlib import Path
@@ -37,34 +38,100 @@ def load_text(spec: str) -> str:
     return library_load_text(spec)
 
 
-def split_loss(model, data, block_size: int, batch_size: int = 64) -> float:
-    """Mean cross-entropy over every non-overlapping block_size window of ``data`` (no_grad)."""
-    from glassllm import no_grad
+class GlassllmTrainer:
+    """nanoGPT's train.py step with the library: forward, backward, clip 1.0, AdamW, zero grad."""
+
+    def __init__(self, config, seed: int, lr: float) -> None:
+        import numpy as np
+
+        from glassllm.models import GPT
+
+        self.model = GPT(config, rng=np.random.default_rng(seed))
+        self.optimizer = self.model.configure_optimizer(lr=lr, weight_decay=0.1, betas=(0.9, 0.99))
+        self.params = list(self.model.parameters())
+
+    def step(self, x, y, lr: float) -> float:
+        from glassllm.nn.utils import clip_grad_norm_
+
+        for group in self.optimizer.param_groups:
+            group["lr"] = lr
+        _, loss = self.model(x, y)
+        loss.backward()
+        clip_grad_norm_(self.params, 1.0)
+        self.optimizer.step()
+        self.optimizer.zero_grad()
+        return float(loss.data)
+
+    def loss(self, x, y) -> float:
+        from glassllm import no_grad
+
+        with no_grad():
+            return float(self.model(x, y)[1].data)
+
+
+class TorchTrainer:
+    """The same step in PyTorch (bench/torch_gpt.py), starting from glassllm's initial weights for
+    the same seed, so only the arithmetic differs: a control for what the recipe itself reaches."""
+
+    def __init__(self, config, seed: int, lr: float, gelu: str) -> None:
+        import torch
+        from torch_gpt import TorchGPT, TorchGPTConfig, copy_from_glassllm
+
+        self.torch = torch
+        initial = GlassllmTrainer(config, seed, lr).model
+        self.model = TorchGPT(
+            TorchGPTConfig(
+                config.vocab_size,
+                config.block_size,
+                config.n_layer,
+                config.n_head,
+                config.n_embd,
+                gelu=gelu,
+            )
+        )
+        copy_from_glassllm(self.model, {n: p.data for n, p in initial.named_parameters()})
+        self.optimizer = self.model.configure_optimizer(lr, 0.1, (0.9, 0.99))
+
+    def step(self, x, y, lr: float) -> float:
+        torch = self.torch
+        for group in self.optimizer.param_groups:
+            group["lr"] = lr
+        _, loss = self.model(*self._tensors(x, y))
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(self.model.parameters(), 1.0)
+        self.optimizer.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        return float(loss.detach())
+
+    def loss(self, x, y) -> float:
+        with self.torch.no_grad():
+            return float(self.model(*self._tensors(x, y))[1])
+
+    def _tensors(self, x, y):
+        import numpy as np
+
+        return (
+            self.torch.from_numpy(np.ascontiguousarray(x)),
+            self.torch.from_numpy(np.ascontiguousarray(y)),
+        )
+
+
+def split_loss(trainer, data, block_size: int, batch_size: int = 64) -> float:
+    """Mean cross-entropy over every non-overlapping block_size window of ``data``."""
     from glassllm.data import sequential_batches
 
     total, count = 0.0, 0
-    model.eval()
-    with no_grad():
-        for x, y in sequential_batches(data, block_size, batch_size):
-            _, loss = model(x, y)
-            total += float(loss.data) * y.size
-            count += y.size
-    model.train()
+    for x, y in sequential_batches(data, block_size, batch_size):
+        total += trainer.loss(x, y) * y.size
+        count += y.size
     return total / count
 
 
-def estimate_loss(model, data, block_size: int, batch_size: int, iters: int, rng) -> float:
+def estimate_loss(trainer, data, block_size: int, batch_size: int, iters: int, rng) -> float:
     """nanoGPT's estimate_loss: the mean over ``iters`` random batches."""
-    from glassllm import no_grad
     from glassllm.data import get_batch
 
-    model.eval()
-    with no_grad():
-        losses = [
-            float(model(*get_batch(data, block_size, batch_size, rng))[1].data)
-            for _ in range(iters)
-        ]
-    model.train()
+    losses = [trainer.loss(*get_batch(data, block_size, batch_size, rng)) for _ in range(iters)]
     return sum(losses) / len(losses)
 
 
@@ -82,6 +149,19 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--eval-iters", type=int, default=20)
     parser.add_argument("--seed", type=int, default=1337)
     parser.add_argument("--target", type=float, default=1.90, help="full-val loss to reach")
+    parser.add_argument("--out", default="shakespeare", help="JSON name under bench/results/")
+    parser.add_argument(
+        "--framework",
+        choices=["glassllm", "torch"],
+        default="glassllm",
+        help="torch: the control run, same initial weights and batches",
+    )
+    parser.add_argument(
+        "--torch-gelu",
+        choices=["tanh", "none"],
+        default="tanh",
+        help="GELU of the torch control (nanoGPT uses the exact one, none)",
+    )
     parser.add_argument(
         "--untuned",
         action="store_true",
@@ -96,8 +176,7 @@ def main(argv: list[str] | None = None) -> int:
     import numpy as np
 
     from glassllm.data import CharTokenizer, get_batch, split_train_val
-    from glassllm.models import GPT, GPTConfig
-    from glassllm.nn.utils import clip_grad_norm_
+    from glassllm.models import GPTConfig
     from glassllm.optim import cosine_with_warmup
 
     tuned = _steps.tune_allocator(not args.untuned)
@@ -113,14 +192,17 @@ def main(argv: list[str] | None = None) -> int:
         dropout=0.0,
         bias=False,
     )
+    if args.framework == "torch":
+        import torch
+
+        torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "1")))
+        trainer = TorchTrainer(config, args.seed, args.lr, args.torch_gelu)
+    else:
+        trainer = GlassllmTrainer(config, args.seed, args.lr)
     # Separate streams, so the evaluation schedule does not change which batches training sees.
-    model = GPT(config, rng=np.random.default_rng(args.seed))
     batch_rng = np.random.default_rng([args.seed, 1])
     eval_rng = np.random.default_rng([args.seed, 2])
-    optimizer = model.configure_optimizer(lr=args.lr, weight_decay=0.1, betas=(0.9, 0.99))
-    params = list(model.parameters())
-    n_params = model.num_parameters()
-    print(f"{len(text):,} characters, vocab {config.vocab_size}, {n_params:,} parameters")
+    print(f"{len(text):,} characters, vocab {config.vocab_size}, framework {args.framework}")
 
     start = time.perf_counter()
     train_time = 0.0
@@ -128,7 +210,9 @@ def main(argv: list[str] | None = None) -> int:
     for it in range(args.max_iters + 1):
         if it % args.eval_interval == 0 or it == args.max_iters:
             est = {
-                split: estimate_loss(model, data, config.block_size, 12, args.eval_iters, eval_rng)
+                split: estimate_loss(
+                    trainer, data, config.block_size, 12, args.eval_iters, eval_rng
+                )
                 for split, data in (("train", train_data), ("val", val_data))
             }
             log.append({"iter": it, **est})
@@ -140,27 +224,24 @@ def main(argv: list[str] | None = None) -> int:
         if it == args.max_iters:
             break
         lr = cosine_with_warmup(it, args.lr, args.min_lr, args.warmup_iters, args.lr_decay_iters)
-        for group in optimizer.param_groups:
-            group["lr"] = lr
         x, y = get_batch(train_data, config.block_size, 12, batch_rng)
         t0 = time.perf_counter()
-        _, loss = model(x, y)
-        loss.backward()
-        clip_grad_norm_(params, 1.0)
-        optimizer.step()
-        optimizer.zero_grad()
+        loss = trainer.step(x, y, lr)
         train_time += time.perf_counter() - t0
         if it % 100 == 0:
-            print(f"iter {it}: loss {float(loss.data):.4f}, lr {lr:.2e}", flush=True)
+            print(f"iter {it}: loss {loss:.4f}, lr {lr:.2e}", flush=True)
     train_wall = time.perf_counter() - start
 
-    val_loss = split_loss(model, val_data, config.block_size)
-    train_loss = split_loss(model, train_data, config.block_size)
+    val_loss = split_loss(trainer, val_data, config.block_size)
+    train_loss = split_loss(trainer, train_data, config.block_size)
     result = {
         "data": args.data,
         "config": config.to_dict(),
         "max_iters": args.max_iters,
         "seed": args.seed,
+        "framework": args.framework
+        if args.framework == "glassllm"
+        else f"torch (gelu {args.torch_gelu})",
         "allocator_tuned": tuned,
         "final_train_loss_full": train_loss,
         "final_val_loss_full": val_loss,
@@ -179,7 +260,7 @@ def main(argv: list[str] | None = None) -> int:
         f"training loop {train_wall:.1f} s ({result['ms_per_iter']:.1f} ms per iteration), "
         f"peak RSS {result['peak_rss_mib']:.0f} MiB"
     )
-    path = H.write_json("shakespeare", result)
+    path = H.write_json(args.out, result)
     print(f"wrote {path}")
     if args.write_results:
         import report

@@ -33,6 +33,7 @@ class TorchGPTConfig:
     n_layer: int
     n_head: int
     n_embd: int
+    gelu: str = "tanh"  # nanoGPT: "none" (exact erf)
 
 
 class LayerNorm(nn.Module):
@@ -69,7 +70,7 @@ class MLP(nn.Module):
     def __init__(self, config: TorchGPTConfig) -> None:
         super().__init__()
         self.c_fc = nn.Linear(config.n_embd, 4 * config.n_embd, bias=False)
-        self.gelu = nn.GELU(approximate="tanh")
+        self.gelu = nn.GELU(approximate=config.gelu)
         self.c_proj = nn.Linear(4 * config.n_embd, config.n_embd, bias=False)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
