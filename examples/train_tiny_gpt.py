@@ -20,6 +20,7 @@ import numpy as np
 
 import glassllm
 from glassllm import no_grad
+from glassllm.allocator import tune_allocator
 from glassllm.data import CharTokenizer, get_batch, load_text, split_train_val
 from glassllm.models import GPT, GPTConfig
 from glassllm.nn.utils import clip_grad_norm_
@@ -39,6 +40,8 @@ parser = argparse.ArgumentParser(description="Train a tiny GPT, nanoGPT style.")
 for key, value in defaults.items():
     parser.add_argument("--" + key.replace("_", "-"), type=type(value), default=value)
 cfg = parser.parse_args()
+# Keep freed step buffers mapped: without it every step page-faults its arrays back (~1.5x slower).
+tune_allocator()
 # A run shorter than the default decays over its own length unless told otherwise.
 cfg.lr_decay_iters = min(cfg.lr_decay_iters, max(cfg.max_iters, cfg.warmup_iters))
 
