@@ -8,12 +8,12 @@ two-pass variance) live in one place. Derivations: ``docs/functional.md``.
 Modules, by concept: ``shape`` (concatenate, stack, where), ``probability`` (logsumexp,
 softmax, log_softmax), ``losses`` (cross_entropy), ``activations`` (relu, gelu),
 ``normalization`` (layer_norm), ``regularization`` (dropout), ``affine`` (linear,
-embedding), ``attention`` (scaled_dot_product_attention), ``special`` (erf, erfc on ndarrays).
+embedding), ``attention`` (scaled_dot_product_attention, packed_attention), ``special`` (erf, erfc on ndarrays).
 """
 
 from glassllm.functional.activations import gelu, relu
 from glassllm.functional.affine import embedding, linear
-from glassllm.functional.attention import scaled_dot_product_attention
+from glassllm.functional.attention import packed_attention, scaled_dot_product_attention
 from glassllm.functional.losses import cross_entropy
 from glassllm.functional.normalization import layer_norm
 from glassllm.functional.probability import log_softmax, logsumexp, softmax
@@ -36,6 +36,7 @@ __all__ = [
     "embedding",
     "linear",
     "scaled_dot_product_attention",
+    "packed_attention",
     "erf",
     "erfc",
 ]

@@ -181,23 +181,33 @@ class CausalSelfAttention(Module):
 
     def forward(self, x: Tensor, kv_cache: KVCache | None = None) -> Tensor:
         x = _check_input(x, self.embed_dim, "x")
+        dropout_p = self.dropout if self.training else 0.0
+        if kv_cache is None:
+            # One op splits the heads, attends and merges them again: its backward writes
+            # dq, dk, dv into one (B, T, 3E) array (see F.packed_attention).
+            y = F.packed_attention(
+                self.qkv(x), self.num_heads, causal=True, dropout_p=dropout_p, rng=self.rng
+            )  # (B, T, E)
+            return self.resid_dropout(self.proj(y))  # (B, T, E)
+        if not isinstance(kv_cache, KVCache):
+            raise TypeError(f"kv_cache must be an nn.KVCache, got {type(kv_cache).__name__}")
+        if is_grad_enabled():
+            raise RuntimeError(
+                "a KV cache is for inference: run the forward inside "
+                "`with glassllm.no_grad():` (cached keys and values are plain arrays, "
+                "so no gradient could flow through them)"
+            )
         batch, steps, embed = x.shape
-        qkv = self.qkv(x).reshape(batch, steps, 3, self.num_heads, self.head_size)
+        qkv = self.qkv(x).data.reshape(batch, steps, 3, self.num_heads, self.head_size)
         qkv = qkv.transpose(2, 0, 3, 1, 4)  # (3, B, nh, T, hs)
-        q, k, v = qkv[0], qkv[1], qkv[2]  # (B, nh, T, hs) each
-        if kv_cache is not None:
-            if not isinstance(kv_cache, KVCache):
-                raise TypeError(f"kv_cache must be an nn.KVCache, got {type(kv_cache).__name__}")
-            if is_grad_enabled():
-                raise RuntimeError(
-                    "a KV cache is for inference: run the forward inside "
-                    "`with glassllm.no_grad():` (cached keys and values are plain arrays, "
-                    "so no gradient could flow through them)"
-                )
-            keys, values = kv_cache.append(k.data, v.data)  # (B, nh, T_cached, hs)
-            k, v = Tensor(keys), Tensor(values)
+        keys, values = kv_cache.append(qkv[1], qkv[2])  # (B, nh, T_cached, hs)
         y = F.scaled_dot_product_attention(
-            q, k, v, causal=True, dropout_p=self.dropout if self.training else 0.0, rng=self.rng
+            Tensor(qkv[0]),
+            Tensor(keys),
+            Tensor(values),
+            causal=True,
+            dropout_p=dropout_p,
+            rng=self.rng,
         )  # (B, nh, T, hs)
         return self.resid_dropout(self.proj(merge_heads(y)))  # (B, T, E)
 
