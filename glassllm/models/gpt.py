@@ -314,8 +314,8 @@ class GPT(nn.Module):
         The context is cropped to the last block_size tokens. With use_cache, each block keeps an
         nn.KVCache so a new token costs one position. Learned absolute positions mean that once the
         context exceeds block_size, sliding the window shifts every token's position and invalidates
-        the cached keys/values: from then on each token re-fills the caches from the cropped last
-        block_size tokens (the cost of uncached generation, and exactly its result).
+        the cached keys/values: from then on each token runs the uncached forward over the cropped
+        last block_size tokens (filling caches that the next token would discard only costs time).
 
         Sampling: p = softmax(top_k_mask(logits / temperature)); one u ~ U[0, 1) per row from
         rng.random, token = first index whose cumulative probability exceeds u * sum(p). Both
@@ -354,13 +354,16 @@ class GPT(nn.Module):
         caches: list[nn.KVCache] | None = None
         for _ in range(max_new_tokens):
             with self._inference(modules):
-                if not use_cache:
+                if not use_cache or idx.shape[1] >= block_size:
+                    # A full window slides at the next token, shifting every learned position:
+                    # keys/values cached now could never be reused, so none are stored.
+                    caches = None
                     h = self._hidden_states(idx[:, -block_size:])  # (B, T, E)
-                elif caches is not None and caches[0].length < block_size:
+                elif caches is not None:
                     h = self._hidden_states(idx[:, -1:], caches)  # (B, 1, E): one new position
-                else:  # first step, or the window slid: (re)fill the caches
+                else:  # first step: fill the caches from the prompt
                     caches = [self._new_cache() for _ in self.blocks]
-                    h = self._hidden_states(idx[:, -block_size:], caches)  # (B, T, E)
+                    h = self._hidden_states(idx, caches)  # (B, T, E)
                 logits = self._head(h[:, -1, :]).data  # (B, V)
             probs = self._probabilities(logits, temperature, top_k)  # (B, V)
             next_ids = self._sample(probs, rng)  # (B,)
