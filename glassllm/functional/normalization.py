@@ -59,20 +59,25 @@ def layer_norm(
 
     def vjp(grad: np.ndarray) -> tuple:
         dy = grad.reshape(-1, dim)  # (N, D)
+        scale = ones if w is None else w.data  # (D,): g = dy * scale
+        need_w = w is not None and w.requires_grad
         dx = dw = db = None
+        if x.requires_grad or need_w:
+            dy_xhat = np.multiply(dy, xhat)  # (N, D): dw's rows, and g xhat = dy_xhat * w
+        if need_w:
+            dw = as_dtype(sum_rows(dy_xhat), w.dtype)
         if x.requires_grad:
-            g = np.multiply(dy, w.data) if w is not None else dy.copy()  # (N, D)
-            mean_g = g @ ones  # (N,)
+            # Row means of g and g xhat as matrix-vector products with w: no (N, D) temporary.
+            mean_g = dy @ scale  # (N,)
             mean_g *= inv_dim
-            mean_gx = np.einsum("ij,ij->i", g, xhat)  # (N,)
+            mean_gx = dy_xhat @ scale  # (N,)
             mean_gx *= inv_dim
-            correction = np.multiply(xhat, mean_gx[:, None])  # xhat mean(g xhat)
-            correction += mean_g[:, None]
-            g -= correction
-            g *= rstd[:, None]
-            dx = g.reshape(x.shape)
-        if w is not None and w.requires_grad:
-            dw = as_dtype(sum_rows(np.multiply(dy, xhat)), w.dtype)
+            dx = np.multiply(xhat, mean_gx[:, None])  # (N, D) xhat mean(g xhat) + mean(g)
+            dx += mean_g[:, None]
+            g = dy if w is None else np.multiply(dy, scale, out=dy_xhat)  # reuse: dw is taken
+            np.subtract(g, dx, out=dx)
+            dx *= rstd[:, None]
+            dx = dx.reshape(x.shape)
         if b is not None and b.requires_grad:
             db = as_dtype(sum_rows(dy), b.dtype)
         return (dx,) + ((dw,) if w is not None else ()) + ((db,) if b is not None else ())
