@@ -211,5 +211,23 @@ class CausalSelfAttention(Module):
         )  # (B, nh, T, hs)
         return self.resid_dropout(self.proj(merge_heads(y)))  # (B, T, E)
 
+    def prefill(self, x: Tensor, kv_cache: KVCache) -> None:
+        """Append the keys and values of ``x`` (B, T, E) to ``kv_cache`` without attending.
+
+        For generation (under ``no_grad``): a later ``forward(x_new, kv_cache)`` then attends from
+        ``x_new``'s queries over these positions too, so a caller that needs the output at a few
+        positions only pays the queries, attention and projection for those.
+        """
+        x = _check_input(x, self.embed_dim, "x")
+        if not isinstance(kv_cache, KVCache):
+            raise TypeError(f"kv_cache must be an nn.KVCache, got {type(kv_cache).__name__}")
+        if is_grad_enabled():
+            raise RuntimeError(
+                "prefill is for inference: call it inside `with glassllm.no_grad():`"
+            )
+        batch, steps, _ = x.shape
+        qkv = self.qkv(x).data.reshape(batch, steps, 3, self.num_heads, self.head_size)
+        kv_cache.append(qkv[:, :, 1].transpose(0, 2, 1, 3), qkv[:, :, 2].transpose(0, 2, 1, 3))
+
     def extra_repr(self) -> str:
         return f"embed_dim={self.embed_dim}, num_heads={self.num_heads}, dropout={self.dropout}"
