@@ -61,3 +61,12 @@ def test_bad_shapes_raise_clear_errors():
 
 def test_docstring_examples():
     assert doctest.testmod(attention, raise_on_error=True).attempted > 0
+
+
+@pytest.mark.parametrize("steps", [attention.CAUSAL_TILE + 1, 2 * attention.CAUSAL_TILE + 7])
+def test_causal_tiles_without_a_graph_match_the_tracked_forward(steps):
+    qkv_data = np.random.default_rng(3).standard_normal((2, steps, 12)).astype(np.float32) * 3
+    tracked = F.packed_attention(Tensor(qkv_data, requires_grad=True), 2, causal=True)
+    untracked = F.packed_attention(Tensor(qkv_data), 2, causal=True)  # the tiled path
+    assert untracked.dtype == np.float32 and not untracked.requires_grad
+    np.testing.assert_allclose(untracked.data, tracked.data, rtol=1e-6, atol=1e-7)
