@@ -92,7 +92,7 @@ def save(
         # safetensors 0.8.0 writes a non-C-contiguous array (a transposed view, or the
         # Fortran-ordered copy np.array(view, copy=True) makes of one) with its values scrambled
         # (huggingface/safetensors#825), so every array goes in C order.
-        tensors[name] = np.ascontiguousarray(array)
+        tensors[name] = _c_order(array)
 
     header = {_FORMAT_KEY: FORMAT, _METADATA_KEY: json.dumps(user_metadata, allow_nan=False)}
     if optimizer is not None:
@@ -226,7 +226,7 @@ def _optimizer_entries(model: Module, optimizer: Optimizer) -> tuple[dict[str, n
         model_name = to_model[name]
         for key, value in entry.items():
             if isinstance(value, np.ndarray):
-                tensors[f"{OPTIM_PREFIX}{key}.{model_name}"] = np.ascontiguousarray(value)
+                tensors[f"{OPTIM_PREFIX}{key}.{model_name}"] = _c_order(value)
             else:
                 scalar_state.setdefault(model_name, {})[key] = value
     groups = [
@@ -337,11 +337,17 @@ def _model_problems(model: Module, tensors: Mapping[str, np.ndarray]) -> list[st
 # ---------------------------------------------------------------------- bytes on disk
 
 
+def _c_order(array: np.ndarray) -> np.ndarray:
+    """``array`` in C order, copied only if it is not already. Not ``np.ascontiguousarray``:
+    that returns at least 1-D, so a 0-d parameter would come back with shape (1,)."""
+    return np.asarray(array, order="C")
+
+
 def _digest(tensors: Mapping[str, np.ndarray], header: Mapping[str, str]) -> str:
     """SHA-256 over every tensor (name, dtype, shape, bytes) and metadata entry but itself."""
     digest = hashlib.sha256()
     for name in sorted(tensors):
-        array = np.ascontiguousarray(tensors[name])
+        array = _c_order(tensors[name])
         digest.update(f"{name}\0{array.dtype.str}\0{array.shape}\0".encode())
         digest.update(array.reshape(-1).view(np.uint8))  # 1-D first: 0-d and empty arrays too
     for key in sorted(header):

@@ -159,6 +159,35 @@ def test_transposed_parameter_and_tie_survive(tmp_path):
     np.testing.assert_array_equal(fresh.second.weight.data, model.first.weight.data)
 
 
+class WithScalar(nn.Module):
+    """A 0-d parameter (a learned temperature, say) beside a matrix."""
+
+    def __init__(self, value: float) -> None:
+        super().__init__()
+        self.scale = Tensor(np.array(value, dtype=np.float32), requires_grad=True)
+        self.weight = Tensor(np.full((2, 3), value, dtype=np.float32), requires_grad=True)
+
+
+def test_zero_dimensional_parameter_and_its_adam_state_round_trip(tmp_path):
+    model = WithScalar(0.5)
+    optimizer = Adam(model.named_parameters(), lr=0.1)
+    (model.weight * model.scale).sum().backward()
+    optimizer.step()
+    glassllm.save(tmp_path / "s.safetensors", model, optimizer)
+    with safetensors.safe_open(tmp_path / "s.safetensors", framework="np") as handle:
+        assert handle.get_tensor("scale").shape == ()
+    fresh = WithScalar(2.0)
+    fresh_optimizer = Adam(fresh.named_parameters(), lr=0.1)
+    glassllm.load(tmp_path / "s.safetensors", fresh, fresh_optimizer)
+    assert fresh.scale.shape == ()
+    np.testing.assert_array_equal(fresh.scale.data, model.scale.data)
+    assert fresh_optimizer.state_dict()["state"]["scale"]["exp_avg"].shape == ()
+    np.testing.assert_array_equal(
+        fresh_optimizer.state_dict()["state"]["scale"]["exp_avg"],
+        optimizer.state_dict()["state"]["scale"]["exp_avg"],
+    )
+
+
 def test_metadata_comes_back_equal(tmp_path):
     metadata = {
         "iter": 2000, "best_val_loss": 1.8812345678901234, "config": {"n_layer": 4, "bias": False},
