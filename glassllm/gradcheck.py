@@ -79,11 +79,13 @@ def gradcheck(
         # a copy, and perturbing a copy would leave fn's input unchanged.
         for j in np.ndindex(values.shape):
             original = values[j]
-            values[j] = original + eps
-            upper = projected()
-            values[j] = original - eps
-            lower = projected()
-            values[j] = original
+            try:
+                values[j] = original + eps
+                upper = projected()
+                values[j] = original - eps
+                lower = projected()
+            finally:  # fn may raise: never leave the caller's input perturbed
+                values[j] = original
             numeric[j] = (upper - lower) / (2 * eps)
         error = np.abs(exact - numeric)
         allowed = atol + rtol * np.abs(numeric)
