@@ -109,6 +109,8 @@ class SampleOptions:
             problems.append(f"num-samples must be at least 1, got {self.num_samples}")
         if self.max_new_tokens < 0:
             problems.append(f"max-new-tokens must be >= 0, got {self.max_new_tokens}")
+        if self.seed < 0:  # numpy's generators take non-negative seeds only
+            problems.append(f"seed must be >= 0, got {self.seed}")
         if not self.prompt:
             problems.append("the prompt is empty; give at least one character")
         if problems:

@@ -82,7 +82,7 @@ class TrainConfig:
         ):
             if getattr(self, name) < 1:
                 problems.append(f"{name} must be at least 1, got {getattr(self, name)}")
-        for name in ("max_iters", "warmup_iters", "sample_tokens"):
+        for name in ("max_iters", "warmup_iters", "sample_tokens", "seed"):
             if getattr(self, name) < 0:
                 problems.append(f"{name} must be >= 0, got {getattr(self, name)}")
         if self.n_head >= 1 and self.n_embd % self.n_head != 0:

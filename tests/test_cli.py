@@ -260,6 +260,7 @@ def test_bad_data(tmp_path, capsys, make_data, fragments):
         (["--n-layer", "two"], ["--n-layer", "invalid int value"]),
         (["--no-such-option"], ["unrecognized arguments"]),
         (["--warmup-iters", "50", "--lr-decay-iters", "10"], ["lr_decay_iters (10)"]),
+        (["--seed", "-5"], ["seed must be >= 0, got -5"]),
     ],
 )
 def test_bad_training_options(text_file, tmp_path, capsys, options, fragments):
@@ -314,6 +315,7 @@ def test_resume_when_already_done(trained, tmp_path, capsys):
         (["--num-samples", "0"], ["num-samples"]),
         (["--prompt", "naïve €"], ["'ï'", "not in the vocabulary"]),
         (["--prompt", ""], ["prompt is empty"]),
+        (["--seed", "-1"], ["seed must be >= 0, got -1"]),
     ],
 )
 def test_bad_sampling_options(trained, capsys, options, fragments):
