@@ -8,7 +8,8 @@ two-pass variance) live in one place. Derivations: ``docs/functional.md``.
 Modules, by concept: ``shape`` (concatenate, stack, where), ``probability`` (logsumexp,
 softmax, log_softmax), ``losses`` (cross_entropy), ``activations`` (relu, gelu),
 ``normalization`` (layer_norm), ``regularization`` (dropout), ``affine`` (linear,
-embedding), ``attention`` (scaled_dot_product_attention, packed_attention), ``special`` (erf, erfc on ndarrays).
+embedding), ``attention`` (scaled_dot_product_attention, packed_attention), ``special``
+(erf, erfc on ndarrays).
 """
 
 from glassllm.functional.activations import gelu, relu
