@@ -21,14 +21,19 @@ from glassllm.models import GPT, GPTConfig
 # metadata["format"] of a checkpoint written by glassllm.train; anything else is another model.
 CHECKPOINT_FORMAT = "glassllm.gpt"
 
+
 def read_checkpoint_metadata(path: str | Path) -> dict[str, Any]:
     """The metadata of a checkpoint written by :class:`Trainer`, read without building a model.
 
     Raises ValueError for a missing or unreadable file, and for a checkpoint of another model.
     """
     path = Path(path)
-    if not path.is_file():
+    if path.is_dir():
+        raise ValueError(f"checkpoint {str(path)!r} is a directory, not a checkpoint file")
+    if not path.exists():
         raise ValueError(f"checkpoint {str(path)!r} not found")
+    if not path.is_file():
+        raise ValueError(f"checkpoint {str(path)!r} is not a regular file")
     metadata = read_metadata(path)  # CheckpointError (a ValueError) for an unreadable file
     if not isinstance(metadata, dict) or metadata.get("format") != CHECKPOINT_FORMAT:
         raise ValueError(

@@ -156,6 +156,8 @@ def resume_config(given: dict[str, Any]) -> TrainConfig:
     """
     out_dir = given.get("out_dir", TrainConfig().out_dir)
     path = Path(out_dir) / CHECKPOINT_NAME
+    if path.is_dir():
+        raise ValueError(f"--resume: {str(path)!r} is a directory, not a checkpoint file")
     if not path.is_file():
         raise ValueError(
             f"--resume: no checkpoint at {str(path)!r} (train without --resume first, or point "

@@ -345,7 +345,7 @@ def _flipped_byte(path, source):
         (_truncated, ["not a readable"]),
         (_flipped_byte, ["corrupted"]),
         (lambda p, s: _another_model(p), ["not a glassllm GPT checkpoint"]),
-        (lambda p, s: p.mkdir(), ["not found"]),
+        (lambda p, s: p.mkdir(), ["is a directory"]),
     ],
     ids=["missing", "garbage", "truncated", "flipped-byte", "another-model", "directory"],
 )
@@ -353,6 +353,12 @@ def test_bad_checkpoints(trained, tmp_path, capsys, make, fragments):
     path = tmp_path / "ckpt.safetensors"
     make(path, trained / CHECKPOINT_NAME)
     assert_one_line_error(*run(["sample", "--checkpoint", path], capsys)[::2], *fragments)
+
+
+def test_resume_from_a_checkpoint_that_is_a_directory(tmp_path, capsys):
+    (tmp_path / CHECKPOINT_NAME).mkdir()
+    argv = ["train", "--resume", "--out-dir", tmp_path, "--max-iters", "5"]
+    assert_one_line_error(*run(argv, capsys)[::2], CHECKPOINT_NAME, "is a directory")
 
 
 def test_resume_from_a_checkpoint_of_another_model(tmp_path, capsys):
