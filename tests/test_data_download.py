@@ -6,11 +6,12 @@ import functools
 import http.server
 import socket
 import threading
+import time
 from pathlib import Path
 
 import pytest
 
-from glassllm.data import SHAKESPEARE_SHA256, DataError, shakespeare_text
+from glassllm.data import SHAKESPEARE_SHA256, DataError, corpus, shakespeare_text
 from glassllm.data.corpus import SHAKESPEARE_URL_ENV
 
 REPO = Path(__file__).resolve().parents[1]
@@ -38,6 +39,52 @@ def local_server(tmp_path):
     try:
         yield root, f"http://127.0.0.1:{server.server_address[1]}"
     finally:
+        server.shutdown()
+        server.server_close()
+
+
+class _BrokenHandler(http.server.BaseHTTPRequestHandler):
+    """Answers every request in the way named by the server's ``mode``:
+
+    - ``truncated``: promises 1,000,000 bytes, sends 105 and closes (a dropped connection);
+    - ``garbage``: a reply that is not HTTP at all;
+    - ``stall``: headers, then silence longer than the client's timeout.
+    """
+
+    def do_GET(self):
+        mode = self.server.mode
+        if mode == "garbage":
+            self.wfile.write(b"this is not an HTTP response\r\n\r\n")
+        else:
+            self.send_response(200)
+            self.send_header("Content-Length", "1000000")
+            self.end_headers()
+            if mode == "truncated":
+                self.wfile.write(b"First Citizen:\n" * 7)
+            else:
+                self.wfile.flush()
+                time.sleep(1.0)
+        self.wfile.flush()
+        self.close_connection = True
+
+    def log_message(self, *args):
+        pass
+
+
+@pytest.fixture
+def broken_server():
+    """Start a server on 127.0.0.1 answering as ``mode`` (see _BrokenHandler); returns its url."""
+    servers = []
+
+    def start(mode):
+        server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _BrokenHandler)
+        server.mode = mode
+        threading.Thread(target=server.serve_forever, args=(0.05,), daemon=True).start()
+        servers.append(server)
+        return f"http://127.0.0.1:{server.server_address[1]}/input.txt"
+
+    yield start
+    for server in servers:
         server.shutdown()
         server.server_close()
 
@@ -99,3 +146,33 @@ def test_no_server_is_a_clear_error(tmp_path):
     with pytest.raises(DataError, match=r"could not download.*--data PATH"):
         shakespeare_text(cache=tmp_path / "cache", url=f"http://127.0.0.1:{port}/input.txt")
     assert not (tmp_path / "cache" / "tinyshakespeare.txt").exists()
+
+
+@pytest.mark.parametrize(
+    "mode, reason",
+    [
+        ("truncated", "IncompleteRead: the connection closed after 105 of 1000000 bytes"),
+        ("garbage", "BadStatusLine"),
+        ("stall", "timed out"),
+    ],
+)
+def test_broken_download_is_a_clear_error(broken_server, tmp_path, monkeypatch, mode, reason):
+    monkeypatch.setattr(corpus, "DOWNLOAD_TIMEOUT_S", 0.2)
+    with pytest.raises(DataError, match=r"could not download.*--data PATH") as raised:
+        shakespeare_text(cache=tmp_path / "cache", url=broken_server(mode))
+    assert reason in str(raised.value) and "\n" not in str(raised.value)
+    assert not (tmp_path / "cache" / "tinyshakespeare.txt").exists()
+
+
+def test_cli_reports_a_dropped_download_in_one_line(broken_server, tmp_path, capsys, monkeypatch):
+    from glassllm.cli import main
+
+    monkeypatch.setenv("GLASSLLM_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setenv(SHAKESPEARE_URL_ENV, broken_server("truncated"))
+    status = main(["train", "--data", "shakespeare", "--out-dir", str(tmp_path / "o")])
+    err = capsys.readouterr().err
+    assert status == 2
+    assert len(err.strip().splitlines()) == 1, err
+    assert err.startswith("glassllm: error: could not download") and "--data PATH" in err
+    assert "IncompleteRead" in err
+    assert not (tmp_path / "o").exists() and not (tmp_path / "cache").exists()

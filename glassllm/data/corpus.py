@@ -13,6 +13,7 @@ A name wins over a file of the same name in the current directory; write ``./bui
 from __future__ import annotations
 
 import hashlib
+import http.client
 import os
 import tempfile
 import urllib.error
@@ -84,14 +85,21 @@ def shakespeare_text(cache: Path | None = None, url: str | None = None) -> str:
             return data.decode("utf-8")
     url = url or os.environ.get(SHAKESPEARE_URL_ENV) or SHAKESPEARE_URL
     hint = "pass a local copy of the text with --data PATH"
+    # URLError and timeouts are OSErrors; a connection dropped mid-body raises http.client's
+    # IncompleteRead, an HTTPException (as does a malformed response).
     try:
         with urllib.request.urlopen(url, timeout=DOWNLOAD_TIMEOUT_S) as response:
             data = response.read()
-    except (urllib.error.URLError, OSError, ValueError) as err:
+    except (OSError, ValueError, http.client.HTTPException) as err:
         if isinstance(err, urllib.error.HTTPError):
             reason = f"HTTP {err.code} {err.reason}"
+        elif isinstance(err, http.client.IncompleteRead):
+            got = len(err.partial)
+            total = got + (err.expected or 0)
+            reason = f"IncompleteRead: the connection closed after {got} of {total} bytes"
         else:
-            reason = getattr(err, "reason", err)
+            reason = getattr(err, "reason", None) or f"{type(err).__name__}: {err}"
+        reason = " ".join(str(reason).split())  # one line, even when a server sent line breaks
         raise DataError(
             f"could not download tiny Shakespeare from {url} ({reason}); "
             f"check the network connection, or {hint}"
