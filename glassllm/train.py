@@ -439,8 +439,10 @@ class Trainer:
     def _plot(self) -> None:
         path = self.out_dir / PLOT_NAME
         if not plot_losses(self.log_path, path):
+            # A source checkout (pip install -e .) has no extra to name: say both.
             print(
-                f"{PLOT_NAME} skipped: matplotlib is not installed (pip install 'glassllm[plot]')",
+                f"{PLOT_NAME} skipped: matplotlib is not installed (pip install matplotlib, "
+                "or pip install 'glassllm[plot]')",
                 flush=True,
             )
 

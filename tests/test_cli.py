@@ -97,6 +97,18 @@ def test_train_writes_checkpoint_log_and_prints_a_sample(text_file, tmp_path, ca
     assert "loss.png" in out  # written, or one line saying how to get it
 
 
+def test_missing_matplotlib_says_how_to_install_it_from_a_checkout(
+    text_file, tmp_path, capsys, monkeypatch
+):
+    monkeypatch.setitem(sys.modules, "matplotlib", None)  # import matplotlib -> ImportError
+    argv = ["train", *TINY, "--max-iters", "1", "--data", text_file, "--out-dir", tmp_path / "o"]
+    status, out, err = run(argv, capsys)
+    assert status == 0, err
+    skipped = [line for line in out.splitlines() if line.startswith("loss.png skipped")]
+    assert len(skipped) == 1 and "pip install matplotlib" in skipped[0], out
+    assert not (tmp_path / "o" / "loss.png").exists()
+
+
 def test_options_map_onto_the_config_with_types(text_file, tmp_path, capsys):
     out_dir = tmp_path / "run"
     argv = [
