@@ -11,7 +11,8 @@ learning: a survey", JMLR 18(153), 2018.
 from __future__ import annotations
 
 import functools
-from typing import TYPE_CHECKING, Any, Callable
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -107,47 +108,59 @@ def run_backward(root: Tensor, seed: np.ndarray) -> None:
     """Propagate ``seed`` (d loss / d root) through the graph below ``root``.
 
     Leaves (nodes without a backward function) accumulate into ``.grad``
-    across calls; every intermediate's ``.grad`` is cleared first and then holds
-    this traversal's value. Contributions are added with out-of-place ``+``
-    because a VJP may return the very array it received (``add`` does), so two
-    nodes can legitimately share one gradient array.
+    across calls; every intermediate's ``.grad`` is replaced by this
+    traversal's value (``None`` where nothing reached it). Contributions are
+    added with out-of-place ``+`` because a VJP may return the very array it
+    received (``add`` does), so two nodes can legitimately share one array.
+
+    All-or-nothing: the gradients are computed first and written only once the
+    whole traversal has succeeded, so a VJP that raises (or returns a gradient
+    of the wrong shape) leaves every ``.grad`` as it was.
     """
     order = topological_order(root)
-    for node in order:
-        if node._backward is not None:
-            node.grad = None
     pending: dict[int, np.ndarray] = {id(root): seed}
+    reached: list[tuple[Tensor, np.ndarray | None]] = []
     for node in reversed(order):
         grad = pending.pop(id(node), None)
-        if grad is None:
+        reached.append((node, grad))
+        if grad is None or node._backward is None:
             continue
-        if node._backward is None:
-            # A leaf owns its gradient: copy, so later in-place edits (clipping,
-            # an optimizer) cannot reach arrays that other nodes still hold.
-            node.grad = np.array(grad, dtype=_grad_dtype(node), copy=True) if node.grad is None \
-                else node.grad + grad
-            continue
-        node.grad = grad
         contributions = node._backward(grad)
         if len(contributions) != len(node.parents):
             raise ValueError(
-                f"backward of a node with {len(node.parents)} parents returned "
+                f"backward {_op_name(node)} of a node with {len(node.parents)} parents returned "
                 f"{len(contributions)} gradients"
             )
-        for parent, contribution in zip(node.parents, contributions):
+        for parent, contribution in zip(node.parents, contributions, strict=True):
             if contribution is None or not parent.requires_grad:
                 continue
             contribution = np.asarray(contribution)
             if contribution.shape != parent.data.shape:
                 raise ValueError(
-                    f"backward returned a gradient of shape {contribution.shape} for a parent "
-                    f"of shape {parent.data.shape}"
+                    f"backward {_op_name(node)} returned a gradient of shape "
+                    f"{contribution.shape} for a parent of shape {parent.data.shape}"
                 )
             if contribution.dtype != parent.data.dtype and _is_inexact(parent):
                 contribution = contribution.astype(parent.data.dtype)
             key = id(parent)
             previous = pending.get(key)
             pending[key] = contribution if previous is None else previous + contribution
+
+    for node, grad in reached:
+        if node._backward is not None:
+            node.grad = grad
+        elif grad is not None:
+            # A leaf owns its gradient: copy, so later in-place edits (clipping,
+            # an optimizer) cannot reach arrays that other nodes still hold.
+            node.grad = (
+                np.array(grad, dtype=_grad_dtype(node), copy=True)
+                if node.grad is None
+                else node.grad + grad
+            )
+
+
+def _op_name(node: Tensor) -> str:
+    return getattr(node._backward, "__qualname__", type(node._backward).__name__)
 
 
 def _is_inexact(node: Tensor) -> bool:

@@ -27,11 +27,26 @@ the op never touches ``.grad``. Capture arrays and parents in the closure, never
 the output Tensor itself: that would make a reference cycle that keeps the
 graph alive until the garbage collector runs. ``glassllm.gradcheck`` checks a
 custom op against finite differences.
+
+Limitations, by design:
+
+- Backward produces plain NumPy arrays and builds no graph of the derivatives
+  themselves: there is no higher-order autograd.
+- Only the operations defined here and in ``glassllm.functional`` are tracked;
+  ``np.sin(t.data)`` breaks the chain (``np.sin(t)`` raises ``TypeError``, since a
+  Tensor opts out of NumPy's ufuncs with ``__array_ufunc__ = None``).
+- VJP closures read the arrays of the forward pass: mutating ``.data`` after the
+  forward can invalidate them. Finish ``backward`` before updating parameters.
+- Integer data is accepted, but there is no discrete differentiation; train
+  float32 or float64 parameters. Complex data has no conjugation rules and is
+  outside the contract.
+- No comparisons or truth values: compare with NumPy on ``.data``.
 """
 
 from __future__ import annotations
 
-from typing import Any, Callable, Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -65,7 +80,8 @@ class Tensor:
     ) -> None:
         if isinstance(data, Tensor):
             raise TypeError(
-                "Tensor(data) got a Tensor; pass its .data (Tensor(t.data)) or use the Tensor itself"
+                "Tensor(data) got a Tensor; pass its .data (Tensor(t.data)) "
+                "or use the Tensor itself"
             )
         self.data: np.ndarray = np.asarray(data)
         self.grad: np.ndarray | None = None
@@ -106,6 +122,12 @@ class Tensor:
 
     def __len__(self) -> int:
         return len(self.data)
+
+    def __bool__(self) -> bool:
+        raise TypeError(
+            "the truth value of a Tensor is not defined; test its values with NumPy on .data, "
+            "e.g. bool(t.data.all())"
+        )
 
     def __repr__(self) -> str:
         body = np.array2string(self.data, separator=", ", prefix="Tensor(")
@@ -296,11 +318,12 @@ class Tensor:
         kept = reduce(a.data, axis=axes, keepdims=True)
 
         def vjp(g: np.ndarray):
-            winners = (a.data == kept).astype(a.dtype)
+            # The gradient's dtype, not the data's: integer data still splits ties evenly.
+            winners = (a.data == kept).astype(np.result_type(g.dtype, a.dtype, np.float16))
             winners /= winners.sum(axis=axes, keepdims=True)
             return (winners * _expand_reduced(g, axes, keepdims, a.shape),)
 
-        out = kept if keepdims else kept.reshape([n for i, n in enumerate(kept.shape) if i not in axes])
+        out = kept if keepdims else np.squeeze(kept, axis=axes)
         return Tensor.from_op(out, (a,), vjp)
 
     def var(self, axis: Axis = None, keepdims: bool = False, ddof: int = 0) -> Tensor:
@@ -316,7 +339,8 @@ class Tensor:
         out = (centered * centered).sum(axis=axes, keepdims=keepdims) / (count - ddof)
 
         def vjp(g: np.ndarray):
-            return (centered * (2.0 / (count - ddof)) * _expand_reduced(g, axes, keepdims, a.shape),)
+            upstream = _expand_reduced(g, axes, keepdims, a.shape)
+            return (centered * (2.0 / (count - ddof)) * upstream,)
 
         return Tensor.from_op(out, (a,), vjp)
 
@@ -329,7 +353,7 @@ class Tensor:
         return Tensor.from_op(a.data.reshape(shape), (a,), lambda g: (g.reshape(a.shape),))
 
     def transpose(self, *axes: int | Sequence[int]) -> Tensor:
-        """Permute axes (none given: reverse them, as NumPy); the VJP applies the inverse permutation."""
+        """Permute axes (none given: reverse them, as NumPy); the VJP applies the inverse."""
         if len(axes) == 1 and isinstance(axes[0], (tuple, list)):
             axes = tuple(axes[0])
         a = self
@@ -390,7 +414,7 @@ class Tensor:
         return Tensor.from_op(out, (a,), lambda g: (g * out * (1.0 - out),))
 
     def relu(self) -> Tensor:
-        """relu(x) = max(x, 0); gradient 1 where x > 0 and 0 elsewhere, x = 0 included (as torch)."""
+        """relu(x) = max(x, 0); gradient 1 where x > 0, else 0 (x = 0 included, as torch)."""
         a = self
         positive = a.data > 0
         # np.maximum, not a.data * positive: -inf * 0 would be nan (NaN still propagates, as torch).

@@ -263,3 +263,69 @@ def test_vjp_returning_wrong_shape_is_reported():
     y = Tensor(x.data.sum(), parents=(x,), backward=lambda g: (np.ones(3),), requires_grad=True)
     with pytest.raises(ValueError, match=r"\(3,\)"):
         y.backward()
+
+
+def test_failed_backward_changes_no_gradient():
+    """A VJP that raises half-way leaves every leaf and intermediate .grad as it was."""
+    a = Tensor(np.array([1.0, 2.0]), requires_grad=True)
+    b = Tensor(np.array([3.0, 4.0]), requires_grad=True)
+    a.grad = np.array([10.0, 10.0])
+    hidden = a * 2.0
+    hidden.backward()  # hidden now holds a gradient of its own
+    a.grad = np.array([10.0, 10.0])
+
+    def broken(g):
+        raise RuntimeError("broken vjp")
+
+    # b's contribution is reached first (it is the direct parent); the broken op
+    # sits on the path to a.
+    bad = Tensor(hidden.data, parents=(hidden,), backward=broken, requires_grad=True)
+    out = bad * b
+    with pytest.raises(RuntimeError, match="broken vjp"):
+        out.backward()
+    assert b.grad is None
+    np.testing.assert_array_equal(a.grad, [10.0, 10.0])
+    np.testing.assert_array_equal(hidden.grad, [1.0, 1.0])
+
+
+def test_wrong_gradient_names_the_operation():
+    x = Tensor(np.ones(2), requires_grad=True)
+
+    def my_custom_vjp(g):
+        return (np.ones(3),)
+
+    y = Tensor(x.data.sum(), parents=(x,), backward=my_custom_vjp, requires_grad=True)
+    with pytest.raises(ValueError, match="my_custom_vjp"):
+        y.backward()
+    assert x.grad is None
+
+
+def test_gpt_graph_dies_with_its_loss_by_reference_counting_alone():
+    """The whole tiny GPT graph (fused ops, attention, tied head) has no cycles."""
+    from glassllm.models import GPT, GPTConfig
+
+    model = GPT(GPTConfig(vocab_size=11, block_size=8, n_layer=2, n_head=2, n_embd=8),
+                rng=np.random.default_rng(0))
+    idx = np.random.default_rng(1).integers(0, 11, size=(2, 8))
+    was_enabled = gc.isenabled()
+    gc.collect()
+    gc.disable()
+    try:
+        logits, loss = model(idx, idx)
+        loss.backward()
+        refs, stack, seen = [], [loss], set()
+        while stack:  # every non-leaf node of the graph
+            node = stack.pop()
+            if id(node) in seen or not node.parents:
+                continue
+            seen.add(id(node))
+            refs.append(weakref.ref(node))
+            stack.extend(node.parents)
+        del node, stack
+        assert len(refs) > 20
+        del logits, loss
+        alive = sum(r() is not None for r in refs)
+        assert alive == 0, f"{alive} of {len(refs)} graph nodes outlived the loss"
+    finally:
+        if was_enabled:
+            gc.enable()

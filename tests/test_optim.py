@@ -330,3 +330,11 @@ def test_docstring_examples(module):
     name = "glassllm.optim" if module == "__init__" else f"glassllm.optim.{module}"
     result = doctest.testmod(importlib.import_module(name))
     assert result.failed == 0
+
+
+def test_integer_parameter_is_refused_clearly():
+    from glassllm import Tensor
+    from glassllm.optim import SGD
+
+    with pytest.raises(TypeError, match="int64"):
+        SGD([Tensor(np.arange(3), requires_grad=True)], lr=0.1)

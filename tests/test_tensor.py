@@ -495,3 +495,17 @@ def test_sigmoid_saturates_without_overflow(dtype):
         y.backward()
     np.testing.assert_allclose(y.data, [0.0, 0.0, 0.5, 1.0, 1.0], atol=1e-30)
     assert y.dtype == dtype and np.all(np.isfinite(x.grad))
+
+
+def test_integer_data_max_splits_ties_in_a_float_gradient():
+    t = Tensor(np.array([1, 3, 3]), requires_grad=True)
+    t.max().backward()
+    np.testing.assert_array_equal(t.grad, [0.0, 0.5, 0.5])
+
+
+def test_truth_value_is_refused_with_a_pointer_to_data():
+    with pytest.raises(TypeError, match=r"\.data"):
+        bool(Tensor([0.0]))
+    with pytest.raises(TypeError):
+        if Tensor(np.ones(3)):
+            pass

@@ -140,6 +140,11 @@ class Optimizer:
         for name, param in zip(names, params, strict=True):
             if not isinstance(param, Tensor):
                 raise TypeError(f"parameter {name!r} is a {type(param).__name__}, not a Tensor")
+            if not np.issubdtype(param.dtype, np.floating):
+                raise TypeError(
+                    f"parameter {name!r} has dtype {param.dtype}; optimizers update floating-point "
+                    "parameters only"
+                )
             if not isinstance(name, str) or not name:
                 raise TypeError(f"parameter names must be non-empty strings, got {name!r}")
 
