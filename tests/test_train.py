@@ -227,7 +227,7 @@ def test_plot_is_skipped_with_one_line_without_matplotlib(data, tmp_path, capsys
     monkeypatch.setitem(sys.modules, "matplotlib", None)  # import matplotlib -> ImportError
     Trainer(tiny(data, tmp_path, max_iters=2)).fit(progress=False)
     out = capsys.readouterr().out
-    assert "loss.png skipped: matplotlib is not installed (pip install 'glassllm[plot]')" in out
+    assert "loss.png skipped: matplotlib is not installed (pip install matplotlib" in out
     assert not (tmp_path / "loss.png").exists()
 
 
