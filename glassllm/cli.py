@@ -30,8 +30,28 @@ class _Parser(argparse.ArgumentParser):
 
 
 def _fail(message: str) -> int:
-    print(f"glassllm: error: {message}", file=sys.stderr)
+    print(f"glassllm: error: {' '.join(message.split())}", file=sys.stderr)  # one line
     return EXIT_BAD_INPUT
+
+
+# Errors that input can cause: bad values (ValueError, which includes the data, tokenizer and
+# checkpoint errors), files (OSError: missing, unwritable, disk full) and sizes the machine cannot
+# hold (MemoryError) or NumPy cannot index (OverflowError). BrokenPipeError, an OSError, is not
+# among them: a reader that went away is handled in main().
+_INPUT_ERRORS = (ValueError, OSError, MemoryError, OverflowError)
+
+
+def _describe(err: BaseException, smaller: str) -> str:
+    """The message of an error from _INPUT_ERRORS; ``smaller``: options that shrink the job."""
+    if isinstance(err, MemoryError):
+        return f"not enough memory ({str(err) or 'MemoryError'}); try {smaller}"
+    if isinstance(err, OverflowError):
+        return f"a number is too large to compute with ({err}); try {smaller}"
+    return str(err) or type(err).__name__
+
+
+_TRAIN_SMALLER = "a smaller --batch-size, --block-size, --n-embd or --n-layer"
+_SAMPLE_SMALLER = "a smaller --num-samples or --max-new-tokens"
 
 
 def _field_type(annotation: Any) -> type:
@@ -180,9 +200,18 @@ def _run_train(args: argparse.Namespace) -> int:
         config = resume_config(given) if args.resume else TrainConfig(**given)
         config.validate()
         trainer = Trainer(config, resume=args.resume)
-    except (ValueError, OSError) as err:
-        return _fail(str(err))
-    result = trainer.fit()
+    except BrokenPipeError:
+        raise
+    except _INPUT_ERRORS as err:
+        return _fail(_describe(err, _TRAIN_SMALLER))
+    try:
+        result = trainer.fit()  # Ctrl-C: fit saves a checkpoint and returns interrupted
+    except BrokenPipeError:
+        raise
+    except _INPUT_ERRORS as err:  # e.g. the disk filled up; the last checkpoint is intact
+        return _fail(
+            f"training stopped at step {trainer.iteration}: {_describe(err, _TRAIN_SMALLER)}"
+        )
     return EXIT_INTERRUPTED if result.interrupted else 0
 
 
@@ -201,9 +230,11 @@ def _run_sample(args: argparse.Namespace) -> int:
             explain=args.explain,
         )
         job = options.prepare()
-    except (ValueError, OSError) as err:
-        return _fail(str(err))
-    job.run(sys.stdout)
+        job.run(sys.stdout)
+    except BrokenPipeError:
+        raise
+    except _INPUT_ERRORS as err:
+        return _fail(_describe(err, _SAMPLE_SMALLER))
     return 0
 
 

@@ -44,7 +44,15 @@ from glassllm.gpt_checkpoint import (
 from glassllm.models import GPT, GPTConfig
 from glassllm.nn.utils import clip_grad_norm_
 from glassllm.optim.lr_scheduler import cosine_with_warmup
-from glassllm.train_config import CHECKPOINT_NAME, FIXED_ON_RESUME, TrainConfig, resume_config
+from glassllm.train_config import (
+    CHECKPOINT_NAME,
+    FIXED_ON_RESUME,
+    LOG_NAME,
+    PLOT_NAME,
+    TrainConfig,
+    check_out_dir,
+    resume_config,
+)
 
 __all__ = [
     "CHECKPOINT_NAME",
@@ -60,8 +68,6 @@ __all__ = [
     "train",
 ]
 
-LOG_NAME = "log.jsonl"
-PLOT_NAME = "loss.png"
 FINAL_SAMPLE_TEMPERATURE = 0.8  # nanoGPT's sample.py default
 
 
@@ -116,8 +122,9 @@ class _StopOnCtrlC:
 class Trainer:
     """One training run: ``Trainer(config).fit()``, or ``Trainer(config, resume=True).fit()``.
 
-    Construction does everything that can fail because of the input (configuration, data,
-    checkpoint) and raises ValueError or OSError before any file is written.
+    Construction does everything that can fail because of the input (configuration, out_dir,
+    data, checkpoint) and raises ValueError or OSError before any file is written or the default
+    generator is reseeded: a failed construction changes nothing.
     """
 
     def __init__(self, config: TrainConfig, resume: bool = False) -> None:
@@ -127,10 +134,10 @@ class Trainer:
         self.checkpoint_path = self.out_dir / CHECKPOINT_NAME
         self.log_path = self.out_dir / LOG_NAME
         self.resumed = resume
+        check_out_dir(self.out_dir)
         # Separate generators, so that e.g. evaluating never shifts the training batches:
         # model_rng initialises the weights and then drives dropout (the model keeps it);
         # batch_rng draws the training batches.
-        glassllm.manual_seed(config.seed)
         self.model_rng = np.random.default_rng([config.seed, 0])
         self.batch_rng = np.random.default_rng([config.seed, 1])
 
@@ -160,14 +167,19 @@ class Trainer:
         self.best_val_loss: float | None = None
         self.last_eval_iteration: int | None = None
         self.elapsed_s = 0.0
-        if metadata is not None:
-            self._restore(metadata)
+        default_rng_state = None if metadata is None else self._restore(metadata)
         self.out_dir.mkdir(parents=True, exist_ok=True)
+        # Last, once nothing can fail: the default generator (which layers given no rng draw from).
+        glassllm.manual_seed(config.seed)
+        if default_rng_state is not None:
+            glassllm.get_rng().bit_generator.state = default_rng_state
 
     # ---- resuming
 
     def _check_same_run(self, metadata: dict[str, Any]) -> None:
-        saved = metadata.get("train_config", {})
+        saved = metadata.get("train_config")
+        if not isinstance(saved, dict):
+            saved = {}
         different = [
             f"{name}: {getattr(self.config, name)!r} vs {saved.get(name)!r} in the checkpoint"
             for name in FIXED_ON_RESUME
@@ -176,8 +188,21 @@ class Trainer:
         if different:
             raise ValueError(f"cannot resume with a different {'; '.join(different)}")
 
-    def _restore(self, metadata: dict[str, Any]) -> None:
-        iteration = int(metadata["iteration"])
+    def _restore(self, metadata: dict[str, Any]) -> dict[str, Any]:
+        """Load the checkpoint into this trainer; return the saved state of the default generator
+        (set by the caller once construction can no longer fail)."""
+        try:
+            iteration = int(metadata["iteration"])
+            states = metadata["rng"]
+            self.model_rng.bit_generator.state = states["model"]
+            self.batch_rng.bit_generator.state = states["batches"]
+            default_rng = np.random.default_rng()
+            default_rng.bit_generator.state = states["default"]  # checked here, set by the caller
+        except (KeyError, TypeError, ValueError) as err:
+            raise ValueError(
+                f"checkpoint {str(self.checkpoint_path)!r} has incomplete or invalid metadata "
+                f"({type(err).__name__}: {err}); it cannot be resumed"
+            ) from None
         if iteration >= self.config.max_iters:
             raise ValueError(
                 f"the checkpoint is already at iteration {iteration} and max_iters is "
@@ -193,16 +218,13 @@ class Trainer:
         self.best_val_loss = metadata.get("best_val_loss")
         self.last_eval_iteration = metadata.get("last_eval_iteration")
         self.elapsed_s = float(metadata.get("elapsed_s", 0.0))
-        states = metadata["rng"]
-        self.model_rng.bit_generator.state = states["model"]
-        self.batch_rng.bit_generator.state = states["batches"]
-        glassllm.get_rng().bit_generator.state = states["default"]
         if metadata.get("data_sha256") != self.corpus.sha256:
             print(
                 f"glassllm: warning: {self.config.data!r} is not the text this checkpoint was "
                 "trained on; the run continues on the new text",
                 file=sys.stderr,
             )
+        return default_rng.bit_generator.state
 
     # ---- checkpoints and logs
 
@@ -236,7 +258,8 @@ class Trainer:
         kept: list[str] = []
         if self.resumed and self.log_path.is_file():
             last = -1 if self.last_eval_iteration is None else self.last_eval_iteration
-            for line in self.log_path.read_text().splitlines():
+            # errors="replace": a garbled line is then dropped below like any unparsable one.
+            for line in self.log_path.read_text(errors="replace").splitlines():
                 try:
                     if json.loads(line)["iter"] <= last:
                         kept.append(line + "\n")

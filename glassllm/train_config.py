@@ -9,13 +9,18 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import os
 from pathlib import Path
 from typing import Any
 
 from glassllm.data import TOKENIZER_KINDS
 from glassllm.gpt_checkpoint import read_checkpoint_metadata
 
-CHECKPOINT_NAME = "ckpt.safetensors"  # in out_dir
+# The files a run writes in out_dir, and what each is (for messages).
+CHECKPOINT_NAME = "ckpt.safetensors"
+LOG_NAME = "log.jsonl"
+PLOT_NAME = "loss.png"
+OUT_FILES = {CHECKPOINT_NAME: "checkpoint", LOG_NAME: "log", PLOT_NAME: "loss plot"}
 
 
 def _option(default: Any, help: str, **extra: Any) -> Any:
@@ -111,6 +116,8 @@ class TrainConfig:
             )
         if not self.data:
             problems.append("data must name a corpus or a file")
+        if not self.out_dir:
+            problems.append("out_dir must name a directory ('.' for the current one)")
         if problems:
             raise ValueError("; ".join(problems))
 
@@ -132,6 +139,42 @@ class TrainConfig:
         if unknown:
             raise ValueError(f"unknown TrainConfig fields {unknown}")
         return cls(**values)
+
+
+def check_out_dir(out_dir: str | os.PathLike[str]) -> None:
+    """Raise ValueError unless a run can write its files in ``out_dir``, creating it if needed.
+
+    Checks without creating anything: ``out_dir`` is a writable directory, or the nearest
+    existing folder above it is one; none of the run's files there is a directory; an existing
+    log or plot (rewritten in place, where the checkpoint is replaced by a rename) is writable.
+    """
+    out_dir = Path(out_dir)
+    if not out_dir.is_dir():
+        if os.path.lexists(out_dir):
+            raise ValueError(f"out_dir {str(out_dir)!r} is not a directory")
+        ancestor = out_dir.parent
+        while not os.path.lexists(ancestor):
+            ancestor = ancestor.parent
+        if not ancestor.is_dir():
+            raise ValueError(
+                f"cannot create out_dir {str(out_dir)!r}: {str(ancestor)!r} is not a directory"
+            )
+        if not os.access(ancestor, os.W_OK | os.X_OK):
+            raise ValueError(
+                f"cannot create out_dir {str(out_dir)!r}: {str(ancestor)!r} is not writable"
+            )
+        return
+    if not os.access(out_dir, os.W_OK | os.X_OK):
+        raise ValueError(f"out_dir {str(out_dir)!r} is not writable")
+    for name, what in OUT_FILES.items():
+        path = out_dir / name
+        if path.is_dir():
+            raise ValueError(
+                f"{str(path)!r} is a directory, where the run writes its {what}: remove it or "
+                "choose another --out-dir"
+            )
+        if name != CHECKPOINT_NAME and path.exists() and not os.access(path, os.W_OK):
+            raise ValueError(f"the {what} {str(path)!r} is not writable")
 
 
 # Fields that shape the model, its tokens or its randomness: a resumed run must keep them.

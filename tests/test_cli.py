@@ -281,6 +281,69 @@ def test_bad_training_options(text_file, tmp_path, capsys, options, fragments):
     assert not (tmp_path / "o").exists()
 
 
+@pytest.mark.parametrize("name", [CHECKPOINT_NAME, LOG_NAME, "loss.png"])
+def test_out_dir_file_that_is_a_directory(text_file, tmp_path, capsys, name):
+    out_dir = tmp_path / "o"
+    (out_dir / name).mkdir(parents=True)
+    argv = ["train", *TINY, "--data", text_file, "--out-dir", out_dir]
+    assert_one_line_error(*run(argv, capsys)[::2], f"{out_dir / name}' is a directory")
+    assert [p.name for p in out_dir.iterdir()] == [name]  # nothing written
+
+
+@pytest.mark.parametrize(
+    "out_dir, fragments",
+    [
+        ("afile", ["out_dir", "afile' is not a directory"]),
+        ("afile/sub", ["cannot create out_dir", "afile' is not a directory"]),
+        ("", ["out_dir must name a directory"]),
+    ],
+    ids=["a-file", "under-a-file", "empty"],
+)
+def test_out_dir_that_cannot_be_a_directory(
+    text_file, tmp_path, capsys, monkeypatch, out_dir, fragments
+):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "afile").write_text("not a directory\n")
+    argv = ["train", *TINY, "--data", text_file, "--out-dir", out_dir]
+    assert_one_line_error(*run(argv, capsys)[::2], *fragments)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["afile", "tiny.txt"]
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root may write into any directory")
+def test_out_dir_that_is_not_writable(text_file, tmp_path, capsys):
+    locked = tmp_path / "locked"
+    locked.mkdir(mode=0o500)
+    argv = ["train", *TINY, "--data", text_file, "--out-dir", locked / "o"]
+    assert_one_line_error(*run(argv, capsys)[::2], "cannot create out_dir", "not writable")
+    argv = ["train", *TINY, "--data", text_file, "--out-dir", locked]
+    assert_one_line_error(*run(argv, capsys)[::2], "is not writable")
+
+
+@pytest.mark.skipif(not os.path.exists("/dev/full"), reason="needs /dev/full")
+def test_full_disk_during_training_is_one_line(text_file, tmp_path, capsys):
+    out_dir = tmp_path / "o"
+    out_dir.mkdir()
+    (out_dir / LOG_NAME).symlink_to("/dev/full")  # every write there: ENOSPC
+    argv = ["train", *TINY, "--data", text_file, "--out-dir", out_dir]
+    status, out, err = run(argv, capsys)
+    assert_one_line_error(status, err, "training stopped at step 0", "No space left on device")
+
+
+def test_failed_start_leaves_the_default_generator_alone(trained, tmp_path, capsys):
+    glassllm.manual_seed(123)
+    before = glassllm.get_rng().bit_generator.state
+    argv = ["train", *TINY, "--data", tmp_path / "missing.txt", "--out-dir", tmp_path / "o"]
+    assert_one_line_error(*run(argv, capsys)[::2], "not found")
+    assert glassllm.get_rng().bit_generator.state == before
+    # A resume that fails while restoring (the tensors are corrupted) leaves it alone too.
+    out_dir = tmp_path / "copy"
+    shutil.copytree(trained, out_dir)
+    _flipped_byte(out_dir / CHECKPOINT_NAME, trained / CHECKPOINT_NAME)
+    argv = ["train", "--resume", "--out-dir", out_dir, "--max-iters", "20"]
+    assert_one_line_error(*run(argv, capsys)[::2], "corrupted")
+    assert glassllm.get_rng().bit_generator.state == before
+
+
 def test_shakespeare_without_network(tmp_path, capsys, monkeypatch):
     import socket
 
@@ -333,6 +396,26 @@ def test_resume_when_already_done(trained, tmp_path, capsys):
 def test_bad_sampling_options(trained, capsys, options, fragments):
     argv = ["sample", "--checkpoint", trained / CHECKPOINT_NAME, *options]
     assert_one_line_error(*run(argv, capsys)[::2], *fragments)
+
+
+@pytest.mark.parametrize(
+    "num_samples, fragments",
+    [
+        (10**15, ["not enough memory", "--num-samples"]),  # PiB: refused at once, nothing touched
+        (10**30, ["too large", "--num-samples"]),  # beyond a C long
+    ],
+    ids=["memory", "overflow"],
+)
+def test_sample_too_large_for_the_machine(trained, capsys, num_samples, fragments):
+    argv = ["sample", "--checkpoint", trained / CHECKPOINT_NAME, "--num-samples", num_samples]
+    assert_one_line_error(*run(argv, capsys)[::2], *fragments)
+
+
+def test_training_too_large_for_the_machine(text_file, tmp_path, capsys):
+    argv = ["train", *TINY, "--data", text_file, "--out-dir", tmp_path / "o", "--n-embd", 10**14,
+            "--n-head", "1"]  # fmt: skip
+    assert_one_line_error(*run(argv, capsys)[::2], "not enough memory", "--n-embd")
+    assert not (tmp_path / "o").exists()
 
 
 def _another_model(path):
