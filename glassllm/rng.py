@@ -32,10 +32,14 @@ def manual_seed(seed: int) -> np.random.Generator:
     return _default_generator
 
 
-def get_rng(rng: np.random.Generator | None = None) -> np.random.Generator:
-    """Return ``rng`` when given, else the default generator."""
-    if rng is None:
-        return _default_generator
-    if not isinstance(rng, np.random.Generator):
-        raise TypeError(f"rng must be a numpy.random.Generator, got {type(rng).__name__}")
+def check_generator(rng: object) -> np.random.Generator | None:
+    """``rng`` itself if it is a Generator or None, else a TypeError that says so."""
+    if rng is not None and not isinstance(rng, np.random.Generator):
+        raise TypeError(f"rng must be a numpy.random.Generator or None, got {type(rng).__name__}")
     return rng
+
+
+def get_rng(rng: np.random.Generator | None = None) -> np.random.Generator:
+    """Return ``rng`` when given, else the default generator (read at call time, so a later
+    :func:`manual_seed` applies)."""
+    return _default_generator if check_generator(rng) is None else rng

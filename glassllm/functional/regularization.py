@@ -25,14 +25,13 @@ def dropout_mask(
 
 
 def check_probability(p: float, name: str) -> float:
-    """``p`` as a float in ``[0, 1]``, or a ValueError that names it."""
-    try:
-        p = float(p)
-    except (TypeError, ValueError):
-        raise TypeError(f"{name} must be a number in [0, 1], got {p!r}") from None
-    if not 0.0 <= p <= 1.0:
-        raise ValueError(f"{name} must be in [0, 1], got {p}")
-    return p
+    """``p`` as a float in ``[0, 1]``, or an error that names it (p = 1 allowed, as in PyTorch:
+    everything is dropped and the gradient is zero)."""
+    if isinstance(p, bool) or not isinstance(p, (int, float, np.floating, np.integer)):
+        raise TypeError(f"{name} must be a number in [0, 1], got {p!r}")
+    if not 0.0 <= float(p) <= 1.0:
+        raise ValueError(f"{name} must be in [0, 1], got {p!r}")
+    return float(p)
 
 
 def dropout(

@@ -26,12 +26,13 @@ import numpy as np
 
 import glassllm.functional as F
 from glassllm.autograd import is_grad_enabled
-from glassllm.nn._checks import generator, positive_int, probability
+from glassllm.functional.regularization import check_probability
+from glassllm.nn._checks import positive_int
 from glassllm.nn.dropout import Dropout
 from glassllm.nn.kv_cache import KVCache
 from glassllm.nn.linear import Linear
 from glassllm.nn.module import Module
-from glassllm.rng import get_rng
+from glassllm.rng import check_generator, get_rng
 from glassllm.tensor import Tensor, as_tensor
 
 
@@ -98,9 +99,9 @@ class MultiHeadAttention(Module):
         super().__init__()
         self.head_size = _head_size(embed_dim, num_heads)
         self.embed_dim, self.num_heads = int(embed_dim), int(num_heads)
-        self.dropout = probability(dropout, "dropout")
+        self.dropout = check_probability(dropout, "dropout")
         self.causal = bool(causal)
-        self.rng = generator(rng)
+        self.rng = check_generator(rng)
         init_rng = get_rng(self.rng)
         self.q_proj = Linear(embed_dim, embed_dim, bias=bias, dtype=dtype, rng=init_rng)
         self.k_proj = Linear(embed_dim, embed_dim, bias=bias, dtype=dtype, rng=init_rng)
@@ -172,8 +173,8 @@ class CausalSelfAttention(Module):
         super().__init__()
         self.head_size = _head_size(embed_dim, num_heads)
         self.embed_dim, self.num_heads = int(embed_dim), int(num_heads)
-        self.dropout = probability(dropout, "dropout")
-        self.rng = generator(rng)
+        self.dropout = check_probability(dropout, "dropout")
+        self.rng = check_generator(rng)
         init_rng = get_rng(self.rng)
         self.qkv = Linear(embed_dim, 3 * embed_dim, bias=bias, dtype=dtype, rng=init_rng)
         self.proj = Linear(embed_dim, embed_dim, bias=bias, dtype=dtype, rng=init_rng)

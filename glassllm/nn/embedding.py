@@ -18,7 +18,7 @@ import numpy as np
 
 import glassllm.functional as F
 from glassllm.nn import init
-from glassllm.nn._checks import float_dtype, generator, positive_int
+from glassllm.nn._checks import float_dtype, positive_int
 from glassllm.nn.module import Module
 from glassllm.rng import get_rng
 from glassllm.tensor import Tensor
@@ -44,7 +44,7 @@ class Embedding(Module):
         self.embedding_dim = positive_int(embedding_dim, "embedding_dim")
         shape = (self.num_embeddings, self.embedding_dim)
         self.weight = Tensor(np.empty(shape, dtype=float_dtype(dtype)), requires_grad=True)
-        init.normal_(self.weight, 0.0, 1.0, rng=get_rng(generator(rng)))
+        init.normal_(self.weight, 0.0, 1.0, rng=get_rng(rng))
 
     def forward(self, ids: np.ndarray | Tensor) -> Tensor:
         return F.embedding(ids, self.weight)  # (...) -> (..., embedding_dim)

@@ -27,7 +27,7 @@ import numpy as np
 
 import glassllm.functional as F
 from glassllm.nn import init
-from glassllm.nn._checks import float_dtype, generator, positive_int
+from glassllm.nn._checks import float_dtype, positive_int
 from glassllm.nn.module import Module
 from glassllm.rng import get_rng
 from glassllm.tensor import Tensor
@@ -53,7 +53,7 @@ class Linear(Module):
         self.in_features = positive_int(in_features, "in_features")
         self.out_features = positive_int(out_features, "out_features")
         dtype = float_dtype(dtype)
-        rng = get_rng(generator(rng))
+        rng = get_rng(rng)
         bound = 1.0 / math.sqrt(self.in_features)
         self.weight = Tensor(
             np.empty((self.in_features, self.out_features), dtype=dtype), requires_grad=True
