@@ -168,9 +168,9 @@ def test_generation_uses_default_rng_when_none_given(model):
         (dict(temperature=-1.0), "temperature must be > 0"),
         (dict(top_k=0), "top_k must be a positive integer"),
         (dict(max_new_tokens=-1), "max_new_tokens must be >= 0"),
-        (dict(idx=np.array([[1, 17]])), r"outside \[0, 17\)"),
-        (dict(idx=np.zeros((2, 0), dtype=np.int64)), "non-empty integer array"),
-        (dict(idx=np.array([1, 2])), "non-empty integer array"),
+        (dict(idx=np.array([[1, 17]])), r"token id 17 is outside the vocabulary \[0, 17\)"),
+        (dict(idx=np.zeros((2, 0), dtype=np.int64)), "at least one token per row"),
+        (dict(idx=np.array([1, 2])), r"shape \(B, T\), got shape \(2,\)"),
     ],
 )
 def test_bad_generation_arguments_raise_at_the_call(model, kwargs, message):

@@ -267,7 +267,9 @@ class GPT(nn.Module):
         """Tied output head: logits = x @ wte.weightᵀ."""
         return F.linear(x, self.wte.weight.transpose(1, 0))  # (B, T, V)
 
-    def _check_idx(self, idx: Any) -> np.ndarray:
+    def _check_idx(self, idx: Any, crop_to_block: bool = False) -> np.ndarray:
+        """idx as an integer (B, T) array of in-vocabulary ids; longer than block_size only
+        when ``crop_to_block`` (generation keeps the last block_size tokens itself)."""
         idx = np.asarray(idx.data if isinstance(idx, Tensor) else idx)
         if idx.ndim != 2:
             raise ValueError(f"idx must have shape (B, T), got shape {idx.shape}")
@@ -275,7 +277,7 @@ class GPT(nn.Module):
             raise ValueError(f"idx must hold integer token ids, got dtype {idx.dtype}")
         if idx.shape[1] == 0:
             raise ValueError("idx must hold at least one token per row, got T = 0")
-        if idx.shape[1] > self.config.block_size:
+        if idx.shape[1] > self.config.block_size and not crop_to_block:
             raise ValueError(
                 f"sequence length T={idx.shape[1]} exceeds block_size={self.config.block_size}"
             )
@@ -285,7 +287,7 @@ class GPT(nn.Module):
             raise ValueError(
                 f"token id {bad} is outside the vocabulary [0, {self.config.vocab_size})"
             )
-        return idx
+        return idx.astype(np.int64, copy=False)
 
     def _check_targets(self, targets: Any, shape: tuple[int, ...]) -> np.ndarray:
         targets = np.asarray(targets.data if isinstance(targets, Tensor) else targets)
@@ -313,7 +315,7 @@ class GPT(nn.Module):
         Runs under no_grad and in eval mode whatever the caller's state, and restores both. See
         generate_stream for the sampling rule and the key/value cache.
         """
-        idx = self._check_idx_for_generation(idx)
+        idx = self._check_idx(idx, crop_to_block=True)
         new = [
             ids[:, None]
             for ids, _ in self.generate_stream(
@@ -348,7 +350,7 @@ class GPT(nn.Module):
         and eval mode are entered around each step only, never held while the caller runs between
         tokens.
         """
-        idx = self._check_idx_for_generation(idx)
+        idx = self._check_idx(idx, crop_to_block=True)
         if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, (int, np.integer)):
             raise ValueError(f"max_new_tokens must be an integer, got {max_new_tokens!r}")
         if max_new_tokens < 0:
@@ -420,17 +422,6 @@ class GPT(nn.Module):
         if missed.any():
             ids[missed] = probs.shape[-1] - 1 - np.argmax(probs[missed, ::-1] > 0, axis=-1)
         return ids
-
-    def _check_idx_for_generation(self, idx: Any) -> np.ndarray:
-        idx = np.asarray(idx.data if isinstance(idx, Tensor) else idx)
-        if idx.ndim != 2 or idx.shape[1] == 0 or not np.issubdtype(idx.dtype, np.integer):
-            raise ValueError(
-                "idx must be a non-empty integer array of shape (B, T), "
-                f"got {idx.dtype} {idx.shape}"
-            )
-        if idx.min() < 0 or idx.max() >= self.config.vocab_size:
-            raise ValueError(f"idx holds token ids outside [0, {self.config.vocab_size})")
-        return idx.astype(np.int64, copy=False)
 
     @staticmethod
     @contextmanager
