@@ -25,6 +25,9 @@ from glassllm.models import GPT
 from glassllm.train_config import CHECKPOINT_NAME, TrainConfig
 
 EXPLAIN_TOP = 5  # alternatives shown per token by --explain
+# Below this, float32 logits / temperature can overflow to inf and the probabilities turn to nan
+# (samples then come out as the last token of the vocabulary); it is greedy decoding already.
+MIN_TEMPERATURE = 1e-6
 
 DEFAULT_SAMPLE_OPTIONS: dict[str, Any] = {
     "checkpoint": str(Path(TrainConfig().out_dir) / CHECKPOINT_NAME),
@@ -103,6 +106,11 @@ class SampleOptions:
         problems = []
         if not self.temperature > 0:
             problems.append(f"temperature must be > 0, got {self.temperature}")
+        elif self.temperature < MIN_TEMPERATURE:
+            problems.append(
+                f"temperature must be at least {MIN_TEMPERATURE:g}, got {self.temperature:g} "
+                "(for greedy decoding use --top-k 1)"
+            )
         if self.top_k is not None and self.top_k < 1:
             problems.append(f"top-k must be at least 1, got {self.top_k}")
         if self.num_samples < 1:

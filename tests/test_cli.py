@@ -386,6 +386,7 @@ def test_resume_when_already_done(trained, tmp_path, capsys):
     [
         (["--temperature", "0"], ["temperature must be > 0"]),
         (["--temperature", "-1"], ["temperature must be > 0"]),
+        (["--temperature", "1e-300"], ["temperature must be at least 1e-06", "--top-k 1"]),
         (["--top-k", "0"], ["top-k must be at least 1"]),
         (["--num-samples", "0"], ["num-samples"]),
         (["--prompt", "naïve €"], ["'ï'", "not in the vocabulary"]),
@@ -454,6 +455,29 @@ def test_resume_from_a_checkpoint_that_is_a_directory(tmp_path, capsys):
     (tmp_path / CHECKPOINT_NAME).mkdir()
     argv = ["train", "--resume", "--out-dir", tmp_path, "--max-iters", "5"]
     assert_one_line_error(*run(argv, capsys)[::2], CHECKPOINT_NAME, "is a directory")
+
+
+def test_resume_from_a_checkpoint_with_incomplete_metadata(text_file, tmp_path, capsys):
+    from glassllm.train import TrainConfig, Trainer
+
+    shape = dict(n_layer=1, n_head=2, n_embd=16, block_size=16, batch_size=4)
+    trainer = Trainer(TrainConfig(**shape, data=str(text_file), out_dir=str(tmp_path)))
+    metadata = trainer.metadata()
+    del metadata["rng"]  # e.g. written by a hand-made script
+    glassllm.save(tmp_path / CHECKPOINT_NAME, trainer.model, trainer.optimizer, metadata)
+    argv = ["train", "--resume", "--out-dir", tmp_path, "--max-iters", "20"]
+    assert_one_line_error(*run(argv, capsys)[::2], "incomplete or invalid metadata", "'rng'")
+
+
+def test_resume_survives_a_garbled_log(trained, tmp_path, capsys):
+    out_dir = tmp_path / "copy"
+    shutil.copytree(trained, out_dir)
+    log = out_dir / LOG_NAME
+    log.write_bytes(log.read_bytes() + b"\xff\xfe garbage from a crashed editor\n")
+    status, out, err = run(["train", "--resume", "--out-dir", out_dir, "--max-iters", "15"], capsys)
+    assert status == 0, err
+    records = [json.loads(line) for line in log.read_text().splitlines()]
+    assert [r["iter"] for r in records] == [0, 5, 10, 12, 15]
 
 
 def test_resume_from_a_checkpoint_of_another_model(tmp_path, capsys):
