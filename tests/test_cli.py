@@ -250,13 +250,16 @@ def test_resume_from_the_command_line_matches_a_straight_run(text_file, tmp_path
         (lambda d: d.write_text(""), ["is empty"]),
         (lambda d: d.write_text("too short\n" * 3), ["too short for block_size=16"]),
         (lambda d: d.write_bytes(b"\xff\xfe\xfa" * 400), ["not UTF-8"]),
+        (lambda d: d.mkdir(), ["is a directory"]),
     ],
-    ids=["missing", "empty", "shorter-than-a-block", "not-utf8"],
+    ids=["missing", "empty", "shorter-than-a-block", "not-utf8", "directory"],
 )
-def test_bad_data(tmp_path, capsys, make_data, fragments):
+@pytest.mark.parametrize("tokenizer", ["char", "byte"])
+def test_bad_data(tmp_path, capsys, make_data, fragments, tokenizer):
     data = tmp_path / "data.txt"
     make_data(data)
-    status, out, err = run(["train", *TINY, "--data", data, "--out-dir", tmp_path / "o"], capsys)
+    argv = ["train", *TINY, "--data", data, "--out-dir", tmp_path / "o", "--tokenizer", tokenizer]
+    status, out, err = run(argv, capsys)
     assert_one_line_error(status, err, *fragments)
     assert not (tmp_path / "o").exists()  # nothing written
 
@@ -273,6 +276,10 @@ def test_bad_data(tmp_path, capsys, make_data, fragments):
         (["--no-such-option"], ["unrecognized arguments"]),
         (["--warmup-iters", "50", "--lr-decay-iters", "10"], ["lr_decay_iters (10)"]),
         (["--seed", "-5"], ["seed must be >= 0, got -5"]),
+        (["--max-iters", "-1"], ["max_iters must be >= 0, got -1"]),
+        (["--batch-size", "0"], ["batch_size must be at least 1, got 0"]),
+        (["--eval-iters", "0"], ["eval_iters must be at least 1, got 0"]),
+        (["--block-size", "100000"], ["too short for block_size=100000"]),
     ],
 )
 def test_bad_training_options(text_file, tmp_path, capsys, options, fragments):
@@ -388,7 +395,10 @@ def test_resume_when_already_done(trained, tmp_path, capsys):
         (["--temperature", "-1"], ["temperature must be > 0"]),
         (["--temperature", "1e-300"], ["temperature must be at least 1e-06", "--top-k 1"]),
         (["--top-k", "0"], ["top-k must be at least 1"]),
+        (["--top-k", "-3"], ["top-k must be at least 1, got -3"]),
         (["--num-samples", "0"], ["num-samples"]),
+        (["--max-new-tokens", "-1"], ["max-new-tokens must be >= 0, got -1"]),
+        (["--prompt", "ZQX"], ["'Z'", "not in the vocabulary"]),
         (["--prompt", "naïve €"], ["'ï'", "not in the vocabulary"]),
         (["--prompt", ""], ["prompt is empty"]),
         (["--seed", "-1"], ["seed must be >= 0, got -1"]),
@@ -417,6 +427,14 @@ def test_training_too_large_for_the_machine(text_file, tmp_path, capsys):
             "--n-head", "1"]  # fmt: skip
     assert_one_line_error(*run(argv, capsys)[::2], "not enough memory", "--n-embd")
     assert not (tmp_path / "o").exists()
+
+
+def test_sample_zero_new_tokens_prints_the_prompt(trained, capsys):
+    argv = ["sample", "--checkpoint", trained / CHECKPOINT_NAME, "--prompt", "line",
+            "--max-new-tokens", "0", "--num-samples", "2"]  # fmt: skip
+    status, out, err = run(argv, capsys)
+    assert status == 0, err
+    assert out == "line\n---------------\n" * 2
 
 
 def _another_model(path):
