@@ -189,15 +189,14 @@ class Trainer:
             raise ValueError(f"cannot resume with a different {'; '.join(different)}")
 
     def _restore(self, metadata: dict[str, Any]) -> dict[str, Any]:
-        """Load the checkpoint into this trainer; return the saved state of the default generator
-        (set by the caller once construction can no longer fail)."""
+        """Load the checkpoint; return the default generator's saved state (for the caller)."""
         try:
             iteration = int(metadata["iteration"])
             states = metadata["rng"]
             self.model_rng.bit_generator.state = states["model"]
             self.batch_rng.bit_generator.state = states["batches"]
             default_rng = np.random.default_rng()
-            default_rng.bit_generator.state = states["default"]  # checked here, set by the caller
+            default_rng.bit_generator.state = states["default"]  # checked here, not yet applied
         except (KeyError, TypeError, ValueError) as err:
             raise ValueError(
                 f"checkpoint {str(self.checkpoint_path)!r} has incomplete or invalid metadata "
@@ -258,8 +257,7 @@ class Trainer:
         kept: list[str] = []
         if self.resumed and self.log_path.is_file():
             last = -1 if self.last_eval_iteration is None else self.last_eval_iteration
-            # errors="replace": a garbled line is then dropped below like any unparsable one.
-            for line in self.log_path.read_text(errors="replace").splitlines():
+            for line in self.log_path.read_text(errors="replace").splitlines():  # garbled: dropped
                 try:
                     if json.loads(line)["iter"] <= last:
                         kept.append(line + "\n")
