@@ -26,11 +26,9 @@ arrays, so tied weights stay tied.
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import json
 import os
-import secrets
 from collections.abc import Mapping
 from typing import Any
 
@@ -38,6 +36,7 @@ import numpy as np
 import safetensors
 import safetensors.numpy
 
+from glassllm.atomic_file import write_bytes_atomically
 from glassllm.nn.module import Module
 from glassllm.optim.optimizer import Optimizer
 
@@ -390,36 +389,7 @@ def _atomic_write(path: str, tensors: dict[str, np.ndarray], header: dict[str, s
         raise FileNotFoundError(f"cannot save checkpoint: directory {directory} does not exist")
     if os.path.isdir(path):
         raise CheckpointError(f"cannot save checkpoint: {path} is a directory")
-    temporary = os.path.join(
-        directory, f".{os.path.basename(path)}.{os.getpid()}.{secrets.token_hex(4)}.tmp"
-    )
     # Serialised in memory and written through our own descriptor: the file gets ordinary
-    # permissions (0o666 minus the umask; safetensors' save_file leaves 0o600), and the bytes we
-    # fsync are exactly the ones we wrote.
-    data = safetensors.numpy.save(tensors, metadata=header)
-    descriptor = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
-    try:
-        with os.fdopen(descriptor, "wb") as handle:
-            handle.write(data)
-            handle.flush()
-            os.fsync(handle.fileno())  # the bytes are on disk before the name points at them
-        os.replace(temporary, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(temporary)
-        raise
-    _fsync_directory(directory)
-
-
-def _fsync_directory(directory: str) -> None:
-    """Make the rename itself durable; not possible on every platform (e.g. Windows)."""
-    try:
-        descriptor = os.open(directory, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(descriptor)
-    except OSError:
-        pass
-    finally:
-        os.close(descriptor)
+    # permissions (safetensors' save_file leaves 0o600), and the bytes we fsync are exactly the
+    # ones we wrote.
+    write_bytes_atomically(path, safetensors.numpy.save(tensors, metadata=header))

@@ -15,10 +15,11 @@ from __future__ import annotations
 import hashlib
 import http.client
 import os
-import tempfile
 import urllib.error
 import urllib.request
 from pathlib import Path
+
+from glassllm.atomic_file import write_bytes_atomically
 
 SHAKESPEARE_URL = (
     "https://raw.githubusercontent.com/karpathy/char-rnn/master/data/tinyshakespeare/input.txt"
@@ -55,21 +56,6 @@ def cache_dir() -> Path:
 
 def _sha256(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
-
-
-def _write_atomically(path: Path, data: bytes) -> None:
-    """Write to a temporary file beside ``path``, fsync, rename: readers never see half a file."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
 
 
 def shakespeare_text(cache: Path | None = None, url: str | None = None) -> str:
@@ -111,7 +97,8 @@ def shakespeare_text(cache: Path | None = None, url: str | None = None) -> str:
             f"expected {SHAKESPEARE_SHA256}; it was not saved. Retry later, or {hint}"
         )
     try:
-        _write_atomically(path, data)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        write_bytes_atomically(path, data)
     except OSError as err:
         # The text is good; failing to cache it only costs a download next time.
         import warnings

@@ -1,0 +1,48 @@
+"""Write a file so that readers see the old contents or the new, never half of either."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import secrets
+
+
+def write_bytes_atomically(path: str | os.PathLike[str], data: bytes) -> None:
+    """Write ``data`` to a temporary file beside ``path``, fsync it, rename it over ``path``,
+    then fsync the directory so the rename itself survives a crash.
+
+    A crash (or SIGKILL) at any moment leaves either the previous file or the new one; the
+    temporary file is removed when writing fails. The file gets ordinary permissions
+    (0o666 minus the umask), unlike ``tempfile.mkstemp``'s 0o600.
+    """
+    path = os.fspath(path)
+    directory = os.path.dirname(os.path.abspath(path))
+    temporary = os.path.join(
+        directory, f".{os.path.basename(path)}.{os.getpid()}.{secrets.token_hex(4)}.tmp"
+    )
+    descriptor = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
+    try:
+        with os.fdopen(descriptor, "wb") as handle:
+            handle.write(data)
+            handle.flush()
+            os.fsync(handle.fileno())  # the bytes are on disk before the name points at them
+        os.replace(temporary, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(temporary)
+        raise
+    _fsync_directory(directory)
+
+
+def _fsync_directory(directory: str) -> None:
+    """Make the rename durable; not possible on every platform (e.g. Windows)."""
+    try:
+        descriptor = os.open(directory, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(descriptor)
+    except OSError:
+        pass
+    finally:
+        os.close(descriptor)
