@@ -68,15 +68,21 @@ def clip_grad_norm_(
     scale = max_norm / (total + 1e-6)
     if scale < 1.0 or math.isnan(scale):
         for param in with_grad:
-            if param.grad.flags.writeable:
-                np.multiply(param.grad, scale, out=param.grad)
-            else:  # e.g. a broadcast view a user assigned: replace rather than fail half-way
-                param.grad = param.grad * scale
+            # A non-finite total propagates as documented (inf * 0 = nan, as PyTorch), quietly.
+            with np.errstate(invalid="ignore"):
+                if param.grad.flags.writeable:
+                    np.multiply(param.grad, scale, out=param.grad)
+                else:  # e.g. a broadcast view a user assigned: replace rather than fail half-way
+                    param.grad = param.grad * scale
     return total
 
 
 def _sum_of_powers(grad: np.ndarray, norm_type: float) -> float:
     """``sum |g|^norm_type`` of one gradient."""
     if norm_type == 2.0 and grad.dtype in (np.float32, np.float64):
-        return float(np.vdot(grad, grad))  # BLAS dot of the flattened gradient with itself
+        squares = float(np.vdot(grad, grad))  # BLAS dot of the flattened gradient with itself
+        # Trust it unless the gradient's own dtype overflowed (float32 squares pass 3.4e38 once
+        # |g| ~ 1.8e19) or underflowed to 0; then (or for a real inf/nan) redo it in float64.
+        if math.isfinite(squares) and (squares > 0.0 or not grad.any()):
+            return squares
     return float(np.sum(np.abs(grad.astype(np.float64, copy=False)) ** norm_type))
