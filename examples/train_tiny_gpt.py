@@ -118,7 +118,8 @@ for iteration in range(cfg.max_iters + 1):
     x, y = get_batch(train_data, cfg.block_size, cfg.batch_size, batch_rng)  # (B, T), (B, T)
     logits, loss = model(x, y)  # (B, T, vocab), mean cross-entropy over B*T predictions
     loss.backward()  # reverse-mode autograd fills p.grad for every parameter
-    clip_grad_norm_(model.parameters(), cfg.grad_clip)  # rescale if the global norm > grad_clip
+    if cfg.grad_clip > 0.0:  # 0 turns clipping off, as in nanoGPT
+        clip_grad_norm_(model.parameters(), cfg.grad_clip)  # rescale if the global norm > grad_clip
     optimizer.step()  # AdamW update, in place
     optimizer.zero_grad()  # grads back to None for the next step
     if iteration % cfg.log_interval == 0:

@@ -57,3 +57,13 @@ def test_train_tiny_gpt_then_sample(tmp_path):
     )  # fmt: skip
     assert done.returncode == 0, done.stderr
     assert done.stdout.count("%  |") == 5
+
+
+def test_train_tiny_gpt_grad_clip_zero_turns_clipping_off(tmp_path):
+    """--grad-clip 0 means no clipping, as in nanoGPT and `glassllm train` (not: zero gradients)."""
+    data = tmp_path / "tiny.txt"
+    data.write_text(TEXT)
+    out = run_example("train_tiny_gpt.py", "--data", data, "--out-dir", tmp_path / "out",
+                      *TINY_GPT, "--grad-clip", "0")  # fmt: skip
+    evaluations = re.findall(r"step (\d+): train loss ([\d.]+), val loss ([\d.]+)", out)
+    assert float(evaluations[-1][1]) < float(evaluations[0][1]) - 0.5, out
