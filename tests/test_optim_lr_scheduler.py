@@ -112,3 +112,15 @@ def test_constant_keeps_the_base_lr():
     for _ in range(3):
         scheduler.step()
     assert opt.param_groups[0]["lr"] == 0.3 and scheduler.last_iter == 3
+
+
+def test_group_added_after_the_scheduler_is_a_clear_error_that_changes_nothing():
+    # PyTorch users add groups with optimizer.add_param_group; a schedule built before that has
+    # no base lr for the new group. It must say so, not fail half-way through setting the lrs.
+    opt = optimizer(lr=1e-3)
+    scheduler = StepLR(opt, step_size=1, gamma=0.5)
+    opt.add_param_group({"params": [Tensor(np.zeros(1), requires_grad=True)], "lr": 0.3})
+    with pytest.raises(ValueError, match="2 parameter groups.*built for 1"):
+        scheduler.step()
+    assert scheduler.last_iter == 0
+    assert [g["lr"] for g in opt.param_groups] == [1e-3, 0.3]

@@ -95,12 +95,23 @@ class LRScheduler:
         if it is None:
             it = self.last_iter + 1
         _check_iteration(it)
+        self._check_groups()
         self.last_iter = it
         self._apply()
 
     def get_last_lr(self) -> list[float]:
         """The learning rate of each group at the current iteration."""
         return [self.lr_at(self.last_iter, base) for base in self.base_lrs]
+
+    def _check_groups(self) -> None:
+        # Checked before anything changes: a group added with add_param_group after the scheduler
+        # was built has no base lr, and zip(strict=True) would fail half-way through the groups.
+        groups, bases = len(self.optimizer.param_groups), len(self.base_lrs)
+        if groups != bases:
+            raise ValueError(
+                f"the optimizer has {groups} parameter groups but this scheduler was built for "
+                f"{bases}; build the scheduler after the last add_param_group"
+            )
 
     def _apply(self) -> None:
         for group, lr in zip(self.optimizer.param_groups, self.get_last_lr(), strict=True):
