@@ -335,12 +335,15 @@ class Tensor:
         a = self
         axes = _normalize_axes(axis, a.ndim)
         count = int(np.prod([a.shape[i] for i in axes])) if axes else 1
+        # As NumPy: no degrees of freedom left (n - ddof <= 0, an empty axis) gives nan or
+        # inf, forward and backward, rather than a ZeroDivisionError in the VJP.
+        dof = max(count - ddof, 0)
         centered = a.data - a.data.mean(axis=axes, keepdims=True)
-        out = (centered * centered).sum(axis=axes, keepdims=keepdims) / (count - ddof)
+        out = (centered * centered).sum(axis=axes, keepdims=keepdims) / dof
 
         def vjp(g: np.ndarray):
             upstream = _expand_reduced(g, axes, keepdims, a.shape)
-            return (centered * (2.0 / (count - ddof)) * upstream,)
+            return (centered * (2.0 / dof if dof else float("nan")) * upstream,)
 
         return Tensor.from_op(out, (a,), vjp)
 

@@ -509,3 +509,18 @@ def test_truth_value_is_refused_with_a_pointer_to_data():
     with pytest.raises(TypeError):
         if Tensor(np.ones(3)):
             pass
+
+
+@pytest.mark.parametrize(
+    "shape,axis,ddof", [((2, 1), 1, 1), ((0, 3), 0, 0), ((0, 3), None, 0), ((2, 3), None, 6)]
+)
+@pytest.mark.filterwarnings("ignore::RuntimeWarning")  # NumPy's own "Degrees of freedom <= 0"
+def test_variance_with_no_degrees_of_freedom_is_nan_forward_and_backward(shape, axis, ddof):
+    # NumPy and torch give nan (n - ddof = 0); backward must not raise ZeroDivisionError.
+    x = Tensor(np.ones(shape, dtype=np.float32), requires_grad=True)
+    y = x.var(axis=axis, ddof=ddof)
+    y.backward(np.ones(y.shape, dtype=np.float32))
+    expected = np.var(x.data, axis=axis, ddof=ddof)
+    np.testing.assert_array_equal(y.data, expected)
+    assert y.dtype == np.float32 and x.grad.dtype == np.float32
+    assert np.isnan(x.grad).all()
