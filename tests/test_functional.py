@@ -73,7 +73,8 @@ def test_gradcheck_logsumexp(shape, axis, keepdims):
 
 @pytest.mark.parametrize("fn", [F.softmax, F.log_softmax])
 @pytest.mark.parametrize(
-    "shape,axis", [((2, 3, 4), -1), ((2, 3, 4), 0), ((2, 3, 4), 1), ((3, 1), -1), ((4,), 0)]
+    "shape,axis",
+    [((2, 3, 4), -1), ((2, 3, 4), 0), ((2, 3, 4), 1), ((3, 1), -1), ((4,), 0), ((), None)],
 )
 def test_gradcheck_softmax_family(fn, shape, axis):
     assert gradcheck(lambda x: fn(x, axis=axis), [leaf(shape, scale=2.0)])

@@ -90,7 +90,7 @@ def softmax(x: Tensor, axis: int = -1) -> Tensor:
     p /= s
 
     def vjp(grad: np.ndarray) -> tuple:
-        gp = np.multiply(grad, p)
+        gp = np.multiply(grad, p, out=np.empty_like(p))  # out=: 0-d input gives a scalar
         dot = sum_last(gp) if last_only else gp.sum(axis=axes, keepdims=True)
         np.subtract(grad, dot, out=gp)
         gp *= p
@@ -120,7 +120,7 @@ def log_softmax(x: Tensor, axis: int = -1) -> Tensor:
 
     def vjp(grad: np.ndarray) -> tuple:
         total = sum_last(grad) if last_only else grad.sum(axis=axes, keepdims=True)
-        dx = np.exp(out)
+        dx = np.exp(out, out=np.empty_like(out))  # out=: 0-d input gives a scalar
         dx *= total
         np.subtract(grad, dx, out=dx)
         return (dx,)
