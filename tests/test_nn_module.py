@@ -330,3 +330,15 @@ def test_docstring_examples_run(name):
     result = doctest.testmod(importlib.import_module(name))
     assert result.failed == 0
     assert result.attempted > 0
+
+
+def test_zero_grad_accepts_torch_set_to_none():
+    net = nn.Linear(2, 3)
+    net.weight.grad = np.ones((2, 3), dtype=np.float32)
+    net.bias.grad = np.broadcast_to(np.float32(1.0), (3,))  # read-only: replaced, not written
+    grad_array = net.weight.grad
+    net.zero_grad(set_to_none=False)
+    assert net.weight.grad is grad_array and not net.weight.grad.any()
+    assert net.bias.grad.dtype == np.float32 and not net.bias.grad.any()
+    net.zero_grad(set_to_none=True)
+    assert net.weight.grad is None and net.bias.grad is None

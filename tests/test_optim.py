@@ -338,3 +338,15 @@ def test_integer_parameter_is_refused_clearly():
 
     with pytest.raises(TypeError, match="int64"):
         SGD([Tensor(np.arange(3), requires_grad=True)], lr=0.1)
+
+
+def test_zero_grad_accepts_torch_set_to_none():
+    # nanoGPT's loop calls optimizer.zero_grad(set_to_none=True); False zeroes the arrays in place.
+    a, b = Tensor(np.ones(2), requires_grad=True), Tensor(np.ones(3), requires_grad=True)
+    opt = SGD([a, b], lr=0.1)
+    a.grad = np.ones(2)
+    grad_array = a.grad
+    opt.zero_grad(set_to_none=False)
+    assert a.grad is grad_array and np.array_equal(a.grad, np.zeros(2)) and b.grad is None
+    opt.zero_grad(set_to_none=True)
+    assert a.grad is None

@@ -37,7 +37,7 @@ dtype('float32')
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -255,10 +255,10 @@ class Module:
         """Same as ``train(False)``: dropout becomes the identity."""
         return self.train(False)
 
-    def zero_grad(self) -> None:
-        """Set every parameter's ``grad`` to None (the next backward starts from nothing)."""
-        for param in self.parameters():
-            param.grad = None
+    def zero_grad(self, set_to_none: bool = True) -> None:
+        """Set every parameter's ``grad`` to None (the next backward starts from nothing); with
+        ``set_to_none=False`` fill the gradient arrays with zeros instead (torch's signature)."""
+        clear_grads(self.parameters(), set_to_none)
 
     def num_parameters(self) -> int:
         """Number of scalars in the parameters, a shared parameter counted once."""
@@ -384,6 +384,20 @@ class Module:
             lines.append(f"  ({name}): {child_text}")
         lines.append(f")  # {_count(self.num_parameters())} in total")
         return "\n".join(lines)
+
+
+def clear_grads(params: Iterable[Tensor], set_to_none: bool = True) -> None:
+    """``zero_grad`` of `Module` and `Optimizer`: ``grad = None``, or zeros written in place (a
+    read-only gradient, e.g. a broadcast view a user assigned, is replaced by a zero array)."""
+    if not isinstance(set_to_none, bool):
+        raise TypeError(f"set_to_none must be a bool, got {type(set_to_none).__name__}")
+    for param in params:
+        if set_to_none or param.grad is None:
+            param.grad = None
+        elif param.grad.flags.writeable:
+            param.grad.fill(0)
+        else:
+            param.grad = np.zeros(param.grad.shape, dtype=param.grad.dtype)
 
 
 def _count(n: int) -> str:

@@ -22,6 +22,7 @@ from typing import Any
 
 import numpy as np
 
+from glassllm.nn.module import clear_grads
 from glassllm.tensor import Tensor
 
 # One parameter group as the user writes it, e.g. {"params": [...], "weight_decay": 0.0}.
@@ -206,11 +207,11 @@ class Optimizer:
 
     # ------------------------------------------------------------------ stepping
 
-    def zero_grad(self) -> None:
-        """Set every parameter's ``grad`` to ``None`` (the next backward writes fresh arrays)."""
-        for group in self.param_groups:
-            for param in group["params"]:
-                param.grad = None
+    def zero_grad(self, set_to_none: bool = True) -> None:
+        """Set every parameter's ``grad`` to ``None`` (the next backward writes fresh arrays);
+        ``set_to_none=False`` fills the gradient arrays with zeros instead (torch's signature)."""
+        clear_grads((param for group in self.param_groups for param in group["params"]),
+                    set_to_none)
 
     def step(self) -> None:
         """Update every parameter that has a gradient; subclasses implement the rule."""
