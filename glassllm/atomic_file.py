@@ -17,9 +17,12 @@ def write_bytes_atomically(path: str | os.PathLike[str], data: bytes) -> None:
     """
     path = os.fspath(path)
     directory = os.path.dirname(os.path.abspath(path))
-    temporary = os.path.join(
-        directory, f".{os.path.basename(path)}.{os.getpid()}.{secrets.token_hex(4)}.tmp"
-    )
+    # The name is capped so that prefix and suffix keep it under the usual 255-byte limit even
+    # when the target's own name is close to it.
+    stem = os.path.basename(path)
+    while len(os.fsencode(stem)) > 200:  # bytes, not characters: names may be non-ASCII
+        stem = stem[:-1]
+    temporary = os.path.join(directory, f".{stem}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
     descriptor = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
     try:
         with os.fdopen(descriptor, "wb") as handle:

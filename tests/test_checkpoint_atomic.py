@@ -137,3 +137,16 @@ def test_failed_write_cleans_up_and_keeps_the_old_file(tmp_path, monkeypatch):
     monkeypatch.undo()
     assert os.listdir(tmp_path) == ["ckpt.safetensors"]
     assert check_whole(path) == 1
+
+
+def test_longest_legal_file_name_can_be_saved(tmp_path):
+    # The temporary file's name adds a prefix and a suffix to the target's: it must stay under
+    # the file-system limit (255 bytes) when the target name itself is legal.
+    for name in ("c" * 240 + ".safetensors", "é" * 120 + ".st"):  # 251 and 123 characters
+        path = tmp_path / name
+        model = nn.Linear(2, 3)
+        glassllm.save(path, model)
+        fresh = nn.Linear(2, 3)
+        glassllm.load(path, fresh)
+        assert np.array_equal(fresh.weight.data, model.weight.data)
+    assert sorted(os.listdir(tmp_path)) == sorted(["c" * 240 + ".safetensors", "é" * 120 + ".st"])
