@@ -47,7 +47,8 @@ class TokenChoice:
     step: int
     token: str  # printable form (Tokenizer.token_repr)
     prob: float  # probability the token was drawn with
-    alternatives: list[tuple[str, float]]  # the EXPLAIN_TOP most likely tokens, most likely first
+    # the (up to) EXPLAIN_TOP most likely tokens it could be drawn from, most likely first
+    alternatives: list[tuple[str, float]]
 
 
 def format_choice(choice: TokenChoice) -> str:
@@ -80,8 +81,10 @@ def generate_explained(
                     step=step,
                     token=tokenizer.token_repr(int(next_ids[b])),
                     prob=float(probs[b, next_ids[b]]),
-                    alternatives=[
-                        (tokenizer.token_repr(int(i)), float(probs[b, i])) for i in ranked[b]
+                    alternatives=[  # not tokens that top-k ruled out: they were not weighed
+                        (tokenizer.token_repr(int(i)), float(probs[b, i]))
+                        for i in ranked[b]
+                        if probs[b, i] > 0.0
                     ],
                 )
             )

@@ -216,6 +216,21 @@ def test_explain_shows_each_token_probability_and_alternatives(trained, capsys):
     assert out.endswith(plain)
 
 
+def test_explain_with_top_k_lists_only_the_tokens_it_could_draw(trained, capsys):
+    """Tokens top-k ruled out (probability 0) are not alternatives the model weighed."""
+    argv = ["sample", "--checkpoint", trained / CHECKPOINT_NAME, "--num-samples", "2",
+            "--max-new-tokens", "4", "--top-k", "2", "--explain"]  # fmt: skip
+    status, out, err = run(argv, capsys)
+    assert status == 0, err
+    rows = [line for line in out.splitlines() if "|" in line and "%" in line]
+    assert len(rows) == 8
+    for row in rows:
+        alternatives = row.split("|")[1]
+        probs = [float(p.rstrip("%")) for p in alternatives.split() if p.endswith("%")]
+        assert 1 <= len(probs) <= 2, row
+        assert abs(sum(probs) - 100.0) < 0.2, row
+
+
 def test_default_corpus_is_builtin(tmp_path, capsys):
     status, out, err = run(["train", *TINY, "--max-iters", "2", "--out-dir", tmp_path], capsys)
     assert status == 0, err
