@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import shlex
 import signal
 import sys
 import threading
@@ -397,7 +398,7 @@ class Trainer:
         if interrupted:
             resume = "glassllm train --resume"
             if cfg.out_dir != TrainConfig().out_dir:
-                resume += f" --out-dir {cfg.out_dir}"
+                resume += f" --out-dir {shlex.quote(cfg.out_dir)}"  # pasteable as printed
             print(
                 f"stopped at step {self.iteration}; checkpoint saved to {self.checkpoint_path}. "
                 f"Continue with: {resume}",

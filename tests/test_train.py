@@ -255,3 +255,18 @@ def test_glassllm_default_generator_is_seeded_by_the_run(data, tmp_path):
     Trainer(tiny(data, tmp_path / "a", seed=5, max_iters=1))
     state = glassllm.get_rng().bit_generator.state
     assert state == glassllm.manual_seed(5).bit_generator.state
+
+
+def test_interrupt_prints_a_resume_command_a_shell_can_run(data, tmp_path, capsys):
+    """An out_dir with a space is quoted in the printed command, so pasting it resumes that run."""
+    import shlex
+
+    def stop_at_2(trainer, loss):
+        if trainer.iteration == 2:
+            raise KeyboardInterrupt
+
+    out_dir = tmp_path / "my run"
+    Trainer(tiny(data, out_dir)).fit(progress=False, on_step=stop_at_2)
+    command = capsys.readouterr().out.split("Continue with: ")[1].strip()
+    words = shlex.split(command)
+    assert words[words.index("--out-dir") + 1] == str(out_dir)
