@@ -524,3 +524,20 @@ def test_variance_with_no_degrees_of_freedom_is_nan_forward_and_backward(shape, 
     np.testing.assert_array_equal(y.data, expected)
     assert y.dtype == np.float32 and x.grad.dtype == np.float32
     assert np.isnan(x.grad).all()
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_sigmoid_is_accurate_in_the_negative_tail(dtype):
+    # (1 + tanh(x/2))/2 cancels for x << 0: float32 lost 2e-4 relative at x = -10 and gave
+    # exactly 0 at x = -20 (true 2.06e-9). exp(-|x|) keeps every digit, as torch does.
+    values = np.array([-80.0, -20.0, -10.0, -3.0, 0.0, 3.0, 10.0], dtype=dtype)
+    x = Tensor(values, requires_grad=True)
+    y = x.sigmoid()
+    y.backward()
+    truth = 1.0 / (1.0 + np.exp(-x.data.astype(np.float64)))
+    rtol = 1e-6 if dtype == np.float32 else 1e-14
+    np.testing.assert_allclose(y.data, truth, rtol=rtol)
+    # The gradient y (1 - y) for x <= 0 (for x >> 0, 1 - y itself rounds, in torch too).
+    tail = x.data <= 0
+    np.testing.assert_allclose(x.grad[tail], (truth * (1.0 - truth))[tail], rtol=rtol)
+    assert y.dtype == dtype and x.grad.dtype == dtype
