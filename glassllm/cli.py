@@ -89,7 +89,9 @@ def add_config_options(parser: argparse.ArgumentParser, config_class: type) -> N
         kind = _field_type(hints[field.name])
         flag = "--" + field.name.replace("_", "-")
         default = getattr(defaults, field.name)
-        help_text = f"{field.metadata.get('help', '')} (default: {default})"
+        help_text = field.metadata.get("help", "")
+        if "default:" not in help_text:  # a help that names its own default keeps it
+            help_text += f" (default: {default})"
         choices = field.metadata.get("choices")
         metavar = "{" + ",".join(choices) + "}" if choices else _METAVARS[kind]
         if kind is bool:

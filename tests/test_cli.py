@@ -636,3 +636,11 @@ def test_docstring_examples():
 
     result = doctest.testmod(glassllm.sample)
     assert result.attempted > 0 and result.failed == 0
+
+
+def test_help_states_each_default_once(capsys):
+    """--lr-decay-iters defaults to max_iters: its help says so, not also "(default: None)"."""
+    status, out, _ = run(["train", "--help"], capsys)
+    assert status == 0
+    entry = " ".join(out.split("--lr-decay-iters N")[-1].split("--weight-decay")[0].split())
+    assert entry.count("default:") == 1 and "None" not in entry, entry
