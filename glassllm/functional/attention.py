@@ -55,8 +55,9 @@ def scaled_dot_product_attention(
     allowed and ``-inf`` elsewhere: ``causal`` lets query ``i`` see keys ``j <= Tk - Tq + i``
     (aligned to the end, so a query appended after a key/value cache sees every cached key);
     ``mask``, a boolean array broadcastable to ``(..., Tq, Tk)``, allows where True. A query
-    allowed no key at all attends to nothing: its output row and its gradients are 0 (PyTorch
-    gives nan). ``dropout_p`` drops attention weights (``glassllm.rng.get_rng(rng)``); pass 0
+    allowed no key at all attends to nothing: its output row and its gradients are 0 (as
+    PyTorch's scaled_dot_product_attention; a plain softmax of the masked scores gives nan).
+    ``dropout_p`` drops attention weights (``glassllm.rng.get_rng(rng)``); pass 0
     when not training.
 
     Forward: ``S = (q/sqrt d) k^T + M``, ``P = softmax(S)`` with the row maximum subtracted
