@@ -207,6 +207,11 @@ def resume_config(given: dict[str, Any]) -> TrainConfig:
             f"--out-dir at the run to continue)"
         )
     metadata = read_checkpoint_metadata(path)
+    if "train_config" not in metadata:  # e.g. written by examples/train_tiny_gpt.py
+        raise ValueError(
+            f"--resume: checkpoint {str(path)!r} has no training configuration (it was not "
+            "written by glassllm train); sample from it with glassllm sample, or train anew"
+        )
     try:
         saved = TrainConfig.from_dict(metadata["train_config"])
     except (KeyError, TypeError, ValueError) as err:

@@ -644,3 +644,15 @@ def test_help_states_each_default_once(capsys):
     assert status == 0
     entry = " ".join(out.split("--lr-decay-iters N")[-1].split("--weight-decay")[0].split())
     assert entry.count("default:") == 1 and "None" not in entry, entry
+
+
+def test_resume_from_a_checkpoint_without_a_training_configuration(trained, tmp_path, capsys):
+    """A GPT checkpoint not written by glassllm train (examples/train_tiny_gpt.py writes one)."""
+    import glassllm
+    from glassllm.gpt_checkpoint import load_trained_model
+
+    model, tokenizer, metadata = load_trained_model(trained / CHECKPOINT_NAME)
+    del metadata["train_config"]
+    glassllm.save(tmp_path / CHECKPOINT_NAME, model, metadata=metadata)
+    status, _, err = run(["train", "--resume", "--out-dir", tmp_path], capsys)
+    assert_one_line_error(status, err, "has no training configuration", "glassllm sample")
