@@ -29,7 +29,10 @@ args = parser.parse_args()
 model, tokenizer, metadata = load_trained_model(args.checkpoint)
 print(f"{args.checkpoint}: step {metadata.get('iteration')}, {model.config}")
 
-idx = np.array([tokenizer.encode(args.prompt)])  # (1, T)
+try:
+    idx = np.array([tokenizer.encode(args.prompt)])  # (1, T)
+except ValueError as error:  # a character the model never saw in training
+    parser.error(str(error))
 
 # What does the model expect right after the prompt? One forward pass, no graph.
 with no_grad():

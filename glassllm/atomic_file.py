@@ -12,10 +12,13 @@ def write_bytes_atomically(path: str | os.PathLike[str], data: bytes) -> None:
     then fsync the directory so the rename itself survives a crash.
 
     A crash (or SIGKILL) at any moment leaves either the previous file or the new one; the
-    temporary file is removed when writing fails. The file gets ordinary permissions
+    temporary file is removed when writing fails. A symlink is written through, not replaced.
+    The file gets ordinary permissions
     (0o666 minus the umask), unlike ``tempfile.mkstemp``'s 0o600.
     """
-    path = os.fspath(path)
+    # Through a symlink to its target, as torch.save and a plain open() do: renaming over the
+    # link itself would replace it with a regular file.
+    path = os.path.realpath(os.fspath(path))
     directory = os.path.dirname(os.path.abspath(path))
     # The name is capped so that prefix and suffix keep it under the usual 255-byte limit even
     # when the target's own name is close to it.

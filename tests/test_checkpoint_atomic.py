@@ -150,3 +150,16 @@ def test_longest_legal_file_name_can_be_saved(tmp_path):
         glassllm.load(path, fresh)
         assert np.array_equal(fresh.weight.data, model.weight.data)
     assert sorted(os.listdir(tmp_path)) == sorted(["c" * 240 + ".safetensors", "é" * 120 + ".st"])
+
+
+def test_saving_through_a_symlink_writes_its_target(tmp_path):
+    target = tmp_path / "runs" / "ckpt.safetensors"
+    target.parent.mkdir()
+    link = tmp_path / "latest.safetensors"
+    link.symlink_to(target)
+    model = nn.Linear(3, 2)
+    glassllm.save(link, model)
+    assert link.is_symlink() and target.is_file()
+    fresh = nn.Linear(3, 2, rng=np.random.default_rng(5))
+    glassllm.load(target, fresh)
+    np.testing.assert_array_equal(fresh.weight.data, model.weight.data)

@@ -49,6 +49,14 @@ def test_train_tiny_gpt_then_sample(tmp_path):
     assert "next-token guesses:" in out
     assert out.splitlines()[-1].startswith("the") or "\nthe" in out
 
+    # A prompt character the model never saw: argparse's one-line error, not a traceback.
+    done = subprocess.run(
+        [sys.executable, str(EXAMPLES / "sample.py"), str(checkpoint), "--prompt", "Zé"],
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert done.returncode == 2
+    assert "Traceback" not in done.stderr and "'Z'" in done.stderr, done.stderr
+
     # The example's checkpoint is a full citizen: the glassllm command samples from it too.
     done = subprocess.run(
         [sys.executable, "-m", "glassllm", "sample", "--checkpoint", str(checkpoint),

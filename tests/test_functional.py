@@ -626,3 +626,9 @@ def test_docstring_examples(module):
     mod = importlib.import_module(f"glassllm.functional.{module}")
     result = doctest.testmod(mod, optionflags=doctest.ELLIPSIS)
     assert result.attempted > 0 and result.failed == 0
+
+
+def test_attention_mask_of_the_wrong_shape_is_named():
+    q = Tensor(np.zeros((2, 3, 4)))
+    with pytest.raises(ValueError, match=r"mask of shape \(3, 5\) does not broadcast"):
+        F.scaled_dot_product_attention(q, q, q, mask=np.ones((3, 5), dtype=bool))

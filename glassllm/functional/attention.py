@@ -94,6 +94,15 @@ def scaled_dot_product_attention(
     dropout_p = check_probability(dropout_p, "attention: dropout_p")
     num_queries, head_dim = q.shape[-2:]
     num_keys = k.shape[-2]
+    if mask is not None:
+        scores_shape = np.broadcast_shapes(q.shape[:-2], k.shape[:-2]) + (num_queries, num_keys)
+        try:
+            np.broadcast_shapes(mask.shape, scores_shape)
+        except ValueError:
+            raise ValueError(
+                f"attention: mask of shape {mask.shape} does not broadcast to the scores' shape "
+                f"{scores_shape} (..., Tq, Tk)"
+            ) from None
     dtype = np.result_type(q.dtype, k.dtype, v.dtype)
     scale = 1.0 / math.sqrt(head_dim) if head_dim else 1.0
 
