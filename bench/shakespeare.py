@@ -116,6 +116,39 @@ class TorchTrainer:
         )
 
 
+class NanoGPTTrainer(TorchTrainer):
+    """nanoGPT's own process in PyTorch: ``torch.manual_seed(seed)``, nanoGPT's initialisation
+    drawn by torch, exact GELU, and training batches from ``torch.randint`` (see
+    :meth:`batch`). Nothing is shared with glassllm's random streams: this measures where the
+    recipe itself lands for a seed, as the issue's 1.898 was measured."""
+
+    def __init__(self, config, seed: int, lr: float) -> None:
+        import torch
+        from torch_gpt import TorchGPT, TorchGPTConfig
+
+        self.torch = torch
+        torch.manual_seed(seed)
+        self.model = TorchGPT(
+            TorchGPTConfig(
+                config.vocab_size,
+                config.block_size,
+                config.n_layer,
+                config.n_head,
+                config.n_embd,
+                gelu="none",
+            )
+        )
+        self.optimizer = self.model.configure_optimizer(lr, 0.1, (0.9, 0.99))
+
+    def batch(self, data, block_size: int, batch_size: int):
+        """nanoGPT's get_batch: ``ix = torch.randint(len(data) - block_size, (batch_size,))``."""
+        import numpy as np
+
+        ix = self.torch.randint(len(data) - block_size, (batch_size,)).numpy()
+        offsets = ix[:, None] + np.arange(block_size)
+        return data[offsets], data[offsets + 1]
+
+
 def split_loss(trainer, data, block_size: int, batch_size: int = 64) -> float:
     """Mean cross-entropy over every non-overlapping block_size window of ``data``."""
     from glassllm.data import sequential_batches
@@ -152,9 +185,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", default="shakespeare", help="JSON name under bench/results/")
     parser.add_argument(
         "--framework",
-        choices=["glassllm", "torch"],
+        choices=["glassllm", "torch", "nanogpt"],
         default="glassllm",
-        help="torch: the control run, same initial weights and batches",
+        help="torch: the control run, same initial weights and batches; nanogpt: PyTorch with "
+        "nanoGPT's own random streams (torch.manual_seed, torch init, torch.randint batches)",
     )
     parser.add_argument(
         "--torch-gelu",
@@ -197,6 +231,11 @@ def main(argv: list[str] | None = None) -> int:
 
         torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "1")))
         trainer = TorchTrainer(config, args.seed, args.lr, args.torch_gelu)
+    elif args.framework == "nanogpt":
+        import torch
+
+        torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "1")))
+        trainer = NanoGPTTrainer(config, args.seed, args.lr)
     else:
         trainer = GlassllmTrainer(config, args.seed, args.lr)
     # Separate streams, so the evaluation schedule does not change which batches training sees.
@@ -224,7 +263,10 @@ def main(argv: list[str] | None = None) -> int:
         if it == args.max_iters:
             break
         lr = cosine_with_warmup(it, args.lr, args.min_lr, args.warmup_iters, args.lr_decay_iters)
-        x, y = get_batch(train_data, config.block_size, 12, batch_rng)
+        if isinstance(trainer, NanoGPTTrainer):
+            x, y = trainer.batch(train_data, config.block_size, 12)
+        else:
+            x, y = get_batch(train_data, config.block_size, 12, batch_rng)
         t0 = time.perf_counter()
         loss = trainer.step(x, y, lr)
         train_time += time.perf_counter() - t0
@@ -239,9 +281,11 @@ def main(argv: list[str] | None = None) -> int:
         "config": config.to_dict(),
         "max_iters": args.max_iters,
         "seed": args.seed,
-        "framework": args.framework
-        if args.framework == "glassllm"
-        else f"torch (gelu {args.torch_gelu})",
+        "framework": {
+            "glassllm": "glassllm",
+            "torch": f"torch (gelu {args.torch_gelu})",
+            "nanogpt": "nanoGPT in PyTorch (own RNG)",
+        }[args.framework],
         "allocator_tuned": tuned,
         "final_train_loss_full": train_loss,
         "final_val_loss_full": val_loss,
