@@ -254,7 +254,8 @@ class Trainer:
 
     def _start_log(self) -> None:
         """A fresh run starts an empty log; a resumed one keeps the records up to its checkpoint
-        (dropping any a crash left behind after it)."""
+        (dropping any a crash left behind after it). Written with the first evaluation, together
+        with its checkpoint: a run that fails before then leaves an old log as it was."""
         kept: list[str] = []
         if self.resumed and self.log_path.is_file():
             last = -1 if self.last_eval_iteration is None else self.last_eval_iteration
@@ -264,7 +265,7 @@ class Trainer:
                         kept.append(line + "\n")
                 except (ValueError, KeyError, TypeError):
                     continue
-        self.log_path.write_text("".join(kept))
+        self._log_head: str | None = "".join(kept)
 
     def evaluate(self) -> dict[str, float]:
         """Mean loss of ``eval_iters`` batches of each split, in eval mode under no_grad.
@@ -454,8 +455,13 @@ class Trainer:
             "elapsed_s": round(self.elapsed_s, 3),
         }
         self.save_checkpoint()  # before the log line: a logged evaluation always has its checkpoint
-        with self.log_path.open("a") as log:
-            log.write(json.dumps(record) + "\n")
+        line = json.dumps(record) + "\n"
+        if self._log_head is not None:  # the run's first evaluation: start the log
+            self.log_path.write_text(self._log_head + line)
+            self._log_head = None
+        else:
+            with self.log_path.open("a") as log:
+                log.write(line)
         return record
 
     def _plot(self) -> None:

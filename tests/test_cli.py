@@ -656,3 +656,16 @@ def test_resume_from_a_checkpoint_without_a_training_configuration(trained, tmp_
     glassllm.save(tmp_path / CHECKPOINT_NAME, model, metadata=metadata)
     status, _, err = run(["train", "--resume", "--out-dir", tmp_path], capsys)
     assert_one_line_error(status, err, "has no training configuration", "glassllm sample")
+
+
+def test_fresh_run_that_fails_before_its_first_evaluation_keeps_the_old_log(
+    text_file, tmp_path, capsys
+):
+    out_dir = tmp_path / "o"
+    out_dir.mkdir()
+    old_log = '{"iter": 0, "train_loss": 4.0, "val_loss": 4.0}\n'
+    (out_dir / "log.jsonl").write_text(old_log)
+    argv = ["train", *TINY, "--data", text_file, "--out-dir", out_dir, "--batch-size", 10**11]
+    status, _, err = run(argv, capsys)
+    assert status == 2, err
+    assert (out_dir / "log.jsonl").read_text() == old_log
