@@ -83,21 +83,25 @@ def _float_array(x: np.ndarray) -> np.ndarray:
     return x if x.dtype in (np.float32, np.float64) else x.astype(np.float64)
 
 
-def _erf_small(x: np.ndarray) -> np.ndarray:
-    """``erf(x)`` for ``|x| <= 0.46875``: ``x (sum a_i x^2i) / (sum b_i x^2i)``."""
-    xsq = x * x
-    num = _A[4] * xsq
-    den = xsq.copy()
-    for a, b in zip(_A[:3], _B[:3], strict=True):
+def _rational(t: np.ndarray, p: np.ndarray, q: np.ndarray, degree: int) -> np.ndarray:
+    """Cody's rational form ``(p[degree] t^(degree) + ... ) / (t^degree + q[0] t^(degree-1) ...)``
+    by Horner's rule, in place on two buffers (numerator and monic denominator)."""
+    num = p[degree] * t
+    den = t.copy()
+    for a, b in zip(p[: degree - 1], q[: degree - 1], strict=True):
         num += a
-        num *= xsq
+        num *= t
         den += b
-        den *= xsq
-    num += _A[3]
-    den += _B[3]
-    num *= x
+        den *= t
+    num += p[degree - 1]
+    den += q[degree - 1]
     num /= den
     return num
+
+
+def _erf_small(x: np.ndarray) -> np.ndarray:
+    """``erf(x)`` for ``|x| <= 0.46875``: ``x (sum a_i x^2i) / (sum b_i x^2i)``."""
+    return x * _rational(x * x, _A, _B, 4)
 
 
 def _exp_minus_square(y: np.ndarray) -> np.ndarray:
@@ -118,33 +122,13 @@ def _erfc_large(y: np.ndarray) -> np.ndarray:
     out = np.empty_like(y)
     mid = y <= 4.0
     ym = y[mid]
-    num = _C[8] * ym
-    den = ym.copy()
-    for c, d in zip(_C[:7], _D[:7], strict=True):
-        num += c
-        num *= ym
-        den += d
-        den *= ym
-    num += _C[7]
-    den += _D[7]
-    num /= den
-    out[mid] = num
+    out[mid] = _rational(ym, _C, _D, 8)
 
     far = ~mid
     yf = y[far]
     with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
         inv_sq = 1.0 / (yf * yf)
-        num = _P[5] * inv_sq
-        den = inv_sq.copy()
-        for p, q in zip(_P[:4], _Q[:4], strict=True):
-            num += p
-            num *= inv_sq
-            den += q
-            den *= inv_sq
-        num += _P[4]
-        den += _Q[4]
-        num *= inv_sq
-        num /= den
+        num = inv_sq * _rational(inv_sq, _P, _Q, 5)
         np.subtract(_INV_SQRT_PI, num, out=num)
         num /= yf
     out[far] = num
