@@ -113,10 +113,10 @@ def test_generation_leaves_no_graph_and_restores_modes(training, monkeypatch):
     tracked: list[str] = []
     original = Tensor.from_op.__func__
 
-    def recording_from_op(cls, data, parents, vjp):
-        out = original(cls, data, parents, vjp)
+    def recording_from_op(cls, data, parents, backward):
+        out = original(cls, data, parents, backward)
         if out.requires_grad or out.parents:
-            tracked.append(vjp.__qualname__)
+            tracked.append(backward.__qualname__)
         return out
 
     monkeypatch.setattr(Tensor, "from_op", classmethod(recording_from_op))

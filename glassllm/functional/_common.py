@@ -55,13 +55,6 @@ def integer_array(x: Any, name: str) -> np.ndarray:
     return data
 
 
-def normalize_axis(axis: int, ndim: int) -> int:
-    """``axis`` in ``[0, ndim)``; negative axes count from the end, as in NumPy."""
-    if not -ndim <= axis < ndim:
-        raise np.exceptions.AxisError(axis, ndim)
-    return axis % ndim
-
-
 def as_dtype(a: np.ndarray, dtype: np.dtype) -> np.ndarray:
     """``a`` in ``dtype`` (no copy when it already is), so a gradient matches its parent's dtype."""
     return a if a.dtype == dtype else a.astype(dtype)

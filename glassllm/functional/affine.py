@@ -54,7 +54,7 @@ def linear(x: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:
         out += bias.data
     out_shape = x.shape[:-1] + (fan_out,)
 
-    def vjp(grad: np.ndarray) -> tuple:
+    def backward(grad: np.ndarray) -> tuple:
         g2 = grad.reshape(-1, fan_out)  # (N, out)
         dx = (g2 @ weight.data.T).reshape(x.shape) if x.requires_grad else None
         dw = as_dtype(x2.T @ g2, weight.dtype) if weight.requires_grad else None
@@ -64,7 +64,7 @@ def linear(x: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:
         return dx, dw, db
 
     parents = (x, weight) if bias is None else (x, weight, bias)
-    return Tensor.from_op(out.reshape(out_shape), parents, vjp)
+    return Tensor.from_op(out.reshape(out_shape), parents, backward)
 
 
 def _scatter_add_rows(ids: np.ndarray, grad_rows: np.ndarray, num_rows: int) -> np.ndarray:
@@ -115,8 +115,8 @@ def embedding(ids: Any, weight: Tensor) -> Tensor:
         )
     out = np.take(weight.data, index, axis=0)  # (*ids.shape, D)
 
-    def vjp(grad: np.ndarray) -> tuple:
+    def backward(grad: np.ndarray) -> tuple:
         flat_ids = index.reshape(-1)
         return (_scatter_add_rows(flat_ids, grad.reshape(-1, dim), num_rows),)
 
-    return Tensor.from_op(out, (weight,), vjp)
+    return Tensor.from_op(out, (weight,), backward)

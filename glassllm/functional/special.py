@@ -138,28 +138,11 @@ def _erfc_large(y: np.ndarray) -> np.ndarray:
     return out
 
 
-def _rational_r2(y: np.ndarray) -> np.ndarray:
-    """Cody's ``R2(y) = erfc(y) exp(y^2)`` over a whole float32 array ``y >= 0`` (Horner)."""
-    num = np.multiply(y, _C[8])
-    den = np.add(y, _D[0])
-    den *= y
-    for c in _C[:7]:
-        num += c
-        num *= y
-    for d in _D[1:7]:
-        den += d
-        den *= y
-    num += _C[7]
-    den += _D[7]
-    num /= den
-    return num
-
-
 def _erfc_float32(x: np.ndarray) -> np.ndarray:
     """float32 ``erfc(x)``: ``exp(-y^2) R2(y)``, ``y = min(|x|, 11)``; ``2 - that`` for x < 0."""
     y = np.abs(x)
     np.minimum(y, 11.0, out=y)  # erfc(11) underflows float32 to 0; keeps R2's y^8 finite
-    tail = _rational_r2(y)
+    tail = _rational(y, _C, _D, 8)  # R2
     np.multiply(y, y, out=y)
     np.negative(y, out=y)
     tail *= np.exp(y, out=y)
