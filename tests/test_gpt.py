@@ -128,7 +128,7 @@ def test_tied_weight_gradient_sums_embedding_and_head_uses():
 
     model.zero_grad()
     frozen = Tensor(model.wte.weight.data.copy())
-    x = model._hidden_states(idx)
+    x = model.hidden_states(idx)
     loss_embedding_only = F.cross_entropy(F.linear(x, frozen.transpose(1, 0)), targets)
     loss_embedding_only.backward()
     embedding_path = model.wte.weight.grad.copy()
