@@ -1,4 +1,4 @@
-"""Elementwise activations: relu and gelu (tanh approximation or exact, via erf)."""
+"""Elementwise activations: gelu (tanh approximation or exact, via erf) and relu."""
 
 from __future__ import annotations
 

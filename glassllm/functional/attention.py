@@ -203,7 +203,7 @@ def _attention_forward(
     ``out`` (optional) receives ``O``: a strided view is fine (the packed op merges heads so).
     """
     q_scaled = np.multiply(q, scale, dtype=dtype)  # (..., Tq, d): cheaper to scale than S
-    # k^T as a contiguous copy: NumPy's stacked matmul is ~2.5x slower on a transposed
+    # why: k^T as a contiguous copy: NumPy's stacked matmul is ~2.5x slower on a transposed
     # (..., d, Tk) view than the copy and a plain product together (300 vs 34 + 117 us at
     # (12, 4, 64, 32), measured on the 2-core dev box).
     keys_t = np.ascontiguousarray(np.swapaxes(k, -1, -2), dtype=dtype)  # (..., d, Tk)
