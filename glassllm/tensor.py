@@ -1,19 +1,12 @@
 """The Tensor: an ndarray that remembers how it was made.
 
-Each operation below computes its output and, right beside it, the
-vector-Jacobian product (VJP) that carries a gradient back to its inputs. The
-engine (``glassllm.autograd``) orders the graph and adds the contributions up.
-The longer derivations and the fused, numerically stable functions live in
-``glassllm.functional`` and ``docs/functional.md``.
+Each operation below computes its output and, right beside it, ``backward``: the
+vector-Jacobian product that maps ``g = dL/d(output)`` to one gradient per input.
+The engine (``glassllm.autograd``) orders the graph and adds the contributions up;
+the fused functions live in ``glassllm.functional``.
 
-An operation, built in or your own, is made with ``Tensor.from_op(data, parents,
-backward)``: the output's array, the input Tensors, and ``backward``, the
-vector-Jacobian product that maps ``g = dL/d(output)`` to one gradient per parent.
-``from_op`` is the seed constructor ``Tensor(data, parents, backward,
-requires_grad=...)`` with ``requires_grad`` set to whether any parent requires
-grad; the constructor alone decides what is recorded (nothing under ``no_grad``,
-nothing for a result that does not require grad). For ``y = sin(x)``,
-``dL/dx = g * cos(x)``:
+Every operation, built in or your own, makes its result with
+``Tensor.from_op(data, parents, backward)``. For ``y = sin(x)``, ``dL/dx = g cos(x)``:
 
 >>> import numpy as np
 >>> from glassllm import Tensor
@@ -26,26 +19,20 @@ nothing for a result that does not require grad). For ``y = sin(x)``,
 >>> x.grad
 array([ 1., -1.])
 
-``backward(g)`` returns a tuple with, for each parent, an ndarray of that
-parent's shape (or ``None`` for no gradient). The engine accumulates; the op
-never touches ``.grad``. Capture arrays and parents in the closure, never the
-output Tensor itself: that would make a reference cycle that keeps the graph
-alive until the garbage collector runs. ``glassllm.gradcheck`` checks an
-operation against finite differences; ``unbroadcast`` below undoes broadcasting.
+``backward(g)`` returns a tuple with, for each parent, an ndarray of that parent's
+shape (or ``None`` for no gradient); the engine accumulates, the op never touches
+``.grad``. Capture arrays and parents in the closure, never the output Tensor: the
+reference cycle would keep the graph alive until the garbage collector runs.
+``unbroadcast`` undoes broadcasting; ``glassllm.gradcheck`` checks an operation
+against finite differences.
 
-Limitations, by design:
-
-- Backward produces plain NumPy arrays and builds no graph of the derivatives
-  themselves: there is no higher-order autograd.
-- Only the operations defined here and in ``glassllm.functional`` are tracked;
-  ``np.sin(t.data)`` breaks the chain (``np.sin(t)`` raises ``TypeError``, since a
-  Tensor opts out of NumPy's ufuncs with ``__array_ufunc__ = None``).
-- ``backward`` closures read the arrays of the forward pass: mutating ``.data`` after the
-  forward can invalidate them. Finish ``backward`` before updating parameters.
-- Integer data is accepted, but there is no discrete differentiation; train
-  float32 or float64 parameters. Complex data has no conjugation rules and is
-  outside the contract.
-- No comparisons or truth values: compare with NumPy on ``.data``.
+Limitations, by design: no higher-order autograd (``backward`` builds no graph);
+only the operations here and in ``glassllm.functional`` are tracked
+(``np.sin(t.data)`` breaks the chain; ``np.sin(t)`` raises ``TypeError``, since a
+Tensor opts out of NumPy's ufuncs); ``backward`` closures read the forward's arrays,
+so finish ``backward`` before mutating ``.data``; integer data has no discrete
+differentiation (train float32 or float64) and complex data no conjugation rules;
+no comparisons or truth values (compare with NumPy on ``.data``).
 """
 
 from __future__ import annotations
@@ -70,12 +57,10 @@ class Tensor:
     are how operations are built (see the module docstring and ``from_op``). Read
     values through ``.data``; ``float(t.data)`` for a scalar.
 
-    Tracking is decided here and only here: a result given ``parents`` or a
-    ``backward`` is recorded when ``requires_grad`` is true and recording is on;
-    otherwise (under ``no_grad``, or ``requires_grad=False``) it keeps neither and
-    has ``requires_grad=False``. A leaf keeps its ``requires_grad`` even under
-    ``no_grad``. The ``backward`` argument is stored as ``_backward``, since
-    ``backward()`` is the method that starts the traversal.
+    The one tracking gate: a result given ``parents`` or ``backward`` keeps them only
+    when ``requires_grad`` is true and not under ``no_grad``; otherwise it is a constant.
+    A leaf keeps its flag even under ``no_grad``. ``backward`` is stored as ``_backward``
+    (``backward()`` is the method that starts the traversal).
     """
 
     __slots__ = ("data", "grad", "requires_grad", "parents", "_backward", "__weakref__")
@@ -90,10 +75,7 @@ class Tensor:
         requires_grad: bool = False,
     ) -> None:
         if isinstance(data, Tensor):
-            raise TypeError(
-                "Tensor(data) got a Tensor; pass its .data (Tensor(t.data)) "
-                "or use the Tensor itself"
-            )
+            raise TypeError("Tensor(data) got a Tensor; pass its .data or use the Tensor itself")
         self.data: np.ndarray = np.asarray(data)
         self.grad: np.ndarray | None = None
         parents = tuple(parents)
@@ -111,11 +93,8 @@ class Tensor:
 
     @classmethod
     def from_op(cls, data: Any, parents: Sequence[Tensor], backward: Backward) -> Tensor:
-        """``Tensor(data, parents, backward, requires_grad=any(p.requires_grad for p in parents))``.
-
-        How every operation makes its result: it requires grad exactly when some
-        input does, and the constructor's gate then drops the graph under ``no_grad``.
-        """
+        """An operation's result: ``Tensor(data, parents, backward, requires_grad=r)`` with
+        ``r = any(p.requires_grad for p in parents)``."""
         requires_grad = False
         for parent in parents:
             if parent.requires_grad:
@@ -450,9 +429,7 @@ class Tensor:
     def relu(self) -> Tensor:
         """relu(x) = max(x, 0); dL/dx = g [y > 0] (0 at x = 0, as torch; NaN propagates).
 
-        ``np.maximum``, not ``x * [x > 0]``: ``-inf * 0`` would be nan. The mask is
-        rebuilt from the output in the backward, so the forward stores nothing extra.
-        """
+        ``np.maximum``, not ``x * [x > 0]`` (``-inf * 0`` is nan); the mask is rebuilt from y."""
         a, out = self, np.maximum(self.data, 0)
         return Tensor.from_op(out, (a,), lambda g: (np.multiply(g, out > 0),))
 
@@ -470,11 +447,8 @@ def as_tensor(x: Any, dtype: Any = None) -> Tensor:
 
 
 def unbroadcast(grad: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:
-    """Sum ``grad`` over the axes that broadcasting added or stretched, back to ``shape``.
-
-    Forward broadcasting replicates an operand; each replica's gradient
-    contribution must be added up, so the VJP of broadcasting is a sum.
-    """
+    """Sum ``grad`` back to ``shape`` over the axes broadcasting added or stretched: forward
+    broadcasting replicates an operand, so its VJP adds the replicas' gradients up."""
     if grad.shape == shape:
         return grad
     leading = grad.ndim - len(shape)
@@ -487,11 +461,8 @@ def unbroadcast(grad: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:
 
 
 def normalize_axes(axis: Axis, ndim: int) -> tuple[int, ...]:
-    """``axis`` (an int, a tuple or ``None`` for all) as sorted non-negative axes of ``ndim``.
-
-    Negative axes count from the end; an axis out of range raises NumPy's ``AxisError``
-    and a repeated one ``ValueError``, as NumPy's reductions do.
-    """
+    """``axis`` (an int, a tuple or ``None`` for all) as sorted axes in ``[0, ndim)``; out of
+    range raises NumPy's ``AxisError``, a repeat ``ValueError``, as NumPy's reductions do."""
     if axis is None:
         return tuple(range(ndim))
     axes = (axis,) if isinstance(axis, (int, np.integer)) else tuple(axis)
