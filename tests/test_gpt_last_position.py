@@ -25,7 +25,7 @@ def test_block_last_position_equals_full_forward_last_position(T):
     np.testing.assert_allclose(last, full, rtol=1e-5, atol=1e-6)
 
 
-def test_hidden_states_last_only_matches_and_generation_uses_it():
+def test_last_position_hidden_matches_and_generation_uses_it():
     model = GPT(CONFIG, rng=np.random.default_rng(0))
     idx = np.random.default_rng(2).integers(0, 17, size=(2, 8))
     with no_grad():
