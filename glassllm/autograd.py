@@ -1,9 +1,10 @@
-"""Gradient-mode switch, broadcasting helper and the reverse-mode traversal.
+"""Gradient-mode switch and the reverse-mode traversal.
 
 The engine does the bookkeeping; operations do the maths. An operation hands the
-engine a vector-Jacobian product (VJP) that returns one gradient per parent; the
-engine orders the graph, adds contributions that arrive along shared paths,
-stores each intermediate's gradient and accumulates into leaves.
+engine its ``backward``, the vector-Jacobian product (VJP) that returns one
+gradient per parent (``Tensor.from_op``); the engine orders the graph, adds
+contributions that arrive along shared paths, stores each intermediate's gradient
+and accumulates into leaves.
 Reverse mode as in Baydin et al., "Automatic differentiation in machine
 learning: a survey", JMLR 18(153), 2018.
 """
@@ -60,23 +61,6 @@ class no_grad:
                 return fn(*args, **kwargs)
 
         return wrapper
-
-
-def unbroadcast(grad: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:
-    """Sum ``grad`` over the axes that broadcasting added or stretched, back to ``shape``.
-
-    Forward broadcasting replicates an operand; each replica's gradient
-    contribution must be added up, so the VJP of broadcasting is a sum.
-    """
-    if grad.shape == shape:
-        return grad
-    leading = grad.ndim - len(shape)
-    if leading > 0:
-        grad = grad.sum(axis=tuple(range(leading)))
-    stretched = tuple(i for i, n in enumerate(shape) if n == 1 and grad.shape[i] != 1)
-    if stretched:
-        grad = grad.sum(axis=stretched, keepdims=True)
-    return grad.reshape(shape)
 
 
 def topological_order(root: Tensor) -> list[Tensor]:

@@ -1,46 +1,38 @@
 """The Tensor: an ndarray that remembers how it was made.
 
-Each operation below computes its output and, right beside it, the
-vector-Jacobian product (VJP) that carries a gradient back to its inputs. The
-engine (``glassllm.autograd``) orders the graph and adds the contributions up.
-The longer derivations and the fused, numerically stable functions live in
-``glassllm.functional`` and ``docs/functional.md``.
+Each operation below computes its output and, right beside it, ``backward``: the
+vector-Jacobian product that maps ``g = dL/d(output)`` to one gradient per input.
+The engine (``glassllm.autograd``) orders the graph and adds the contributions up;
+the fused functions live in ``glassllm.functional``.
 
-A user-defined operation uses the same constructor as the built-in ones. For
-``y = sin(x)``, the VJP maps ``g = dL/dy`` to ``dL/dx = g * cos(x)``:
+Every operation, built in or your own, makes its result with
+``Tensor.from_op(data, parents, backward)``. For ``y = sin(x)``, ``dL/dx = g cos(x)``:
 
 >>> import numpy as np
 >>> from glassllm import Tensor
 >>> def sin(x: Tensor) -> Tensor:
 ...     def backward(g):                      # one entry per parent
 ...         return (g * np.cos(x.data),)
-...     return Tensor(np.sin(x.data), parents=(x,), backward=backward,
-...                   requires_grad=x.requires_grad)
+...     return Tensor.from_op(np.sin(x.data), (x,), backward)
 >>> x = Tensor([0.0, np.pi], requires_grad=True)
 >>> sin(x).sum().backward()
 >>> x.grad
 array([ 1., -1.])
 
-``backward(grad_out)`` returns a tuple with, for each parent, an ndarray of
-that parent's shape (or ``None`` for no gradient). The engine accumulates;
-the op never touches ``.grad``. Capture arrays and parents in the closure, never
-the output Tensor itself: that would make a reference cycle that keeps the
-graph alive until the garbage collector runs. ``glassllm.gradcheck`` checks a
-custom op against finite differences.
+``backward(g)`` returns a tuple with, for each parent, an ndarray of that parent's
+shape (or ``None`` for no gradient); the engine accumulates, the op never touches
+``.grad``. Capture arrays and parents in the closure, never the output Tensor: the
+reference cycle would keep the graph alive until the garbage collector runs.
+``unbroadcast`` undoes broadcasting; ``glassllm.gradcheck`` checks an operation
+against finite differences.
 
-Limitations, by design:
-
-- Backward produces plain NumPy arrays and builds no graph of the derivatives
-  themselves: there is no higher-order autograd.
-- Only the operations defined here and in ``glassllm.functional`` are tracked;
-  ``np.sin(t.data)`` breaks the chain (``np.sin(t)`` raises ``TypeError``, since a
-  Tensor opts out of NumPy's ufuncs with ``__array_ufunc__ = None``).
-- VJP closures read the arrays of the forward pass: mutating ``.data`` after the
-  forward can invalidate them. Finish ``backward`` before updating parameters.
-- Integer data is accepted, but there is no discrete differentiation; train
-  float32 or float64 parameters. Complex data has no conjugation rules and is
-  outside the contract.
-- No comparisons or truth values: compare with NumPy on ``.data``.
+Limitations, by design: no higher-order autograd (``backward`` builds no graph);
+only the operations here and in ``glassllm.functional`` are tracked
+(``np.sin(t.data)`` breaks the chain; ``np.sin(t)`` raises ``TypeError``, since a
+Tensor opts out of NumPy's ufuncs); ``backward`` closures read the forward's arrays,
+so finish ``backward`` before mutating ``.data``; integer data has no discrete
+differentiation (train float32 or float64) and complex data no conjugation rules;
+no comparisons or truth values (compare with NumPy on ``.data``).
 """
 
 from __future__ import annotations
@@ -51,10 +43,9 @@ from typing import Any
 import numpy as np
 
 from glassllm import autograd
-from glassllm.autograd import unbroadcast
 
 Axis = int | tuple[int, ...] | None
-VJP = Callable[[np.ndarray], Sequence[np.ndarray | None]]
+Backward = Callable[[np.ndarray], Sequence[np.ndarray | None]]
 
 
 class Tensor:
@@ -63,8 +54,13 @@ class Tensor:
     ``Tensor(data, parents=(), backward=None, requires_grad=False)`` converts
     ``data`` with ``np.asarray`` (no dtype imposed, not always a copy). Ordinary
     use passes only ``data`` and ``requires_grad``; ``parents`` and ``backward``
-    are how operations are built (see the module docstring). Read values through
-    ``.data``; ``float(t.data)`` for a scalar.
+    are how operations are built (see the module docstring and ``from_op``). Read
+    values through ``.data``; ``float(t.data)`` for a scalar.
+
+    The one tracking gate: a result given ``parents`` or ``backward`` keeps them only
+    when ``requires_grad`` is true and not under ``no_grad``; otherwise it is a constant.
+    A leaf keeps its flag even under ``no_grad``. ``backward`` is stored as ``_backward``
+    (``backward()`` is the method that starts the traversal).
     """
 
     __slots__ = ("data", "grad", "requires_grad", "parents", "_backward", "__weakref__")
@@ -75,33 +71,36 @@ class Tensor:
         self,
         data: Any,
         parents: Sequence[Tensor] = (),
-        backward: VJP | None = None,
+        backward: Backward | None = None,
         requires_grad: bool = False,
     ) -> None:
         if isinstance(data, Tensor):
-            raise TypeError(
-                "Tensor(data) got a Tensor; pass its .data (Tensor(t.data)) "
-                "or use the Tensor itself"
-            )
+            raise TypeError("Tensor(data) got a Tensor; pass its .data or use the Tensor itself")
         self.data: np.ndarray = np.asarray(data)
         self.grad: np.ndarray | None = None
         parents = tuple(parents)
-        for parent in parents:
-            if not isinstance(parent, Tensor):
-                raise TypeError(f"parents must be Tensors, got {type(parent).__name__}")
-        if (parents or backward is not None) and not autograd.is_grad_enabled():
-            # Under no_grad a result keeps no graph; a new leaf keeps its flag.
-            parents, backward, requires_grad = (), None, False
+        if parents or backward is not None:
+            for parent in parents:
+                if not isinstance(parent, Tensor):
+                    raise TypeError(f"parents must be Tensors, got {type(parent).__name__}")
+            # The one tracking gate: an operation's result keeps its graph only when it
+            # requires grad and recording is on (not under no_grad). A leaf keeps its flag.
+            if not (requires_grad and autograd._grad_enabled):
+                parents, backward, requires_grad = (), None, False
         self.parents: tuple[Tensor, ...] = parents
-        self._backward: VJP | None = backward
+        self._backward: Backward | None = backward
         self.requires_grad: bool = bool(requires_grad)
 
     @classmethod
-    def from_op(cls, data: np.ndarray, parents: Sequence[Tensor], vjp: VJP) -> Tensor:
-        """The result of an operation: tracked only if some parent requires grad."""
-        if autograd.is_grad_enabled() and any(p.requires_grad for p in parents):
-            return cls(data, parents, vjp, requires_grad=True)
-        return cls(data)
+    def from_op(cls, data: Any, parents: Sequence[Tensor], backward: Backward) -> Tensor:
+        """An operation's result: ``Tensor(data, parents, backward, requires_grad=r)`` with
+        ``r = any(p.requires_grad for p in parents)``."""
+        requires_grad = False
+        for parent in parents:
+            if parent.requires_grad:
+                requires_grad = True
+                break
+        return cls(data, parents, backward, requires_grad)
 
     # ----------------------------------------------------------- attributes
     @property
@@ -173,11 +172,11 @@ class Tensor:
         """d(a+b) = da + db; broadcast replicas are summed back by ``unbroadcast``."""
         a, b = self, self._operand(other)
 
-        def vjp(g: np.ndarray):
+        def backward(g: np.ndarray):
             return (unbroadcast(g, a.shape) if a.requires_grad else None,
                     unbroadcast(g, b.shape) if b.requires_grad else None)
 
-        return Tensor.from_op(a.data + b.data, (a, b), vjp)
+        return Tensor.from_op(a.data + b.data, (a, b), backward)
 
     def __radd__(self, other: Any) -> Tensor:
         return self._operand(other) + self
@@ -191,11 +190,11 @@ class Tensor:
         """d(a-b) = da - db."""
         a, b = self, self._operand(other)
 
-        def vjp(g: np.ndarray):
+        def backward(g: np.ndarray):
             return (unbroadcast(g, a.shape) if a.requires_grad else None,
                     -unbroadcast(g, b.shape) if b.requires_grad else None)
 
-        return Tensor.from_op(a.data - b.data, (a, b), vjp)
+        return Tensor.from_op(a.data - b.data, (a, b), backward)
 
     def __rsub__(self, other: Any) -> Tensor:
         return self._operand(other) - self
@@ -204,11 +203,11 @@ class Tensor:
         """d(ab) = b da + a db."""
         a, b = self, self._operand(other)
 
-        def vjp(g: np.ndarray):
+        def backward(g: np.ndarray):
             return (unbroadcast(g * b.data, a.shape) if a.requires_grad else None,
                     unbroadcast(g * a.data, b.shape) if b.requires_grad else None)
 
-        return Tensor.from_op(a.data * b.data, (a, b), vjp)
+        return Tensor.from_op(a.data * b.data, (a, b), backward)
 
     def __rmul__(self, other: Any) -> Tensor:
         return self._operand(other) * self
@@ -218,12 +217,12 @@ class Tensor:
         a, b = self, self._operand(other)
         out = a.data / b.data
 
-        def vjp(g: np.ndarray):
+        def backward(g: np.ndarray):
             g_over_b = g / b.data
             return (unbroadcast(g_over_b, a.shape) if a.requires_grad else None,
                     unbroadcast(-g_over_b * out, b.shape) if b.requires_grad else None)
 
-        return Tensor.from_op(out, (a, b), vjp)
+        return Tensor.from_op(out, (a, b), backward)
 
     def __rtruediv__(self, other: Any) -> Tensor:
         return self._operand(other) / self
@@ -233,7 +232,7 @@ class Tensor:
         a, b = self, self._operand(other)
         out = a.data ** b.data
 
-        def vjp(g: np.ndarray):
+        def backward(g: np.ndarray):
             grad_a = grad_b = None
             # At a zero base the formulas give 0 * inf = nan where the function is
             # flat: a^0 in a, and 0^b in b for b >= 0. Take 0 there, as torch does.
@@ -248,7 +247,7 @@ class Tensor:
                 grad_b = unbroadcast(g * np.where(flat, 0.0, local), b.shape)
             return grad_a, grad_b
 
-        return Tensor.from_op(out, (a, b), vjp)
+        return Tensor.from_op(out, (a, b), backward)
 
     def __rpow__(self, other: Any) -> Tensor:
         return self._operand(other) ** self
@@ -263,7 +262,7 @@ class Tensor:
         if a.ndim == 0 or b.ndim == 0:
             raise ValueError("matmul: input operand does not have enough dimensions (0-d)")
 
-        def vjp(g: np.ndarray):
+        def backward(g: np.ndarray):
             a2 = a.data if a.ndim > 1 else a.data[None, :]
             b2 = b.data if b.ndim > 1 else b.data[:, None]
             g2 = g
@@ -285,22 +284,22 @@ class Tensor:
                 grad_b = grad_b.reshape(b.shape)
             return grad_a, grad_b
 
-        return Tensor.from_op(a.data @ b.data, (a, b), vjp)
+        return Tensor.from_op(a.data @ b.data, (a, b), backward)
 
     # ------------------------------------------------------------ reductions
     def sum(self, axis: Axis = None, keepdims: bool = False) -> Tensor:
         """Every summed entry receives the upstream gradient: dx = broadcast(g)."""
         a = self
-        axes = _normalize_axes(axis, a.ndim)
+        axes = normalize_axes(axis, a.ndim)
 
-        def vjp(g: np.ndarray):
+        def backward(g: np.ndarray):
             return (_expand_reduced(g, axes, keepdims, a.shape),)
 
-        return Tensor.from_op(a.data.sum(axis=axes, keepdims=keepdims), (a,), vjp)
+        return Tensor.from_op(a.data.sum(axis=axes, keepdims=keepdims), (a,), backward)
 
     def mean(self, axis: Axis = None, keepdims: bool = False) -> Tensor:
         """mean = sum / n, so dx = broadcast(g) / n."""
-        axes = _normalize_axes(axis, self.ndim)
+        axes = normalize_axes(axis, self.ndim)
         count = int(np.prod([self.shape[i] for i in axes])) if axes else 1
         return self.sum(axis=axes, keepdims=keepdims) * (1.0 / count if count else float("nan"))
 
@@ -314,17 +313,17 @@ class Tensor:
 
     def _extremum(self, reduce: Callable, axis: Axis, keepdims: bool) -> Tensor:
         a = self
-        axes = _normalize_axes(axis, a.ndim)
+        axes = normalize_axes(axis, a.ndim)
         kept = reduce(a.data, axis=axes, keepdims=True)
 
-        def vjp(g: np.ndarray):
+        def backward(g: np.ndarray):
             # The gradient's dtype, not the data's: integer data still splits ties evenly.
             winners = (a.data == kept).astype(np.result_type(g.dtype, a.dtype, np.float16))
             winners /= winners.sum(axis=axes, keepdims=True)
             return (winners * _expand_reduced(g, axes, keepdims, a.shape),)
 
         out = kept if keepdims else np.squeeze(kept, axis=axes)
-        return Tensor.from_op(out, (a,), vjp)
+        return Tensor.from_op(out, (a,), backward)
 
     def var(self, axis: Axis = None, keepdims: bool = False, ddof: int = 0) -> Tensor:
         """v = Σ(x - x̄)² / (n - ddof); dx = 2 (x - x̄) g / (n - ddof) (the x̄ term cancels).
@@ -333,7 +332,7 @@ class Tensor:
         torch.var's unbiased default.
         """
         a = self
-        axes = _normalize_axes(axis, a.ndim)
+        axes = normalize_axes(axis, a.ndim)
         count = int(np.prod([a.shape[i] for i in axes])) if axes else 1
         # As NumPy: no degrees of freedom left (n - ddof <= 0, an empty axis) gives nan or
         # inf, forward and backward, rather than a ZeroDivisionError in the VJP.
@@ -341,11 +340,11 @@ class Tensor:
         centered = a.data - a.data.mean(axis=axes, keepdims=True)
         out = (centered * centered).sum(axis=axes, keepdims=keepdims) / dof
 
-        def vjp(g: np.ndarray):
+        def backward(g: np.ndarray):
             upstream = _expand_reduced(g, axes, keepdims, a.shape)
             return (centered * (2.0 / dof if dof else float("nan")) * upstream,)
 
-        return Tensor.from_op(out, (a,), vjp)
+        return Tensor.from_op(out, (a,), backward)
 
     # ------------------------------------------------------------ shape ops
     def reshape(self, *shape: int | Sequence[int]) -> Tensor:
@@ -371,7 +370,7 @@ class Tensor:
         a = self
         index = _unwrap_index(index)
 
-        def vjp(g: np.ndarray):
+        def backward(g: np.ndarray):
             grad = np.zeros_like(a.data)
             if _is_basic_index(index):
                 grad[index] = g  # basic indexing selects each element at most once
@@ -379,7 +378,7 @@ class Tensor:
                 np.add.at(grad, index, g)
             return (grad,)
 
-        return Tensor.from_op(a.data[index], (a,), vjp)
+        return Tensor.from_op(a.data[index], (a,), backward)
 
     def __setitem__(self, index: Any, value: Any) -> None:
         raise TypeError(
@@ -421,18 +420,18 @@ class Tensor:
             out = np.where(a.data >= 0, 1.0, e)
             out /= 1.0 + e
 
-        def vjp(g: np.ndarray):
+        def backward(g: np.ndarray):
             with np.errstate(under="ignore"):
                 return (g * out * (1.0 - out),)
 
-        return Tensor.from_op(out, (a,), vjp)
+        return Tensor.from_op(out, (a,), backward)
 
     def relu(self) -> Tensor:
-        """relu(x) = max(x, 0); gradient 1 where x > 0, else 0 (x = 0 included, as torch)."""
-        a = self
-        positive = a.data > 0
-        # np.maximum, not a.data * positive: -inf * 0 would be nan (NaN still propagates, as torch).
-        return Tensor.from_op(np.maximum(a.data, 0), (a,), lambda g: (g * positive,))
+        """relu(x) = max(x, 0); dL/dx = g [y > 0] (0 at x = 0, as torch; NaN propagates).
+
+        ``np.maximum``, not ``x * [x > 0]`` (``-inf * 0`` is nan); the mask is rebuilt from y."""
+        a, out = self, np.maximum(self.data, 0)
+        return Tensor.from_op(out, (a,), lambda g: (np.multiply(g, out > 0),))
 
     def abs(self) -> Tensor:
         """d|x| = sign(x) dx, with sign(0) = 0 (as torch)."""
@@ -447,15 +446,31 @@ def as_tensor(x: Any, dtype: Any = None) -> Tensor:
     return Tensor(np.asarray(x, dtype=dtype))
 
 
-def _normalize_axes(axis: Axis, ndim: int) -> tuple[int, ...]:
+def unbroadcast(grad: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:
+    """Sum ``grad`` back to ``shape`` over the axes broadcasting added or stretched: forward
+    broadcasting replicates an operand, so its VJP adds the replicas' gradients up."""
+    if grad.shape == shape:
+        return grad
+    leading = grad.ndim - len(shape)
+    if leading > 0:
+        grad = grad.sum(axis=tuple(range(leading)))
+    stretched = tuple(i for i, n in enumerate(shape) if n == 1 and grad.shape[i] != 1)
+    if stretched:
+        grad = grad.sum(axis=stretched, keepdims=True)
+    return grad.reshape(shape)
+
+
+def normalize_axes(axis: Axis, ndim: int) -> tuple[int, ...]:
+    """``axis`` (an int, a tuple or ``None`` for all) as sorted axes in ``[0, ndim)``; out of
+    range raises NumPy's ``AxisError``, a repeat ``ValueError``, as NumPy's reductions do."""
     if axis is None:
         return tuple(range(ndim))
     axes = (axis,) if isinstance(axis, (int, np.integer)) else tuple(axis)
     normalized = []
     for ax in axes:
-        if not -ndim <= ax < max(ndim, 1):
+        if not -ndim <= ax < ndim:
             raise np.exceptions.AxisError(ax, ndim)
-        normalized.append(int(ax) % max(ndim, 1))
+        normalized.append(int(ax) % ndim)
     if len(set(normalized)) != len(normalized):
         raise ValueError(f"duplicate value in 'axis': {axis}")
     return tuple(sorted(normalized))

@@ -380,13 +380,13 @@ def test_float32_in_float32_out_and_float32_gradients(name):
 
 
 def test_float32_internals_make_no_float64(monkeypatch):
-    """Every array a vjp returns (not just what the engine casts) is already float32."""
+    """Every array a backward returns (not just what the engine casts) is already float32."""
     original = Tensor.from_op.__func__
     returned = []
 
-    def spy(cls, data, parents, vjp):
+    def spy(cls, data, parents, backward):
         assert np.asarray(data).dtype == np.float32
-        return original(cls, data, parents, lambda g: returned.append(vjp(g)) or returned[-1])
+        return original(cls, data, parents, lambda g: returned.append(backward(g)) or returned[-1])
 
     monkeypatch.setattr(Tensor, "from_op", classmethod(spy))
     for fn, _ in _float32_cases().values():

@@ -128,7 +128,7 @@ def test_tied_weight_gradient_sums_embedding_and_head_uses():
 
     model.zero_grad()
     frozen = Tensor(model.wte.weight.data.copy())
-    x = model._hidden_states(idx)
+    x = model.hidden_states(idx)
     loss_embedding_only = F.cross_entropy(F.linear(x, frozen.transpose(1, 0)), targets)
     loss_embedding_only.backward()
     embedding_path = model.wte.weight.grad.copy()
@@ -277,20 +277,20 @@ def test_training_step_stays_float32(monkeypatch):
     seen: list[str] = []
     original = Tensor.from_op.__func__
 
-    def recording_from_op(cls, data, parents, vjp):
+    def recording_from_op(cls, data, parents, backward):
         if data.dtype.kind == "f" and data.dtype != np.float32:
-            seen.append(f"op output {data.dtype} from {vjp.__qualname__}")
+            seen.append(f"op output {data.dtype} from {backward.__qualname__}")
 
-        def checked_vjp(grad_out):
-            grads = vjp(grad_out)
+        def checked_backward(grad_out):
+            grads = backward(grad_out)
             seen.extend(
-                f"gradient {g.dtype} from {vjp.__qualname__}"
+                f"gradient {g.dtype} from {backward.__qualname__}"
                 for g in grads
                 if g is not None and np.asarray(g).dtype != np.float32
             )
             return grads
 
-        return original(cls, data, parents, checked_vjp)
+        return original(cls, data, parents, checked_backward)
 
     monkeypatch.setattr(Tensor, "from_op", classmethod(recording_from_op))
     model = tiny_model(bias=True, dropout=0.1)

@@ -1,12 +1,14 @@
-"""GPT.generate / generate_stream: key/value cache exactness, sampling rules, modes, bad input."""
+"""glassllm.models.generation (through GPT.generate / generate_stream): key/value cache exactness,
+sampling rules, modes, bad input."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
+import glassllm.nn as nn
 from glassllm import Tensor, is_grad_enabled, no_grad
-from glassllm.models import GPT, GPTConfig
+from glassllm.models import GPT, GPTConfig, generation
 
 CONFIG = GPTConfig(vocab_size=17, block_size=8, n_layer=2, n_head=2, n_embd=16)
 
@@ -48,16 +50,16 @@ def test_forward_with_caches_matches_full_forward_logits(model):
     """Feeding tokens one position at a time through the caches reproduces every full logit."""
     idx = prompt(T=CONFIG.block_size)
     full, _ = model(idx)
-    caches = [model._new_cache() for _ in model.blocks]
+    caches = [nn.KVCache(capacity=CONFIG.block_size) for _ in model.blocks]
     with no_grad():
-        h = model._hidden_states(idx[:, :3], caches)  # a 3-token prefill, then single tokens
-        step_logits = [model._head(h).data]
+        h = model.hidden_states(idx[:, :3], caches)  # a 3-token prefill, then single tokens
+        step_logits = [model.head(h).data]
         for t in range(3, CONFIG.block_size):
-            step_logits.append(model._head(model._hidden_states(idx[:, t : t + 1], caches)).data)
+            step_logits.append(model.head(model.hidden_states(idx[:, t : t + 1], caches)).data)
     np.testing.assert_allclose(np.concatenate(step_logits, axis=1), full.data, rtol=1e-5, atol=1e-5)
     assert all(cache.length == CONFIG.block_size for cache in caches)
     with pytest.raises(ValueError, match="exceeds block_size"):
-        model._hidden_states(idx[:, :1], caches)
+        model.hidden_states(idx[:, :1], caches)
 
 
 def test_stream_yields_ids_and_the_distribution_they_came_from(model):
@@ -90,7 +92,7 @@ def test_top_k_one_is_greedy_and_large_top_k_is_clipped(model):
 def test_sampling_follows_the_probabilities():
     """The inverse-CDF draw has the right frequencies and never picks a zero-probability token."""
     probs = np.array([[0.0, 0.2, 0.0, 0.5, 0.3, 0.0]], dtype=np.float32).repeat(20000, axis=0)
-    draws = GPT._sample(probs, np.random.default_rng(0))
+    draws = generation.sample(probs, np.random.default_rng(0))
     frequencies = np.bincount(draws, minlength=6) / len(draws)
     np.testing.assert_allclose(frequencies, probs[0], atol=0.015)
     assert frequencies[[0, 2, 5]].sum() == 0
@@ -105,7 +107,7 @@ def test_sampling_when_the_draw_rounds_up_to_the_total():
             return np.ones(size, dtype=dtype)
 
     probs = np.array([[0.0, 0.6, 0.4, 0.0], [0.3, 0.7, 0.0, 0.0]], dtype=np.float32)
-    np.testing.assert_array_equal(GPT._sample(probs, TopOfRange()), [2, 1])
+    np.testing.assert_array_equal(generation.sample(probs, TopOfRange()), [2, 1])
 
 
 @pytest.mark.parametrize("training", [True, False])
@@ -113,10 +115,10 @@ def test_generation_leaves_no_graph_and_restores_modes(training, monkeypatch):
     tracked: list[str] = []
     original = Tensor.from_op.__func__
 
-    def recording_from_op(cls, data, parents, vjp):
-        out = original(cls, data, parents, vjp)
+    def recording_from_op(cls, data, parents, backward):
+        out = original(cls, data, parents, backward)
         if out.requires_grad or out.parents:
-            tracked.append(vjp.__qualname__)
+            tracked.append(backward.__qualname__)
         return out
 
     monkeypatch.setattr(Tensor, "from_op", classmethod(recording_from_op))

@@ -1,5 +1,5 @@
-"""Generation's last-position path: Block.forward_last and _hidden_states(last_only=True) give the
-full forward's last position; CausalSelfAttention.prefill guards its inputs."""
+"""Generation's last-position path: block_last_position and last_position_hidden give the full
+forward's last position; CausalSelfAttention.prefill guards its inputs."""
 
 from __future__ import annotations
 
@@ -9,27 +9,28 @@ import pytest
 import glassllm.nn as nn
 from glassllm import Tensor, no_grad
 from glassllm.models import GPT, GPTConfig
+from glassllm.models.generation import block_last_position, last_position_hidden
 
 CONFIG = GPTConfig(vocab_size=17, block_size=8, n_layer=2, n_head=2, n_embd=16)
 
 
 @pytest.mark.parametrize("T", [1, 2, 8])
-def test_block_forward_last_equals_full_forward_last_position(T):
+def test_block_last_position_equals_full_forward_last_position(T):
     model = GPT(CONFIG, rng=np.random.default_rng(0))
     x = Tensor(np.random.default_rng(1).standard_normal((3, T, 16)).astype(np.float32))
     with no_grad():
         full = model.blocks[1](x).data[:, -1:]
-        last = model.blocks[1].forward_last(x).data
+        last = block_last_position(model.blocks[1], x).data
     assert last.shape == (3, 1, 16) and last.dtype == np.float32
     np.testing.assert_allclose(last, full, rtol=1e-5, atol=1e-6)
 
 
-def test_hidden_states_last_only_matches_and_generation_uses_it():
+def test_last_position_hidden_matches_and_generation_uses_it():
     model = GPT(CONFIG, rng=np.random.default_rng(0))
     idx = np.random.default_rng(2).integers(0, 17, size=(2, 8))
     with no_grad():
-        full = model._hidden_states(idx).data[:, -1:]
-        last = model._hidden_states(idx, last_only=True).data
+        full = model.hidden_states(idx).data[:, -1:]
+        last = last_position_hidden(model, idx).data
     np.testing.assert_allclose(last, full, rtol=1e-5, atol=1e-6)
     # past block_size both generation modes take this path and agree token for token
     a = model.generate(idx, 5, rng=np.random.default_rng(3), use_cache=True)

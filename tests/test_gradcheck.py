@@ -57,7 +57,7 @@ def test_fails_a_wrong_op_on_a_0d_input():
         gradcheck(_wrong_at(()), [_leaf((), 7)])
 
 
-def test_fails_a_vjp_that_forgets_broadcasting_sums():
+def test_fails_a_backward_that_forgets_broadcasting_sums():
     """A subtler wrong op: gradient of the right shape, but only one replica's worth."""
 
     def add_wrong(a: Tensor, b: Tensor) -> Tensor:

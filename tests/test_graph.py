@@ -251,14 +251,14 @@ def test_leaf_does_not_keep_its_consumers_alive():
             gc.enable()
 
 
-def test_vjp_returning_wrong_number_of_gradients_is_reported():
+def test_backward_returning_wrong_number_of_gradients_is_reported():
     x = Tensor(np.ones(2), requires_grad=True)
     y = Tensor(x.data * 2, parents=(x,), backward=lambda g: (g, g), requires_grad=True)
     with pytest.raises(ValueError):
         y.backward()
 
 
-def test_vjp_returning_wrong_shape_is_reported():
+def test_backward_returning_wrong_shape_is_reported():
     x = Tensor(np.ones(2), requires_grad=True)
     y = Tensor(x.data.sum(), parents=(x,), backward=lambda g: (np.ones(3),), requires_grad=True)
     with pytest.raises(ValueError, match=r"\(3,\)"):
@@ -275,13 +275,13 @@ def test_failed_backward_changes_no_gradient():
     a.grad = np.array([10.0, 10.0])
 
     def broken(g):
-        raise RuntimeError("broken vjp")
+        raise RuntimeError("broken backward")
 
     # b's contribution is reached first (it is the direct parent); the broken op
     # sits on the path to a.
     bad = Tensor(hidden.data, parents=(hidden,), backward=broken, requires_grad=True)
     out = bad * b
-    with pytest.raises(RuntimeError, match="broken vjp"):
+    with pytest.raises(RuntimeError, match="broken backward"):
         out.backward()
     assert b.grad is None
     np.testing.assert_array_equal(a.grad, [10.0, 10.0])
@@ -291,11 +291,11 @@ def test_failed_backward_changes_no_gradient():
 def test_wrong_gradient_names_the_operation():
     x = Tensor(np.ones(2), requires_grad=True)
 
-    def my_custom_vjp(g):
+    def my_custom_backward(g):
         return (np.ones(3),)
 
-    y = Tensor(x.data.sum(), parents=(x,), backward=my_custom_vjp, requires_grad=True)
-    with pytest.raises(ValueError, match="my_custom_vjp"):
+    y = Tensor(x.data.sum(), parents=(x,), backward=my_custom_backward, requires_grad=True)
+    with pytest.raises(ValueError, match="my_custom_backward"):
         y.backward()
     assert x.grad is None
 

@@ -356,6 +356,66 @@ def test_custom_op_via_from_op():
         assert cube(x).parents == ()
 
 
+def test_the_constructor_is_the_one_tracking_gate():
+    """from_op only fills in requires_grad; the seed constructor decides what is kept."""
+    x = Tensor(np.array([1.0, 2.0]), requires_grad=True)
+
+    def backward(g):
+        return (g,)
+
+    y = Tensor(x.data + 1, parents=(x,), backward=backward, requires_grad=True)
+    assert y.requires_grad and y.parents == (x,) and y._backward is backward
+    # A result that does not require grad is a constant: no graph kept alive by it.
+    z = Tensor(x.data + 1, parents=(x,), backward=backward)
+    assert not z.requires_grad and z.parents == () and z._backward is None
+    # from_op is the constructor with requires_grad = any parent's.
+    w = Tensor.from_op(x.data + 1, (Tensor(np.ones(2)), x), backward)
+    assert w.requires_grad and len(w.parents) == 2
+    assert Tensor.from_op(x.data, (Tensor(np.ones(2)),), backward).parents == ()
+    with pytest.raises(TypeError, match="parents must be Tensors"):
+        Tensor(np.ones(2), parents=(np.ones(2),), backward=backward, requires_grad=True)
+
+
+def test_functional_relu_is_tensor_relu(monkeypatch):
+    import glassllm.functional as F
+
+    calls = []
+    original = Tensor.relu
+    monkeypatch.setattr(Tensor, "relu", lambda t: calls.append(t) or original(t))
+    x = Tensor(np.array([-1.0, 0.0, 2.0]), requires_grad=True)
+    F.relu(x).sum().backward()
+    assert len(calls) == 1
+    np.testing.assert_array_equal(x.grad, [0.0, 0.0, 1.0])
+    with pytest.raises(TypeError, match="relu: x must hold floating-point data"):
+        F.relu(np.array([1, 2]))
+
+
+@pytest.mark.parametrize(
+    ("axis", "ndim", "expected"),
+    [
+        (None, 3, (0, 1, 2)),
+        (-1, 3, (2,)),
+        ((2, 0), 3, (0, 2)),
+        (np.int64(-3), 3, (0,)),
+        (None, 0, ()),
+    ],
+)
+def test_normalize_axes(axis, ndim, expected):
+    from glassllm.tensor import normalize_axes
+
+    assert normalize_axes(axis, ndim) == expected
+
+
+def test_normalize_axes_rejects_out_of_range_and_repeated_axes_as_numpy_does():
+    from glassllm.tensor import normalize_axes
+
+    for axis, ndim in [(3, 3), (-4, 3), (0, 0), ((0, 5), 2)]:
+        with pytest.raises(np.exceptions.AxisError):
+            normalize_axes(axis, ndim)
+    with pytest.raises(ValueError, match="duplicate value in 'axis'"):
+        normalize_axes((0, -2), 2)
+
+
 def test_as_tensor():
     from glassllm.tensor import as_tensor
 

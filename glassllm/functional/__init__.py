@@ -1,9 +1,10 @@
 """Differentiable functions with hand-derived, fused, numerically stable VJPs.
 
-``import glassllm.functional as F``. Each function computes its forward in NumPy and hands
-the engine one vector-Jacobian product (``Tensor.from_op``), instead of a chain of primitive
-Tensor ops: fewer temporaries, and the stability measures (max-subtraction, log-sum-exp,
-two-pass variance) live in one place. Derivations: ``docs/functional.md``.
+``import glassllm.functional as F``. Each function computes its forward in NumPy and makes
+its result with ``Tensor.from_op(out, parents, backward)``, one node with a hand-derived
+vector-Jacobian product instead of a chain of primitive Tensor ops: fewer temporaries, and the
+stability measures (max-subtraction, log-sum-exp, two-pass variance) live in one place. Each
+derivation is in its function's docstring; the longer ones are in ``docs/functional.md``.
 
 Modules, by concept: ``shape`` (concatenate, stack, where), ``probability`` (logsumexp,
 softmax, log_softmax), ``losses`` (cross_entropy), ``activations`` (relu, gelu),

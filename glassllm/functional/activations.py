@@ -1,4 +1,4 @@
-"""Elementwise activations: relu and gelu (tanh approximation or exact, via erf)."""
+"""Elementwise activations: gelu (tanh approximation or exact, via erf) and relu."""
 
 from __future__ import annotations
 
@@ -17,21 +17,12 @@ _INV_SQRT_2PI = 1.0 / math.sqrt(2.0 * math.pi)
 
 
 def relu(x: Tensor) -> Tensor:
-    """``y = max(x, 0)``.
-
-    VJP: ``dy/dx = [x > 0]`` (0 at exactly 0, as in PyTorch), so ``dL/dx = g * [y > 0]``,
-    an arithmetic mask rebuilt from the output.
+    """``Tensor.relu`` (``max(x, 0)``, gradient ``[x > 0]``) for floating-point ``x``.
 
     >>> relu(Tensor(np.array([-1.0, 0.0, 2.0]))).data
     array([0., 0., 2.])
     """
-    x = float_tensor(x, "relu: x")
-    out = np.maximum(x.data, 0)
-
-    def vjp(grad: np.ndarray) -> tuple:
-        return (np.multiply(grad, out > 0),)
-
-    return Tensor.from_op(out, (x,), vjp)
+    return float_tensor(x, "relu: x").relu()
 
 
 def gelu(x: Tensor, approximate: str = "tanh") -> Tensor:
@@ -67,7 +58,7 @@ def gelu(x: Tensor, approximate: str = "tanh") -> Tensor:
         np.divide(1.0, s, out=s)
         out = np.multiply(xd, s, out=np.empty_like(xd))
 
-        def vjp(grad: np.ndarray) -> tuple:
+        def backward(grad: np.ndarray) -> tuple:
             slope = np.multiply(xd, xd, out=np.empty_like(xd))  # 2 x u' = 2c x (1 + 3 0.044715 x^2)
             slope *= 6.0 * _GELU_CUBIC * _SQRT_2_OVER_PI
             slope += 2.0 * _SQRT_2_OVER_PI
@@ -83,7 +74,7 @@ def gelu(x: Tensor, approximate: str = "tanh") -> Tensor:
         cdf *= 0.5
         out = np.multiply(xd, cdf)
 
-        def vjp(grad: np.ndarray) -> tuple:
+        def backward(grad: np.ndarray) -> tuple:
             slope = np.multiply(xd, xd, out=np.empty_like(xd))  # x phi(x) + Phi(x)
             slope *= -0.5
             np.exp(slope, out=slope)
@@ -96,4 +87,4 @@ def gelu(x: Tensor, approximate: str = "tanh") -> Tensor:
     else:
         raise ValueError(f'gelu: approximate must be "tanh" or "none", got {approximate!r}')
 
-    return Tensor.from_op(out, (x,), vjp)
+    return Tensor.from_op(out, (x,), backward)

@@ -14,9 +14,9 @@ import numpy as np
 from glassllm.functional._common import as_dtype, float_tensor, integer_array, sum_rows
 from glassllm.tensor import Tensor
 
-# Below this many rows in the table, dW = onehot(ids)^T @ g (one BLAS call) beats sorting
-# the ids and summing runs with np.add.reduceat; above it, the V x N one-hot costs more than
-# the sort. Measured on the 2-core dev box (N=768 ids, D=128, float32): V=32: 97 vs 112 us,
+# why: below this many rows in the table, dW = onehot(ids)^T @ g (one BLAS call) beats
+# sorting the ids and summing runs with np.add.reduceat; above it, the V x N one-hot costs more
+# than the sort. Measured on the 2-core dev box (N=768 ids, D=128, float32): V=32: 97 vs 112 us,
 # V=65: ~110-190 vs ~140 us, V=128: 344 vs 198 us, V=1024: 11 ms vs 1.3 ms. np.add.at: 870 us.
 ONE_HOT_MAX_ROWS = 64
 
@@ -24,8 +24,8 @@ ONE_HOT_MAX_ROWS = 64
 def linear(x: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:
     """``y = x @ W + b`` over the last axis of ``x``; ``W`` is ``(in, out)``, ``b`` is ``(out,)``.
 
-    ``x`` of shape ``(..., in)`` is viewed as a matrix ``X (N, in)`` so the product is one
-    2-D BLAS call (a 3-D @ 2-D matmul is ~1.6x slower). VJP with ``G = dL/dY (N, out)``:
+    ``x`` of shape ``(..., in)`` is viewed as a matrix ``X (N, in)``, so the product is one
+    2-D BLAS call. VJP with ``G = dL/dY (N, out)``:
     ``dX = G W^T``, ``dW = X^T G``, ``db = 1^T G`` (a row sum as a matrix-vector product).
 
     >>> x = Tensor(np.ones((2, 3, 4), dtype=np.float32))
@@ -48,13 +48,14 @@ def linear(x: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:
         bias = float_tensor(bias, "linear: bias", dtype=weight.dtype)
         if bias.shape != (fan_out,):
             raise ValueError(f"linear: bias shape {bias.shape} must be ({fan_out},)")
+    # why: one 2-D BLAS call; a 3-D @ 2-D matmul is ~1.6x slower.
     x2 = x.data.reshape(-1, fan_in)  # (N, in)
     out = x2 @ weight.data  # (N, out)
     if bias is not None:
         out += bias.data
     out_shape = x.shape[:-1] + (fan_out,)
 
-    def vjp(grad: np.ndarray) -> tuple:
+    def backward(grad: np.ndarray) -> tuple:
         g2 = grad.reshape(-1, fan_out)  # (N, out)
         dx = (g2 @ weight.data.T).reshape(x.shape) if x.requires_grad else None
         dw = as_dtype(x2.T @ g2, weight.dtype) if weight.requires_grad else None
@@ -64,7 +65,7 @@ def linear(x: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:
         return dx, dw, db
 
     parents = (x, weight) if bias is None else (x, weight, bias)
-    return Tensor.from_op(out.reshape(out_shape), parents, vjp)
+    return Tensor.from_op(out.reshape(out_shape), parents, backward)
 
 
 def _scatter_add_rows(ids: np.ndarray, grad_rows: np.ndarray, num_rows: int) -> np.ndarray:
@@ -115,8 +116,8 @@ def embedding(ids: Any, weight: Tensor) -> Tensor:
         )
     out = np.take(weight.data, index, axis=0)  # (*ids.shape, D)
 
-    def vjp(grad: np.ndarray) -> tuple:
+    def backward(grad: np.ndarray) -> tuple:
         flat_ids = index.reshape(-1)
         return (_scatter_add_rows(flat_ids, grad.reshape(-1, dim), num_rows),)
 
-    return Tensor.from_op(out, (weight,), vjp)
+    return Tensor.from_op(out, (weight,), backward)

@@ -109,7 +109,7 @@ def scaled_dot_product_attention(
     bias = _mask_bias(num_queries, num_keys, causal, mask, dtype)
     out, residuals = _attention_forward(q.data, k.data, v.data, scale, bias, dropout_p, rng, dtype)
 
-    def vjp(grad: np.ndarray) -> tuple:
+    def backward(grad: np.ndarray) -> tuple:
         dq, dk, dv = _attention_backward(
             grad, residuals, scale, q.requires_grad, k.requires_grad, v.requires_grad
         )
@@ -119,7 +119,7 @@ def scaled_dot_product_attention(
             None if dv is None else unbroadcast(dv, v.shape),
         )
 
-    return Tensor.from_op(out, (q, k, v), vjp)
+    return Tensor.from_op(out, (q, k, v), backward)
 
 
 def packed_attention(
@@ -175,7 +175,7 @@ def packed_attention(
         out=merged.transpose(0, 2, 1, 3),  # (B, nh, T, hs) view: the merge is this write
     )
 
-    def vjp(grad: np.ndarray) -> tuple:
+    def backward(grad: np.ndarray) -> tuple:
         d_qkv = np.empty((batch, steps, 3, num_heads, head_size), dtype)
         d_heads = d_qkv.transpose(2, 0, 3, 1, 4)  # (3, B, nh, T, hs) views
         grad_heads = grad.reshape(batch, steps, num_heads, head_size).transpose(0, 2, 1, 3)
@@ -184,7 +184,7 @@ def packed_attention(
         )
         return (d_qkv.reshape(batch, steps, three_embed),)
 
-    return Tensor.from_op(merged.reshape(batch, steps, embed), (qkv,), vjp)
+    return Tensor.from_op(merged.reshape(batch, steps, embed), (qkv,), backward)
 
 
 def _attention_forward(
@@ -203,7 +203,7 @@ def _attention_forward(
     ``out`` (optional) receives ``O``: a strided view is fine (the packed op merges heads so).
     """
     q_scaled = np.multiply(q, scale, dtype=dtype)  # (..., Tq, d): cheaper to scale than S
-    # k^T as a contiguous copy: NumPy's stacked matmul is ~2.5x slower on a transposed
+    # why: k^T as a contiguous copy: NumPy's stacked matmul is ~2.5x slower on a transposed
     # (..., d, Tk) view than the copy and a plain product together (300 vs 34 + 117 us at
     # (12, 4, 64, 32), measured on the 2-core dev box).
     keys_t = np.ascontiguousarray(np.swapaxes(k, -1, -2), dtype=dtype)  # (..., d, Tk)

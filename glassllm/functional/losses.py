@@ -69,7 +69,7 @@ def cross_entropy(logits: Tensor, targets: Any, ignore_index: int | None = None)
     total = nll.sum()
     loss = np.asarray(total / n if n else total * 0, dtype=z.dtype)
 
-    def vjp(grad: np.ndarray) -> tuple:
+    def backward(grad: np.ndarray) -> tuple:
         weight = float(grad) / n if n else 0.0  # g/n, a Python float keeps float32
         row_scale = np.full(z.shape[0], weight, dtype=z.dtype)  # (N,) g/n per kept row
         if kept is not None:
@@ -78,4 +78,4 @@ def cross_entropy(logits: Tensor, targets: Any, ignore_index: int | None = None)
         dz[rows, safe_t] -= row_scale  # minus (g/n) * onehot, without building it
         return (dz.reshape(logits.shape),)
 
-    return Tensor.from_op(loss, (logits,), vjp)
+    return Tensor.from_op(loss, (logits,), backward)

@@ -57,7 +57,7 @@ def layer_norm(
     if b is not None:
         out += b.data
 
-    def vjp(grad: np.ndarray) -> tuple:
+    def backward(grad: np.ndarray) -> tuple:
         dy = grad.reshape(-1, dim)  # (N, D)
         scale = ones if w is None else w.data  # (D,): g = dy * scale
         need_w = w is not None and w.requires_grad
@@ -83,4 +83,4 @@ def layer_norm(
         return (dx,) + ((dw,) if w is not None else ()) + ((db,) if b is not None else ())
 
     parents = (x,) + tuple(p for p in (w, b) if p is not None)
-    return Tensor.from_op(out.reshape(x.shape), parents, vjp)
+    return Tensor.from_op(out.reshape(x.shape), parents, backward)

@@ -11,21 +11,7 @@ from __future__ import annotations
 import numpy as np
 
 from glassllm.functional._common import exp_shift, float_tensor, sum_last
-from glassllm.tensor import Tensor
-
-
-def _axes(axis: int | tuple[int, ...] | None, ndim: int) -> tuple[int, ...]:
-    if axis is None:
-        return tuple(range(ndim))
-    axes = (axis,) if isinstance(axis, (int, np.integer)) else tuple(axis)
-    out = []
-    for ax in axes:
-        if not -ndim <= ax < ndim:
-            raise np.exceptions.AxisError(ax, ndim)
-        out.append(int(ax) % ndim)
-    if len(set(out)) != len(out):
-        raise ValueError(f"repeated axis in {axis!r}")
-    return tuple(sorted(out))
+from glassllm.tensor import Tensor, normalize_axes
 
 
 def _shifted_exp(x: np.ndarray, axes: tuple[int, ...]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -56,7 +42,7 @@ def logsumexp(x: Tensor, axis: int | tuple[int, ...] | None = -1, keepdims: bool
     (dtype('float32'), 0.693)
     """
     x = float_tensor(x, "logsumexp: x")
-    axes = _axes(axis, x.ndim)
+    axes = normalize_axes(axis, x.ndim)
     e, m, s = _shifted_exp(x.data, axes)
     with np.errstate(divide="ignore"):
         out = np.log(s)
@@ -64,11 +50,11 @@ def logsumexp(x: Tensor, axis: int | tuple[int, ...] | None = -1, keepdims: bool
     if not keepdims:
         out = np.asarray(out.squeeze(axis=axes))
 
-    def vjp(grad: np.ndarray) -> tuple:
+    def backward(grad: np.ndarray) -> tuple:
         scale = np.divide(grad.reshape(s.shape), s, where=s > 0, out=np.zeros_like(s))
         return (np.multiply(e, scale),)
 
-    return Tensor.from_op(out, (x,), vjp)
+    return Tensor.from_op(out, (x,), backward)
 
 
 def softmax(x: Tensor, axis: int = -1) -> Tensor:
@@ -83,20 +69,20 @@ def softmax(x: Tensor, axis: int = -1) -> Tensor:
     [[0.0, 1.0], [0.5, 0.5]]
     """
     x = float_tensor(x, "softmax: x")
-    axes = _axes(axis, x.ndim)
+    axes = normalize_axes(axis, x.ndim)
     last_only = axes == (x.ndim - 1,)
     p, _, s = _shifted_exp(x.data, axes)
     s[s == 0] = 1  # an all -inf slice: 0 / 1 = 0 rather than 0 / 0
     p /= s
 
-    def vjp(grad: np.ndarray) -> tuple:
+    def backward(grad: np.ndarray) -> tuple:
         gp = np.multiply(grad, p, out=np.empty_like(p))  # out=: 0-d input gives a scalar
         dot = sum_last(gp) if last_only else gp.sum(axis=axes, keepdims=True)
         np.subtract(grad, dot, out=gp)
         gp *= p
         return (gp,)
 
-    return Tensor.from_op(p, (x,), vjp)
+    return Tensor.from_op(p, (x,), backward)
 
 
 def log_softmax(x: Tensor, axis: int = -1) -> Tensor:
@@ -111,18 +97,18 @@ def log_softmax(x: Tensor, axis: int = -1) -> Tensor:
     [-10000.0, 0.0]
     """
     x = float_tensor(x, "log_softmax: x")
-    axes = _axes(axis, x.ndim)
+    axes = normalize_axes(axis, x.ndim)
     last_only = axes == (x.ndim - 1,)
     e, m, s = _shifted_exp(x.data, axes)
     s[s == 0] = 1  # an all -inf slice: log 1 = 0 keeps it -inf rather than -inf - -inf = nan
     out = np.subtract(x.data, m, out=e)  # reuse the exp buffer: s already holds what we need
     out -= np.log(s)
 
-    def vjp(grad: np.ndarray) -> tuple:
+    def backward(grad: np.ndarray) -> tuple:
         total = sum_last(grad) if last_only else grad.sum(axis=axes, keepdims=True)
         dx = np.exp(out, out=np.empty_like(out))  # out=: 0-d input gives a scalar
         dx *= total
         np.subtract(grad, dx, out=dx)
         return (dx,)
 
-    return Tensor.from_op(out, (x,), vjp)
+    return Tensor.from_op(out, (x,), backward)

@@ -57,7 +57,7 @@ def dropout(
     mask = dropout_mask(x.shape, p, x.dtype, rng)
     out = np.multiply(x.data, mask)
 
-    def vjp(grad: np.ndarray) -> tuple:
+    def backward(grad: np.ndarray) -> tuple:
         return (np.multiply(grad, mask),)
 
-    return Tensor.from_op(out, (x,), vjp)
+    return Tensor.from_op(out, (x,), backward)

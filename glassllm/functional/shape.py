@@ -5,13 +5,14 @@ Their vector-Jacobian products route each gradient entry back to where its value
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 
-from glassllm.functional._common import as_dtype, float_tensor, normalize_axis
-from glassllm.tensor import Tensor, as_tensor, unbroadcast
+from glassllm.functional._common import as_dtype, float_tensor
+from glassllm.tensor import Tensor, as_tensor, normalize_axes, unbroadcast
 
 
 def _tensor_list(tensors: Sequence[Any], name: str) -> list[Tensor]:
@@ -38,17 +39,17 @@ def concatenate(tensors: Sequence[Tensor], axis: int = 0) -> Tensor:
     """
     parts = _tensor_list(tensors, "concatenate")
     out = np.concatenate([p.data for p in parts], axis=axis)
-    axis = normalize_axis(axis, out.ndim)
+    (axis,) = normalize_axes(operator.index(axis), out.ndim)  # NumPy has checked it
     bounds = np.cumsum([p.shape[axis] for p in parts])[:-1]
 
-    def vjp(grad: np.ndarray) -> tuple:
+    def backward(grad: np.ndarray) -> tuple:
         pieces = np.split(grad, bounds, axis=axis)
         return tuple(
             as_dtype(piece, p.dtype) if p.requires_grad else None
             for piece, p in zip(pieces, parts, strict=True)
         )
 
-    return Tensor.from_op(out, tuple(parts), vjp)
+    return Tensor.from_op(out, tuple(parts), backward)
 
 
 def stack(tensors: Sequence[Tensor], axis: int = 0) -> Tensor:
@@ -62,16 +63,16 @@ def stack(tensors: Sequence[Tensor], axis: int = 0) -> Tensor:
     """
     parts = _tensor_list(tensors, "stack")
     out = np.stack([p.data for p in parts], axis=axis)
-    axis = normalize_axis(axis, out.ndim)
+    (axis,) = normalize_axes(operator.index(axis), out.ndim)  # NumPy has checked it
     leading = (slice(None),) * axis
 
-    def vjp(grad: np.ndarray) -> tuple:
+    def backward(grad: np.ndarray) -> tuple:
         return tuple(
             as_dtype(grad[leading + (i,)], p.dtype) if p.requires_grad else None
             for i, p in enumerate(parts)
         )
 
-    return Tensor.from_op(out, tuple(parts), vjp)
+    return Tensor.from_op(out, tuple(parts), backward)
 
 
 def where(cond: Any, a: Any, b: Any) -> Tensor:
@@ -94,7 +95,7 @@ def where(cond: Any, a: Any, b: Any) -> Tensor:
     b = float_tensor(b, "where: b", dtype=dtype)
     out = np.where(mask, a.data, b.data)
 
-    def vjp(grad: np.ndarray) -> tuple:
+    def backward(grad: np.ndarray) -> tuple:
         grad_a = grad_b = None
         if a.requires_grad:
             grad_a = as_dtype(unbroadcast(grad * mask, a.shape), a.dtype)
@@ -102,4 +103,4 @@ def where(cond: Any, a: Any, b: Any) -> Tensor:
             grad_b = as_dtype(unbroadcast(grad * ~mask, b.shape), b.dtype)
         return grad_a, grad_b
 
-    return Tensor.from_op(out, (a, b), vjp)
+    return Tensor.from_op(out, (a, b), backward)

@@ -25,14 +25,13 @@ from __future__ import annotations
 import dataclasses
 import math
 from collections.abc import Iterator, Mapping
-from contextlib import contextmanager
 from typing import Any
 
 import numpy as np
 
 import glassllm.functional as F
 import glassllm.nn as nn
-from glassllm.autograd import no_grad
+from glassllm.models import generation
 from glassllm.optim import AdamW
 from glassllm.rng import get_rng
 from glassllm.tensor import Tensor
@@ -134,20 +133,6 @@ class Block(nn.Module):
         x = x + self.attn(self.ln_1(x), kv_cache=kv_cache)  # (B, T, E)
         return x + self.mlp(self.ln_2(x))  # (B, T, E)
 
-    def forward_last(self, x: Tensor) -> Tensor:
-        """The block's output at the last position only, (B, 1, E); generation, under no_grad.
-
-        Keys and values still come from every position (a KV cache prefilled with positions
-        0..T-2); the query, attention, projection and MLP run for the last position alone: the
-        same numbers as forward(x)[:, -1:], for about a quarter of the block's work at T = 256.
-        """
-        h = self.ln_1(x)  # (B, T, E)
-        cache = nn.KVCache(capacity=x.shape[1])
-        if x.shape[1] > 1:
-            self.attn.prefill(h[:, :-1], cache)  # keys/values of positions 0..T-2
-        x = x[:, -1:] + self.attn(h[:, -1:], kv_cache=cache)  # (B, 1, E)
-        return x + self.mlp(self.ln_2(x))  # (B, 1, E)
-
 
 class GPT(nn.Module):
     """GPT-2-style decoder-only language model.
@@ -222,22 +207,17 @@ class GPT(nn.Module):
         kv_caches: one nn.KVCache per block (used by generate); positions then start at the cache
         length, and idx holds only the new tokens.
         """
-        x = self._hidden_states(idx, kv_caches)  # (B, T, E)
-        logits = self._head(x)  # (B, T, V)
+        x = self.hidden_states(idx, kv_caches)  # (B, T, E)
+        logits = self.head(x)  # (B, T, V)
         if targets is None:
             return logits, None
         targets = self._check_targets(targets, logits.shape[:2])
         # ignore_index=-1 as nanoGPT: a target of -1 marks a position that does not count.
         return logits, F.cross_entropy(logits, targets, ignore_index=-1)
 
-    def _hidden_states(
-        self, idx: Any, kv_caches: list[nn.KVCache] | None = None, last_only: bool = False
-    ) -> Tensor:
-        """Final-LayerNorm output (B, T, E) for tokens idx placed after what the caches hold.
-
-        last_only (generation without caches, under no_grad): (B, 1, E) for the last position; the
-        last block computes only that position (Block.forward_last)."""
-        idx = self._check_idx(idx)
+    def hidden_states(self, idx: Any, kv_caches: list[nn.KVCache] | None = None) -> Tensor:
+        """Final-LayerNorm output (B, T, E) for tokens ``idx`` placed after what the caches hold."""
+        idx = self.check_idx(idx)
         start = 0
         if kv_caches is not None:
             if len(kv_caches) != len(self.blocks):
@@ -246,30 +226,31 @@ class GPT(nn.Module):
                     f"{len(self.blocks)} blocks"
                 )
             start = kv_caches[0].length
-        T = idx.shape[1]
-        if start + T > self.config.block_size:
+        if start + idx.shape[1] > self.config.block_size:
             raise ValueError(
-                f"sequence length {start + T} exceeds block_size {self.config.block_size}"
+                f"sequence length {start + idx.shape[1]} exceeds block_size "
+                f"{self.config.block_size}"
             )
-        positions = np.arange(start, start + T)  # (T,)
-        tok_emb = self.wte(idx)  # (B, T, E)
-        pos_emb = self.wpe(positions)  # (T, E), broadcast over the batch
-        x = self.drop(tok_emb + pos_emb)  # (B, T, E)
-        last = len(self.blocks) - 1
+        x = self.embed(idx, start)  # (B, T, E)
         for i, block in enumerate(self.blocks):
-            if last_only and kv_caches is None and i == last:
-                x = block.forward_last(x)  # (B, 1, E)
-            else:
-                x = block(x, kv_cache=None if kv_caches is None else kv_caches[i])  # (B, T, E)
+            x = block(x, kv_cache=None if kv_caches is None else kv_caches[i])  # (B, T, E)
         return self.ln_f(x)  # (B, T, E)
 
-    def _head(self, x: Tensor) -> Tensor:
-        """Tied output head: logits = x @ wte.weightᵀ."""
+    def embed(self, idx: np.ndarray, start: int = 0) -> Tensor:
+        """Token plus position embedding, then dropout: (B, T, E) for checked ids at positions
+        ``start, start + 1, ...``."""
+        positions = np.arange(start, start + idx.shape[1])  # (T,)
+        tok_emb = self.wte(idx)  # (B, T, E)
+        pos_emb = self.wpe(positions)  # (T, E), broadcast over the batch
+        return self.drop(tok_emb + pos_emb)  # (B, T, E)
+
+    def head(self, x: Tensor) -> Tensor:
+        """Tied output head: logits = x @ wte.weightᵀ, (..., V)."""
         return F.linear(x, self.wte.weight.transpose(1, 0))  # (B, T, V)
 
-    def _check_idx(self, idx: Any, crop_to_block: bool = False) -> np.ndarray:
-        """idx as an integer (B, T) array of in-vocabulary ids; longer than block_size only
-        when ``crop_to_block`` (generation keeps the last block_size tokens itself)."""
+    def check_idx(self, idx: Any, crop_to_block: bool = False) -> np.ndarray:
+        """``idx`` as an int64 (B, T) array of in-vocabulary ids, T >= 1; longer than block_size
+        only when ``crop_to_block`` (generation keeps the last block_size tokens itself)."""
         idx = np.asarray(idx.data if isinstance(idx, Tensor) else idx)
         if idx.ndim != 2:
             raise ValueError(f"idx must have shape (B, T), got shape {idx.shape}")
@@ -310,19 +291,11 @@ class GPT(nn.Module):
         rng: np.random.Generator | None = None,
         use_cache: bool = True,
     ) -> np.ndarray:
-        """Sample max_new_tokens tokens after idx (B, T); returns the int array (B, T + new).
+        """Sample ``max_new_tokens`` tokens after ``idx`` (B, T): the int array (B, T + new).
 
-        Runs under no_grad and in eval mode whatever the caller's state, and restores both. See
-        generate_stream for the sampling rule and the key/value cache.
+        See ``glassllm.models.generation`` for the sampling rule and the key/value cache.
         """
-        idx = self._check_idx(idx, crop_to_block=True)
-        new = [
-            ids[:, None]
-            for ids, _ in self.generate_stream(
-                idx, max_new_tokens, temperature, top_k, rng, use_cache
-            )
-        ]
-        return np.concatenate([idx, *new], axis=1)
+        return generation.generate(self, idx, max_new_tokens, temperature, top_k, rng, use_cache)
 
     def generate_stream(
         self,
@@ -333,113 +306,13 @@ class GPT(nn.Module):
         rng: np.random.Generator | None = None,
         use_cache: bool = True,
     ) -> Iterator[tuple[np.ndarray, np.ndarray]]:
-        """Yield (next_ids (B,), probs (B, vocab_size)) for each generated token; probs is the
-        distribution the token was drawn from (after temperature and top-k).
+        """Yield ``(next_ids (B,), probs (B, vocab_size))`` per generated token.
 
-        The context is cropped to the last block_size tokens. With use_cache, each block keeps an
-        nn.KVCache so a new token costs one position. Learned absolute positions mean that once the
-        context exceeds block_size, sliding the window shifts every token's position and invalidates
-        the cached keys/values: from then on each token runs the uncached forward over the cropped
-        last block_size tokens (filling caches that the next token would discard only costs time).
-
-        Sampling: p = softmax(top_k_mask(logits / temperature)); one u ~ U[0, 1) per row from
-        rng.random, token = first index whose cumulative probability exceeds u * sum(p). Both
-        paths draw the same random numbers, so they give identical tokens for the same seed.
-
-        Arguments are checked here, before the first token: bad input raises at the call. no_grad
-        and eval mode are entered around each step only, never held while the caller runs between
-        tokens.
+        See ``glassllm.models.generation.generate_stream``.
         """
-        idx = self._check_idx(idx, crop_to_block=True)
-        if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, (int, np.integer)):
-            raise ValueError(f"max_new_tokens must be an integer, got {max_new_tokens!r}")
-        if max_new_tokens < 0:
-            raise ValueError(f"max_new_tokens must be >= 0, got {max_new_tokens}")
-        temperature = float(temperature)
-        if not temperature > 0.0:  # also rejects NaN
-            raise ValueError(f"temperature must be > 0, got {temperature}")
-        if top_k is not None:
-            if isinstance(top_k, bool) or not isinstance(top_k, (int, np.integer)) or top_k < 1:
-                raise ValueError(f"top_k must be a positive integer or None, got {top_k!r}")
-            top_k = min(int(top_k), self.config.vocab_size)
-        rng = get_rng(rng)
-        return self._stream(idx, int(max_new_tokens), temperature, top_k, rng, bool(use_cache))
-
-    def _stream(
-        self,
-        idx: np.ndarray,
-        max_new_tokens: int,
-        temperature: float,
-        top_k: int | None,
-        rng: np.random.Generator,
-        use_cache: bool,
-    ) -> Iterator[tuple[np.ndarray, np.ndarray]]:
-        block_size = self.config.block_size
-        modules = list(self.modules())
-        caches: list[nn.KVCache] | None = None
-        for _ in range(max_new_tokens):
-            with self._inference(modules):
-                if not use_cache or idx.shape[1] >= block_size:
-                    # A full window slides at the next token, shifting every learned position:
-                    # keys/values cached now could never be reused, so none are stored.
-                    caches = None
-                    h = self._hidden_states(idx[:, -block_size:], last_only=True)  # (B, 1, E)
-                elif caches is not None:
-                    h = self._hidden_states(idx[:, -1:], caches)  # (B, 1, E): one new position
-                else:  # first step: fill the caches from the prompt
-                    caches = [self._new_cache() for _ in self.blocks]
-                    h = self._hidden_states(idx, caches)  # (B, T, E)
-                logits = self._head(h[:, -1, :]).data  # (B, V)
-            probs = self._probabilities(logits, temperature, top_k)  # (B, V)
-            next_ids = self._sample(probs, rng)  # (B,)
-            idx = np.concatenate([idx, next_ids[:, None]], axis=1)  # (B, T + 1)
-            yield next_ids, probs
-
-    def _new_cache(self) -> nn.KVCache:
-        # Sized for a full block up front: generation never grows it past block_size.
-        return nn.KVCache(capacity=self.config.block_size)
-
-    @staticmethod
-    def _probabilities(logits: np.ndarray, temperature: float, top_k: int | None) -> np.ndarray:
-        """softmax(logits / temperature) over the top_k largest logits (ties at the k-th kept)."""
-        scaled = logits / temperature  # (B, V); a Python float keeps the dtype
-        if top_k is not None and top_k < scaled.shape[-1]:
-            kth = np.partition(scaled, -top_k, axis=-1)[:, -top_k, None]  # (B, 1)
-            scaled = np.where(scaled < kth, -np.inf, scaled)  # (B, V)
-        return F.softmax(Tensor(scaled), axis=-1).data  # (B, V)
-
-    @staticmethod
-    def _sample(probs: np.ndarray, rng: np.random.Generator) -> np.ndarray:
-        """One draw per row, the inverse-CDF way rng.choice works; zero-probability tokens are never
-        chosen because the cumulative sum does not rise across them."""
-        cdf = np.cumsum(probs, axis=-1)  # (B, V)
-        u = rng.random(probs.shape[0], dtype=cdf.dtype) * cdf[:, -1]  # (B,)
-        above = cdf > u[:, None]  # (B, V)
-        ids = np.argmax(above, axis=-1).astype(np.int64)  # (B,) first index past u
-        # u * sum can round up to the sum itself in float32, leaving no index past it (argmax
-        # would then say 0): take the last token that has probability instead.
-        missed = ~above[:, -1]  # (B,)
-        if missed.any():
-            ids[missed] = probs.shape[-1] - 1 - np.argmax(probs[missed, ::-1] > 0, axis=-1)
-        return ids
-
-    @staticmethod
-    @contextmanager
-    def _inference(modules: list[nn.Module]) -> Iterator[None]:
-        """no_grad and eval mode for one step; each module's previous mode comes back after.
-
-        Takes the module list from the caller (built once per stream): walking the tree and going
-        through Module.__setattr__ every token cost a quarter of a cached generation step.
-        """
-        modes = [module.training for module in modules]
-        for module in modules:
-            object.__setattr__(module, "training", False)
-        try:
-            with no_grad():
-                yield
-        finally:
-            for module, mode in zip(modules, modes, strict=True):
-                object.__setattr__(module, "training", mode)
+        return generation.generate_stream(
+            self, idx, max_new_tokens, temperature, top_k, rng, use_cache
+        )
 
     # ---------------------------------------------------------------- training
 

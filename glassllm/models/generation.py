@@ -1,0 +1,184 @@
+"""Sampling text from a GPT: the sampling rule, the key/value-cached loop, streaming.
+
+``GPT.generate`` and ``GPT.generate_stream`` are thin entry points to ``generate`` and
+``generate_stream`` here; the model file keeps only the model.
+
+Sampling: ``p = softmax(top_k_mask(logits / temperature))``; one ``u ~ U[0, 1)`` per row from
+``rng.random``; the token is the first index whose cumulative probability exceeds
+``u * sum(p)`` (the inverse-CDF draw). The cached and the uncached paths draw the same random
+numbers and compute the same logits, so they give the same tokens for the same seed.
+
+The key/value cache: each block keeps an ``nn.KVCache``, so after the prompt a new token costs
+one position. Positions are learned and absolute: once the context exceeds ``block_size``,
+sliding the window shifts every token's position and invalidates what is cached, so from then
+on each token runs the uncached forward over the last ``block_size`` tokens, of which the last
+block computes only the last position (``last_position_hidden``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+import glassllm.functional as F
+import glassllm.nn as nn
+from glassllm.autograd import no_grad
+from glassllm.rng import get_rng
+from glassllm.tensor import Tensor
+
+if TYPE_CHECKING:
+    from glassllm.models.gpt import GPT, Block
+
+
+def generate(
+    model: GPT,
+    idx: Any,
+    max_new_tokens: int,
+    temperature: float = 1.0,
+    top_k: int | None = None,
+    rng: np.random.Generator | None = None,
+    use_cache: bool = True,
+) -> np.ndarray:
+    """Sample ``max_new_tokens`` tokens after ``idx`` (B, T); returns the int array (B, T + new).
+
+    Runs under no_grad and in eval mode whatever the caller's state, and restores both.
+    """
+    idx = model.check_idx(idx, crop_to_block=True)
+    stream = generate_stream(model, idx, max_new_tokens, temperature, top_k, rng, use_cache)
+    return np.concatenate([idx, *(ids[:, None] for ids, _ in stream)], axis=1)
+
+
+def generate_stream(
+    model: GPT,
+    idx: Any,
+    max_new_tokens: int,
+    temperature: float = 1.0,
+    top_k: int | None = None,
+    rng: np.random.Generator | None = None,
+    use_cache: bool = True,
+) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+    """Yield ``(next_ids (B,), probs (B, vocab_size))`` per generated token; ``probs`` is the
+    distribution the token was drawn from (after temperature and top-k).
+
+    The context is cropped to the last ``block_size`` tokens. Arguments are checked here, so bad
+    input raises at the call, before the first token. no_grad and eval mode are entered around
+    each step only, never held while the caller runs between tokens. ``rng=None`` draws from
+    ``glassllm.rng``'s default generator.
+    """
+    idx = model.check_idx(idx, crop_to_block=True)
+    if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, (int, np.integer)):
+        raise ValueError(f"max_new_tokens must be an integer, got {max_new_tokens!r}")
+    if max_new_tokens < 0:
+        raise ValueError(f"max_new_tokens must be >= 0, got {max_new_tokens}")
+    temperature = float(temperature)
+    if not temperature > 0.0:  # also rejects NaN
+        raise ValueError(f"temperature must be > 0, got {temperature}")
+    if top_k is not None:
+        if isinstance(top_k, bool) or not isinstance(top_k, (int, np.integer)) or top_k < 1:
+            raise ValueError(f"top_k must be a positive integer or None, got {top_k!r}")
+        top_k = min(int(top_k), model.config.vocab_size)
+    rng = get_rng(rng)
+    return _steps(model, idx, int(max_new_tokens), temperature, top_k, rng, bool(use_cache))
+
+
+def _steps(
+    model: GPT,
+    idx: np.ndarray,
+    max_new_tokens: int,
+    temperature: float,
+    top_k: int | None,
+    rng: np.random.Generator,
+    use_cache: bool,
+) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+    block_size = model.config.block_size
+    modules = list(model.modules())
+    caches: list[nn.KVCache] | None = None
+    for _ in range(max_new_tokens):
+        with _inference(modules):
+            if not use_cache or idx.shape[1] >= block_size:
+                # A full window slides at the next token, shifting every learned position:
+                # keys/values cached now could never be reused, so none are stored.
+                caches = None
+                h = last_position_hidden(model, idx[:, -block_size:])  # (B, 1, E)
+            elif caches is not None:
+                h = model.hidden_states(idx[:, -1:], caches)  # (B, 1, E): one new position
+            else:  # first step: fill the caches from the prompt, sized for a whole block
+                caches = [nn.KVCache(capacity=block_size) for _ in model.blocks]
+                h = model.hidden_states(idx, caches)  # (B, T, E)
+            logits = model.head(h[:, -1, :]).data  # (B, V)
+        probs = probabilities(logits, temperature, top_k)  # (B, V)
+        next_ids = sample(probs, rng)  # (B,)
+        idx = np.concatenate([idx, next_ids[:, None]], axis=1)  # (B, T + 1)
+        yield next_ids, probs
+
+
+def probabilities(logits: np.ndarray, temperature: float, top_k: int | None) -> np.ndarray:
+    """``softmax(logits / temperature)`` (B, V) over the ``top_k`` largest logits of each row
+    (ties at the k-th are kept)."""
+    scaled = logits / temperature  # (B, V); a Python float keeps the dtype
+    if top_k is not None and top_k < scaled.shape[-1]:
+        kth = np.partition(scaled, -top_k, axis=-1)[:, -top_k, None]  # (B, 1)
+        scaled = np.where(scaled < kth, -np.inf, scaled)  # (B, V)
+    return F.softmax(Tensor(scaled), axis=-1).data  # (B, V)
+
+
+def sample(probs: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+    """One token id per row of ``probs`` (B, V), drawn the inverse-CDF way ``rng.choice`` works.
+
+    A zero-probability token is never chosen: the cumulative sum does not rise across it.
+    """
+    cdf = np.cumsum(probs, axis=-1)  # (B, V)
+    u = rng.random(probs.shape[0], dtype=cdf.dtype) * cdf[:, -1]  # (B,)
+    above = cdf > u[:, None]  # (B, V)
+    ids = np.argmax(above, axis=-1).astype(np.int64)  # (B,) first index past u
+    # u * sum can round up to the sum itself in float32, leaving no index past it (argmax
+    # would then say 0): take the last token that has probability instead.
+    missed = ~above[:, -1]  # (B,)
+    if missed.any():
+        ids[missed] = probs.shape[-1] - 1 - np.argmax(probs[missed, ::-1] > 0, axis=-1)
+    return ids
+
+
+def last_position_hidden(model: GPT, idx: np.ndarray) -> Tensor:
+    """The final-LayerNorm output at the last position only, (B, 1, E), without caches.
+
+    Equal to ``model.hidden_states(idx)[:, -1:]``; the last block computes only that position
+    (``block_last_position``). For generation, under no_grad; ``idx`` is already checked.
+    """
+    x = model.embed(idx)  # (B, T, E)
+    *body, last = model.blocks
+    for block in body:
+        x = block(x)  # (B, T, E)
+    return model.ln_f(block_last_position(last, x))  # (B, 1, E)
+
+
+def block_last_position(block: Block, x: Tensor) -> Tensor:
+    """``block(x)[:, -1:]`` (B, 1, E), with the query, attention, projection and MLP computed for
+    the last position alone (keys and values still come from every position): the same
+    numbers for about a quarter of the block's work at T = 256.
+    """
+    h = block.ln_1(x)  # (B, T, E)
+    cache = nn.KVCache(capacity=x.shape[1])
+    if x.shape[1] > 1:
+        block.attn.prefill(h[:, :-1], cache)  # keys/values of positions 0..T-2
+    x = x[:, -1:] + block.attn(h[:, -1:], kv_cache=cache)  # (B, 1, E)
+    return x + block.mlp(block.ln_2(x))  # (B, 1, E)
+
+
+@contextmanager
+def _inference(modules: list[nn.Module]) -> Iterator[None]:
+    """no_grad and eval mode for one step; each module's previous mode comes back after."""
+    # why: the module list is built once per stream, and modes are set without
+    # Module.__setattr__: walking the tree per token cost a quarter of a cached step.
+    modes = [module.training for module in modules]
+    for module in modules:
+        object.__setattr__(module, "training", False)
+    try:
+        with no_grad():
+            yield
+    finally:
+        for module, mode in zip(modules, modes, strict=True):
+            object.__setattr__(module, "training", mode)
