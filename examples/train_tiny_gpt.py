@@ -20,7 +20,7 @@ import numpy as np
 
 import glassllm
 from glassllm import no_grad
-from glassllm.allocator import tune_allocator
+from glassllm.app.allocator import tune_allocator
 from glassllm.data import CharTokenizer, get_batch, load_text, split_train_val
 from glassllm.models import GPT, GPTConfig
 from glassllm.nn.utils import clip_grad_norm_

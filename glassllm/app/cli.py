@@ -1,6 +1,6 @@
 """The ``glassllm`` command: ``glassllm train`` and ``glassllm sample``.
 
-Every field of :class:`glassllm.train.TrainConfig` is a ``train`` option, its name with dashes
+Every field of :class:`glassllm.app.train.TrainConfig` is a ``train`` option, its name with dashes
 (``n_layer`` -> ``--n-layer``), parsed with the field's type. Bad input (a missing data file, an
 impossible configuration, a broken checkpoint, ...) ends with one line on stderr,
 ``glassllm: error: ...``, and exit status 2, never a traceback. A traceback means a bug.
@@ -115,8 +115,8 @@ def add_config_options(parser: argparse.ArgumentParser, config_class: type) -> N
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from glassllm.sample import DEFAULT_SAMPLE_OPTIONS as S
-    from glassllm.train_config import TrainConfig
+    from glassllm.app.config import TrainConfig
+    from glassllm.app.sample import DEFAULT_SAMPLE_OPTIONS as S
 
     parser = _Parser(
         prog="glassllm",
@@ -191,7 +191,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _run_train(args: argparse.Namespace) -> int:
-    from glassllm.train import TrainConfig, Trainer, resume_config
+    from glassllm.app.train import TrainConfig, Trainer, resume_config
 
     given = {
         f.name: getattr(args, f.name)
@@ -218,7 +218,7 @@ def _run_train(args: argparse.Namespace) -> int:
 
 
 def _run_sample(args: argparse.Namespace) -> int:
-    from glassllm.sample import SampleOptions
+    from glassllm.app.sample import SampleOptions
 
     try:
         options = SampleOptions(
@@ -248,7 +248,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.print_help(sys.stderr)
         return _fail("choose a command: train or sample")
 
-    from glassllm.allocator import tune_allocator
+    from glassllm.app.allocator import tune_allocator
 
     tune_allocator()  # reuse freed step buffers instead of page-faulting them back every step
     try:

@@ -13,8 +13,8 @@ import os
 from pathlib import Path
 from typing import Any
 
+from glassllm.app.run_state import read_checkpoint_metadata
 from glassllm.data import TOKENIZER_KINDS
-from glassllm.gpt_checkpoint import read_checkpoint_metadata
 
 # The files a run writes in out_dir, and what each is (for messages).
 CHECKPOINT_NAME = "ckpt.safetensors"

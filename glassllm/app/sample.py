@@ -5,7 +5,7 @@ The checkpoint alone rebuilds everything (model shape, weights, tokenizer vocabu
 alternatives the model weighed: the distribution after temperature and top-k, exactly the one
 the sampler drew from.
 
->>> from glassllm.sample import format_choice, TokenChoice
+>>> from glassllm.app.sample import format_choice, TokenChoice
 >>> print(format_choice(TokenChoice(step=1, token="'e'", prob=0.5,
 ...                                 alternatives=[("'e'", 0.5), ("'a'", 0.25)])))
     1  'e'     50.0%  | 'e' 50.0%  'a' 25.0%
@@ -19,10 +19,10 @@ from typing import Any, TextIO
 
 import numpy as np
 
+from glassllm.app.config import CHECKPOINT_NAME, TrainConfig
+from glassllm.app.run_state import load_trained_model
 from glassllm.data import Tokenizer
-from glassllm.gpt_checkpoint import load_trained_model
 from glassllm.models import GPT
-from glassllm.train_config import CHECKPOINT_NAME, TrainConfig
 
 EXPLAIN_TOP = 5  # alternatives shown per token by --explain
 # Below this, float32 logits / temperature can overflow to inf and the probabilities turn to nan

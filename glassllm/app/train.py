@@ -1,4 +1,4 @@
-"""Train a GPT on text: the loop behind ``glassllm train`` (its options: `glassllm.train_config`).
+"""Train a GPT on text: the loop behind ``glassllm train`` (its options: `glassllm.app.config`).
 
 The loop is nanoGPT's ``train.py`` on glassllm parts: random blocks of the training split, AdamW
 with decay on matrices only (``GPT.configure_optimizer``), cosine learning rate with linear warmup,
@@ -35,17 +35,7 @@ import numpy as np
 
 import glassllm
 from glassllm import no_grad
-from glassllm.data import TokenSplits, get_batch, tokenize_corpus
-from glassllm.gpt_checkpoint import (
-    CHECKPOINT_FORMAT,
-    load_trained_model,
-    model_from_metadata,
-    read_checkpoint_metadata,
-)
-from glassllm.models import GPT, GPTConfig
-from glassllm.nn.utils import clip_grad_norm_
-from glassllm.optim.lr_scheduler import cosine_with_warmup
-from glassllm.train_config import (
+from glassllm.app.config import (
     CHECKPOINT_NAME,
     FIXED_ON_RESUME,
     LOG_NAME,
@@ -54,6 +44,16 @@ from glassllm.train_config import (
     check_out_dir,
     resume_config,
 )
+from glassllm.app.run_state import (
+    CHECKPOINT_FORMAT,
+    load_trained_model,
+    model_from_metadata,
+    read_checkpoint_metadata,
+)
+from glassllm.data import TokenSplits, get_batch, tokenize_corpus
+from glassllm.models import GPT, GPTConfig
+from glassllm.nn.utils import clip_grad_norm_
+from glassllm.optim.lr_scheduler import cosine_with_warmup
 
 __all__ = [
     "CHECKPOINT_NAME",

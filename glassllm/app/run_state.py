@@ -3,7 +3,7 @@
 A training checkpoint is a `glassllm.save` file whose metadata says
 ``format = "glassllm.gpt"`` and carries the model's shape (``model_config``), the tokenizer's
 vocabulary (``tokenizer``), the training configuration and the state of every random generator
-(see `glassllm.train.Trainer.metadata`). Any other file is "another model".
+(see `glassllm.app.train.Trainer.metadata`). Any other file is "another model".
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from glassllm.checkpoint import read_metadata
 from glassllm.data import Tokenizer, tokenizer_from_dict
 from glassllm.models import GPT, GPTConfig
 
-# metadata["format"] of a checkpoint written by glassllm.train; anything else is another model.
+# metadata["format"] of a checkpoint written by glassllm.app.train; anything else is another model.
 CHECKPOINT_FORMAT = "glassllm.gpt"
 
 
