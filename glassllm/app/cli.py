@@ -1,7 +1,9 @@
 """The ``glassllm`` command: ``glassllm train`` and ``glassllm sample``.
 
-Every field of :class:`glassllm.app.train.TrainConfig` is a ``train`` option, its name with dashes
-(``n_layer`` -> ``--n-layer``), parsed with the field's type. Bad input (a missing data file, an
+The options of each command are the fields of its configuration dataclass
+(:class:`glassllm.app.config.TrainConfig`, :class:`glassllm.app.config.SampleConfig`), built by
+`glassllm.app.options.add_options`: the name with dashes (``n_layer`` -> ``--n-layer``), parsed
+with the field's type, help showing its range and default. Bad input (a missing data file, an
 impossible configuration, a broken checkpoint, ...) ends with one line on stderr,
 ``glassllm: error: ...``, and exit status 2, never a traceback. A traceback means a bug.
 
@@ -11,12 +13,12 @@ Exit status: 0 done, 2 bad input, 130 stopped by Ctrl-C (after saving a checkpoi
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import sys
-import types
 import typing
 from collections.abc import Sequence
-from typing import Any
+
+from glassllm.app.config import DEFAULT_OUT_DIR, SampleConfig, TrainConfig
+from glassllm.app.options import add_options, given_options
 
 EXIT_BAD_INPUT = 2
 EXIT_INTERRUPTED = 130  # 128 + SIGINT, what a shell reports for a Ctrl-C'd program
@@ -54,70 +56,7 @@ _TRAIN_SMALLER = "a smaller --batch-size, --block-size, --n-embd or --n-layer"
 _SAMPLE_SMALLER = "a smaller --num-samples or --max-new-tokens"
 
 
-def _field_type(annotation: Any) -> type:
-    """The scalar type behind a field's annotation: ``int | None`` -> int."""
-    if isinstance(annotation, (types.UnionType,)) or typing.get_origin(annotation) is typing.Union:
-        args = [a for a in typing.get_args(annotation) if a is not type(None)]
-        if len(args) == 1:
-            return args[0]
-    if annotation in (int, float, str, bool):
-        return annotation
-    raise TypeError(f"no command-line parser for a field of type {annotation!r}")
-
-
-def _float(text: str) -> float:
-    """float() that refuses nan and inf, which no option here can use."""
-    value = float(text)
-    if value != value or value in (float("inf"), float("-inf")):
-        raise ValueError(text)
-    return value
-
-
-_float.__name__ = "float"  # argparse names the type in its message: "invalid float value"
-
-
-# How an option's value is shown in --help, by type (a field's metadata may say otherwise).
-_METAVARS = {bool: None, int: "N", float: "X", str: "TEXT"}
-
-
-def add_config_options(parser: argparse.ArgumentParser, config_class: type) -> None:
-    """One option per dataclass field, defaulting to "not given" so a resumed run can tell which
-    options the user set."""
-    hints = typing.get_type_hints(config_class)
-    defaults = config_class()
-    for field in dataclasses.fields(config_class):
-        kind = _field_type(hints[field.name])
-        flag = "--" + field.name.replace("_", "-")
-        default = getattr(defaults, field.name)
-        help_text = field.metadata.get("help", "")
-        if "default:" not in help_text:  # a help that names its own default keeps it
-            help_text += f" (default: {default})"
-        choices = field.metadata.get("choices")
-        metavar = "{" + ",".join(choices) + "}" if choices else _METAVARS[kind]
-        if kind is bool:
-            parser.add_argument(
-                flag,
-                dest=field.name,
-                action=argparse.BooleanOptionalAction,
-                default=argparse.SUPPRESS,
-                help=help_text,
-            )
-        else:
-            parser.add_argument(
-                flag,
-                dest=field.name,
-                type=_float if kind is float else kind,
-                default=argparse.SUPPRESS,
-                choices=choices,
-                metavar=field.metadata.get("metavar", metavar),
-                help=help_text,
-            )
-
-
 def build_parser() -> argparse.ArgumentParser:
-    from glassllm.app.config import TrainConfig
-    from glassllm.app.sample import DEFAULT_SAMPLE_OPTIONS as S
-
     parser = _Parser(
         prog="glassllm",
         description="Train a tiny GPT on text with a NumPy autograd engine, and sample from it.",
@@ -130,12 +69,12 @@ def build_parser() -> argparse.ArgumentParser:
         description="Train a GPT on text. Without options: a small character-level model on the "
         "Python documentation that ships with Python, in a few minutes on a laptop CPU.",
     )
-    add_config_options(train, TrainConfig)
+    add_options(train, TrainConfig)
     train.add_argument(
         "--resume",
         action="store_true",
         help="continue from OUT_DIR/ckpt.safetensors exactly where it stopped; the model, data, "
-        "tokenizer and seed come from the checkpoint, other options may be changed",
+        "tokenizer and seed come from the checkpoint, other options given replace its values",
     )
 
     sample = commands.add_parser(
@@ -144,64 +83,21 @@ def build_parser() -> argparse.ArgumentParser:
         description="Generate text from a trained checkpoint (which holds the model and its "
         "tokenizer).",
     )
-    sample.add_argument(
-        "--checkpoint",
-        default=S["checkpoint"],
-        help=f"checkpoint file (default: {S['checkpoint']})",
-    )
-    sample.add_argument(
-        "--prompt", default=S["prompt"], help="text to continue (default: a newline)"
-    )
-    sample.add_argument(
-        "--num-samples",
-        type=int,
-        default=S["num_samples"],
-        help=f"independent samples (default: {S['num_samples']})",
-    )
-    sample.add_argument(
-        "--max-new-tokens",
-        type=int,
-        default=S["max_new_tokens"],
-        help=f"tokens to generate per sample (default: {S['max_new_tokens']})",
-    )
-    sample.add_argument(
-        "--temperature",
-        type=_float,
-        default=S["temperature"],
-        help=f"> 1 flattens, < 1 sharpens the distribution (default: {S['temperature']})",
-    )
-    sample.add_argument(
-        "--top-k",
-        type=int,
-        default=S["top_k"],
-        help="sample only among the k most likely tokens (default: all)",
-    )
-    sample.add_argument(
-        "--seed",
-        type=int,
-        default=S["seed"],
-        help=f"seed of the sampling generator (default: {S['seed']})",
-    )
-    sample.add_argument(
-        "--explain",
-        action="store_true",
-        help="print each generated token's probability and the top alternatives",
-    )
+    add_options(sample, SampleConfig)
     return parser
 
 
 def _run_train(args: argparse.Namespace) -> int:
-    from glassllm.app.train import TrainConfig, Trainer, resume_config
+    from glassllm.app.run_state import read_for_resume
+    from glassllm.app.train import Trainer
 
-    given = {
-        f.name: getattr(args, f.name)
-        for f in dataclasses.fields(TrainConfig)
-        if hasattr(args, f.name)
-    }
+    given = given_options(args, TrainConfig)
     try:
-        config = resume_config(given) if args.resume else TrainConfig(**given)
-        config.validate()
-        trainer = Trainer(config, resume=args.resume)
+        if args.resume:  # the checkpoint is read once, for the configuration and the state
+            saved = read_for_resume(given.get("out_dir", DEFAULT_OUT_DIR))
+            trainer = Trainer(saved.resume_config(given), resume=saved)
+        else:
+            trainer = Trainer(TrainConfig(**given))
     except BrokenPipeError:
         raise
     except _INPUT_ERRORS as err:
@@ -218,20 +114,10 @@ def _run_train(args: argparse.Namespace) -> int:
 
 
 def _run_sample(args: argparse.Namespace) -> int:
-    from glassllm.app.sample import SampleOptions
+    from glassllm.app.sample import SampleJob
 
     try:
-        options = SampleOptions(
-            checkpoint=args.checkpoint,
-            prompt=args.prompt,
-            num_samples=args.num_samples,
-            max_new_tokens=args.max_new_tokens,
-            temperature=args.temperature,
-            top_k=args.top_k,
-            seed=args.seed,
-            explain=args.explain,
-        )
-        job = options.prepare()
+        job = SampleJob.prepare(SampleConfig(**given_options(args, SampleConfig)))
         job.run(sys.stdout)
     except BrokenPipeError:
         raise
