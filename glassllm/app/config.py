@@ -150,9 +150,7 @@ class SampleConfig:
     )
     num_samples: int = option(3, "independent samples", min=1)
     max_new_tokens: int = option(300, "tokens to generate per sample", min=0)
-    temperature: float = option(
-        0.8, "> 1 flattens, < 1 sharpens the distribution", above=0.0
-    )
+    temperature: float = option(0.8, "> 1 flattens, < 1 sharpens the distribution", above=0.0)
     top_k: int | None = option(
         None, "sample only among the k most likely tokens (default: all)", min=1
     )
