@@ -64,6 +64,7 @@ def _set(path):
 BAD_VALUES = [
     (("model_config", "n_layer"), "x", "model_config"),
     (("model_config", "vocab_size"), 7, "vocabulary of 7"),
+    (("model_config", "n_embd"), 32, "model_config.n_embd (32) disagrees with train_config"),
     (("train_config", "beta2"), [1, 2], "train_config.beta2 must be a number"),
     (("train_config", "eval_iters"), 0, "train_config.eval_iters must be at least 1"),
     (("train_config", "lr"), 10**400, "train_config.lr must be a finite number"),

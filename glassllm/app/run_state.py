@@ -189,7 +189,15 @@ class RunState:
         if "iteration" not in metadata:
             problems.append("no 'iteration'")
         if config is not None:
-            problems += config.problems(label=lambda name: f"train_config.{name}")
+            config_problems = config.problems(label=lambda name: f"train_config.{name}")
+            problems += config_problems
+            if model_config is not None and not config_problems:
+                problems += [
+                    f"model_config.{name} ({getattr(model_config, name)!r}) disagrees with "
+                    f"train_config.{name} ({getattr(config, name)!r})"
+                    for name in ("n_layer", "n_head", "n_embd", "block_size", "dropout", "bias")
+                    if getattr(model_config, name) != getattr(config, name)
+                ]
         if model_config is not None and tokenizer is not None:
             if model_config.vocab_size != tokenizer.vocab_size:
                 problems.append(
@@ -275,7 +283,7 @@ class SavedRun:
                 "and seed come from the checkpoint"
             )
         changes = {name: value for name, value in given.items() if name != "out_dir"}
-        out_dir = given.get("out_dir", saved.out_dir)
+        out_dir = given.get("out_dir", Path(self.path).parent)  # where the run is now
         return dataclasses.replace(saved, **changes, out_dir=str(out_dir))
 
     def check_resumable(self, config: TrainConfig) -> None:
