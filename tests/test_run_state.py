@@ -203,3 +203,16 @@ def test_the_library_never_imports_the_program():
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)
     assert done.returncode == 0, done.stderr
+
+
+def test_the_learning_rate_is_computed_once_per_step(trained, tmp_path, monkeypatch):
+    import glassllm.app.train as train_module
+
+    calls = []
+    real = train_module.cosine_with_warmup
+    monkeypatch.setattr(
+        train_module, "cosine_with_warmup", lambda *args: calls.append(args[0]) or real(*args)
+    )
+    config = TrainConfig(**{**trained.config.to_dict(), "out_dir": str(tmp_path)})
+    Trainer(config).fit(progress=False)  # 4 steps, evaluations at 0, 2 and 4
+    assert calls == [0, 1, 2, 3, 4]  # one per step, and one for the record of the last evaluation
