@@ -14,7 +14,7 @@ import numpy as np
 
 import glassllm.functional as F
 from glassllm import no_grad
-from glassllm.gpt_checkpoint import load_trained_model
+from glassllm.app.run_state import load_trained_model
 
 parser = argparse.ArgumentParser(description="Sample from a glassllm GPT checkpoint.")
 parser.add_argument("checkpoint", nargs="?", default="out-tiny/ckpt.safetensors")

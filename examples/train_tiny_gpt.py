@@ -1,7 +1,7 @@
 """Train a tiny GPT with the whole training loop in plain sight: nanoGPT's train.py on glassllm.
 
 ``glassllm train`` runs this same loop (with resume, Ctrl-C and a progress bar added, in
-glassllm/train.py); here it is top to bottom, to read and to change.
+glassllm/app/train.py); here it is top to bottom, to read and to change.
 
     python examples/train_tiny_gpt.py                          # the Python docs, a few minutes
     python examples/train_tiny_gpt.py --data shakespeare --max-iters 2000
@@ -20,7 +20,8 @@ import numpy as np
 
 import glassllm
 from glassllm import no_grad
-from glassllm.allocator import tune_allocator
+from glassllm.app.allocator import tune_allocator
+from glassllm.app.run_state import RunState
 from glassllm.data import CharTokenizer, get_batch, load_text, split_train_val
 from glassllm.models import GPT, GPTConfig
 from glassllm.nn.utils import clip_grad_norm_
@@ -84,16 +85,18 @@ def estimate_loss() -> dict[str, float]:
     return losses
 
 
-def save_checkpoint(iteration: int, val_loss: float) -> None:
-    """Weights, AdamW moments, and what `glassllm sample` needs to rebuild the model."""
-    metadata = {
-        "format": "glassllm.gpt",
-        "iteration": iteration,
-        "val_loss": val_loss,
-        "model_config": model_config.to_dict(),
-        "tokenizer": tokenizer.to_dict(),  # the vocabulary travels with the weights
-    }
-    glassllm.save(out_dir / "ckpt.safetensors", model, optimizer, metadata)
+def save_checkpoint(iteration: int, best_val_loss: float) -> None:
+    """Weights, AdamW moments, and what `glassllm sample` needs to rebuild the model: its shape
+    and the tokenizer's vocabulary, in the metadata schema of `glassllm train` (RunState)."""
+    state = RunState(
+        model_config=model_config,
+        tokenizer=tokenizer,  # the vocabulary travels with the weights
+        iteration=iteration,
+        best_val_loss=best_val_loss,
+        last_eval_iteration=iteration,
+        elapsed_s=time.perf_counter() - started,
+    )
+    glassllm.save(out_dir / "ckpt.safetensors", model, optimizer, state.to_metadata())
 
 
 out_dir = Path(cfg.out_dir)
@@ -101,6 +104,7 @@ out_dir.mkdir(parents=True, exist_ok=True)
 
 # ---------------------------------------------------------------------------- training loop
 started = time.perf_counter()
+best_val_loss = float("inf")
 for iteration in range(cfg.max_iters + 1):
     # Learning rate: linear warmup, then cosine decay down to min_lr.
     lr = cosine_with_warmup(iteration, cfg.lr, cfg.min_lr, cfg.warmup_iters, cfg.lr_decay_iters)
@@ -110,7 +114,8 @@ for iteration in range(cfg.max_iters + 1):
     if iteration % cfg.eval_interval == 0 or iteration == cfg.max_iters:
         losses = estimate_loss()
         print(f"step {iteration}: train loss {losses['train']:.4f}, val loss {losses['val']:.4f}")
-        save_checkpoint(iteration, losses["val"])
+        best_val_loss = min(best_val_loss, losses["val"])
+        save_checkpoint(iteration, best_val_loss)
     if iteration == cfg.max_iters:
         break
 

@@ -2,7 +2,7 @@
 
 import sys
 
-from glassllm.cli import main
+from glassllm.app import main
 
 if __name__ == "__main__":  # not when a tool (e.g. pytest --doctest-modules) imports this file
     sys.exit(main())

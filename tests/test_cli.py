@@ -1,6 +1,6 @@
 """The glassllm command as a user drives it: train, sample, and every bad input -> one line, exit 2.
 
-Most runs call ``glassllm.cli.main`` in-process (the console script calls exactly that); a few
+Most runs call ``glassllm.app.cli.main`` in-process (the console script calls exactly that); a few
 run real subprocesses to prove the entry points and that no traceback escapes.
 """
 
@@ -17,8 +17,8 @@ import pytest
 
 import glassllm
 import glassllm.nn as nn
-from glassllm.cli import main
-from glassllm.train import CHECKPOINT_NAME, LOG_NAME
+from glassllm.app.cli import main
+from glassllm.app.train import CHECKPOINT_NAME, LOG_NAME
 
 TEXT = "".join(f"line {i}: the quick brown fox jumps over the lazy dog.\n" for i in range(60))
 TINY = [
@@ -136,7 +136,7 @@ def test_options_map_onto_the_config_with_types(text_file, tmp_path, capsys):
     ]
     status, out, err = run(argv, capsys)
     assert status == 0, err
-    metadata = glassllm.train.read_checkpoint_metadata(out_dir / CHECKPOINT_NAME)
+    metadata = glassllm.app.train.read_checkpoint_metadata(out_dir / CHECKPOINT_NAME)
     config = metadata["train_config"]
     assert config["lr"] == 3e-3 and config["bias"] is True and config["dropout"] == 0.1
     assert config["lr_decay_iters"] == 20 and config["beta2"] == 0.95
@@ -491,7 +491,7 @@ def test_resume_from_a_checkpoint_that_is_a_directory(tmp_path, capsys):
 
 
 def test_resume_from_a_checkpoint_with_incomplete_metadata(text_file, tmp_path, capsys):
-    from glassllm.train import TrainConfig, Trainer
+    from glassllm.app.train import TrainConfig, Trainer
 
     shape = dict(n_layer=1, n_head=2, n_embd=16, block_size=16, batch_size=4)
     trainer = Trainer(TrainConfig(**shape, data=str(text_file), out_dir=str(tmp_path)))
@@ -632,9 +632,9 @@ def test_help_lists_every_config_option(capsys):
 def test_docstring_examples():
     import doctest
 
-    import glassllm.sample
+    import glassllm.app.sample
 
-    result = doctest.testmod(glassllm.sample)
+    result = doctest.testmod(glassllm.app.sample)
     assert result.attempted > 0 and result.failed == 0
 
 
@@ -649,7 +649,7 @@ def test_help_states_each_default_once(capsys):
 def test_resume_from_a_checkpoint_without_a_training_configuration(trained, tmp_path, capsys):
     """A GPT checkpoint not written by glassllm train (examples/train_tiny_gpt.py writes one)."""
     import glassllm
-    from glassllm.gpt_checkpoint import load_trained_model
+    from glassllm.app.run_state import load_trained_model
 
     model, tokenizer, metadata = load_trained_model(trained / CHECKPOINT_NAME)
     del metadata["train_config"]

@@ -174,7 +174,7 @@ def test_broken_download_is_a_clear_error(broken_server, tmp_path, monkeypatch, 
 
 
 def test_cli_reports_a_dropped_download_in_one_line(broken_server, tmp_path, capsys, monkeypatch):
-    from glassllm.cli import main
+    from glassllm.app.cli import main
 
     monkeypatch.setenv("GLASSLLM_CACHE", str(tmp_path / "cache"))
     monkeypatch.setenv(SHAKESPEARE_URL_ENV, broken_server("truncated"))

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 import glassllm
-from glassllm.train import (
+from glassllm.app.train import (
     CHECKPOINT_NAME,
     LOG_NAME,
     TrainConfig,

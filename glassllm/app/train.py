@@ -1,4 +1,4 @@
-"""Train a GPT on text: the loop behind ``glassllm train`` (its options: `glassllm.train_config`).
+"""Train a GPT on text: the loop behind ``glassllm train`` (its options: `glassllm.app.config`).
 
 The loop is nanoGPT's ``train.py`` on glassllm parts: random blocks of the training split, AdamW
 with decay on matrices only (``GPT.configure_optimizer``), cosine learning rate with linear warmup,
@@ -35,25 +35,29 @@ import numpy as np
 
 import glassllm
 from glassllm import no_grad
-from glassllm.data import TokenSplits, get_batch, tokenize_corpus
-from glassllm.gpt_checkpoint import (
-    CHECKPOINT_FORMAT,
-    load_trained_model,
-    model_from_metadata,
-    read_checkpoint_metadata,
-)
-from glassllm.models import GPT, GPTConfig
-from glassllm.nn.utils import clip_grad_norm_
-from glassllm.optim.lr_scheduler import cosine_with_warmup
-from glassllm.train_config import (
+from glassllm.app.config import (
     CHECKPOINT_NAME,
-    FIXED_ON_RESUME,
+    DEFAULT_OUT_DIR,
     LOG_NAME,
     PLOT_NAME,
     TrainConfig,
+)
+from glassllm.app.plot import plot_losses
+from glassllm.app.run_state import (
+    GeneratorStates,
+    RunState,
+    SavedRun,
     check_out_dir,
+    kept_log,
+    load_trained_model,
+    read_checkpoint_metadata,
     resume_config,
 )
+from glassllm.checkpoint import load
+from glassllm.data import TokenSplits, get_batch, tokenize_corpus
+from glassllm.models import GPT, GPTConfig
+from glassllm.nn.utils import clip_grad_norm_
+from glassllm.optim.lr_scheduler import cosine_with_warmup
 
 __all__ = [
     "CHECKPOINT_NAME",
@@ -66,6 +70,8 @@ __all__ = [
     "plot_losses",
     "read_checkpoint_metadata",
     "resume_config",
+    "RunState",
+    "SavedRun",
     "train",
 ]
 
@@ -123,32 +129,37 @@ class _StopOnCtrlC:
 class Trainer:
     """One training run: ``Trainer(config).fit()``, or ``Trainer(config, resume=True).fit()``.
 
+    resume: False (a fresh run), True (continue from ``OUT_DIR/ckpt.safetensors``), or the
+    `SavedRun` of that checkpoint already read (``glassllm train --resume`` reads it once to
+    build ``config``, see `glassllm.app.run_state`).
+
     Construction does everything that can fail because of the input (configuration, out_dir,
     data, checkpoint) and raises ValueError or OSError before any file is written or the default
     generator is reseeded: a failed construction changes nothing.
     """
 
-    def __init__(self, config: TrainConfig, resume: bool = False) -> None:
+    def __init__(self, config: TrainConfig, resume: bool | SavedRun = False) -> None:
         config.validate()
         self.config = config
         self.out_dir = Path(config.out_dir)
         self.checkpoint_path = self.out_dir / CHECKPOINT_NAME
         self.log_path = self.out_dir / LOG_NAME
-        self.resumed = resume
         check_out_dir(self.out_dir)
+        saved = SavedRun.read(self.checkpoint_path) if resume is True else resume or None
+        if saved is not None:
+            saved.check_resumable(config)
+        self.resumed = saved is not None
         # Separate generators, so that e.g. evaluating never shifts the training batches:
         # model_rng initialises the weights and then drives dropout (the model keeps it);
         # batch_rng draws the training batches.
         self.model_rng = np.random.default_rng([config.seed, 0])
         self.batch_rng = np.random.default_rng([config.seed, 1])
 
-        metadata = read_checkpoint_metadata(self.checkpoint_path) if resume else None
-        tokenizer = None
-        if metadata is not None:
-            self._check_same_run(metadata)
-            tokenizer = model_from_metadata(metadata, rng=np.random.default_rng(0))[1]
         self.corpus: TokenSplits = tokenize_corpus(
-            config.data, config.tokenizer, config.block_size, tokenizer
+            config.data,
+            config.tokenizer,
+            config.block_size,
+            None if saved is None else saved.state.tokenizer,
         )
         self.tokenizer = self.corpus.tokenizer
         self.model_config = GPTConfig(
@@ -168,85 +179,61 @@ class Trainer:
         self.best_val_loss: float | None = None
         self.last_eval_iteration: int | None = None
         self.elapsed_s = 0.0
-        default_rng_state = None if metadata is None else self._restore(metadata)
+        if saved is not None:
+            self._restore(saved)
         self.out_dir.mkdir(parents=True, exist_ok=True)
         # Last, once nothing can fail: the default generator (which layers given no rng draw from).
         glassllm.manual_seed(config.seed)
-        if default_rng_state is not None:
-            glassllm.get_rng().bit_generator.state = default_rng_state
+        if saved is not None:
+            glassllm.get_rng().bit_generator.state = saved.state.rng.default
 
     # ---- resuming
 
-    def _check_same_run(self, metadata: dict[str, Any]) -> None:
-        saved = metadata.get("train_config")
-        if not isinstance(saved, dict):
-            saved = {}
-        different = [
-            f"{name}: {getattr(self.config, name)!r} vs {saved.get(name)!r} in the checkpoint"
-            for name in FIXED_ON_RESUME
-            if getattr(self.config, name) != saved.get(name)
+    def _restore(self, saved: SavedRun) -> None:
+        """Load model and optimizer state from ``saved`` and continue its counters and
+        generators. The optimizer keeps the configuration's hyper-parameters (lr, betas, weight
+        decay, eps): the file's are those of the checkpoint's configuration, which the options
+        given for the resume may have changed (see `glassllm.app.run_state`)."""
+        configured = [
+            {key: group[key] for key in self.optimizer.defaults}
+            for group in self.optimizer.param_groups
         ]
-        if different:
-            raise ValueError(f"cannot resume with a different {'; '.join(different)}")
-
-    def _restore(self, metadata: dict[str, Any]) -> dict[str, Any]:
-        """Load the checkpoint; return the default generator's saved state (for the caller)."""
-        try:
-            iteration = int(metadata["iteration"])
-            states = metadata["rng"]
-            self.model_rng.bit_generator.state = states["model"]
-            self.batch_rng.bit_generator.state = states["batches"]
-            default_rng = np.random.default_rng()
-            default_rng.bit_generator.state = states["default"]  # checked here, not yet applied
-        except (KeyError, TypeError, ValueError) as err:
-            raise ValueError(
-                f"checkpoint {str(self.checkpoint_path)!r} has incomplete or invalid metadata "
-                f"({type(err).__name__}: {err}); it cannot be resumed"
-            ) from None
-        if iteration >= self.config.max_iters:
-            raise ValueError(
-                f"the checkpoint is already at iteration {iteration} and max_iters is "
-                f"{self.config.max_iters}: pass a larger --max-iters to train further"
-            )
-        glassllm.load(self.checkpoint_path, self.model, self.optimizer)
-        # The optimizer state brought the old hyper-parameters; the configuration may change them.
-        for group in self.optimizer.param_groups:
-            decays = all(p.ndim >= 2 for p in group["params"])
-            group["weight_decay"] = self.config.weight_decay if decays else 0.0
-            group["betas"] = (self.config.beta1, self.config.beta2)
-        self.iteration = iteration
-        self.best_val_loss = metadata.get("best_val_loss")
-        self.last_eval_iteration = metadata.get("last_eval_iteration")
-        self.elapsed_s = float(metadata.get("elapsed_s", 0.0))
-        if metadata.get("data_sha256") != self.corpus.sha256:
+        load(saved.checkpoint, self.model, self.optimizer)  # checks everything, then copies
+        for group, hyperparameters in zip(self.optimizer.param_groups, configured, strict=True):
+            group.update(hyperparameters)
+        state = saved.state
+        self.model_rng.bit_generator.state = state.rng.model
+        self.batch_rng.bit_generator.state = state.rng.batches
+        self.iteration = state.iteration
+        self.best_val_loss = state.best_val_loss
+        self.last_eval_iteration = state.last_eval_iteration
+        self.elapsed_s = float(state.elapsed_s)
+        if state.data_sha256 != self.corpus.sha256:
             print(
                 f"glassllm: warning: {self.config.data!r} is not the text this checkpoint was "
                 "trained on; the run continues on the new text",
                 file=sys.stderr,
             )
-        return default_rng.bit_generator.state
 
     # ---- checkpoints and logs
 
+    def run_state(self) -> RunState:
+        """The run as its checkpoint records it."""
+        return RunState(
+            model_config=self.model_config,
+            tokenizer=self.tokenizer,
+            iteration=self.iteration,
+            best_val_loss=self.best_val_loss,
+            last_eval_iteration=self.last_eval_iteration,
+            elapsed_s=self.elapsed_s,
+            config=self.config,
+            data_sha256=self.corpus.sha256,
+            rng=GeneratorStates.capture(self.model_rng, self.batch_rng),
+        )
+
     def metadata(self) -> dict[str, Any]:
-        """Everything besides tensors that a resumed run or the sampler needs."""
-        return {
-            "format": CHECKPOINT_FORMAT,
-            "glassllm_version": glassllm.__version__,
-            "iteration": self.iteration,
-            "best_val_loss": self.best_val_loss,
-            "last_eval_iteration": self.last_eval_iteration,
-            "elapsed_s": self.elapsed_s,
-            "train_config": self.config.to_dict(),
-            "model_config": self.model_config.to_dict(),
-            "tokenizer": self.tokenizer.to_dict(),
-            "data_sha256": self.corpus.sha256,
-            "rng": {
-                "model": self.model_rng.bit_generator.state,
-                "batches": self.batch_rng.bit_generator.state,
-                "default": glassllm.get_rng().bit_generator.state,
-            },
-        }
+        """The checkpoint metadata of the run now (`RunState.to_metadata`)."""
+        return self.run_state().to_metadata()
 
     def save_checkpoint(self) -> Path:
         glassllm.save(self.checkpoint_path, self.model, self.optimizer, self.metadata())
@@ -256,16 +243,8 @@ class Trainer:
         """A fresh run starts an empty log; a resumed one keeps the records up to its checkpoint
         (dropping any a crash left behind after it). Written with the first evaluation, together
         with its checkpoint: a run that fails before then leaves an old log as it was."""
-        kept: list[str] = []
-        if self.resumed and self.log_path.is_file():
-            last = -1 if self.last_eval_iteration is None else self.last_eval_iteration
-            for line in self.log_path.read_text(errors="replace").splitlines():  # garbled: dropped
-                try:
-                    if json.loads(line)["iter"] <= last:
-                        kept.append(line + "\n")
-                except (ValueError, KeyError, TypeError):
-                    continue
-        self._log_head: str | None = "".join(kept)
+        kept = kept_log(self.log_path, self.last_eval_iteration) if self.resumed else ""
+        self._log_head: str | None = kept
 
     def evaluate(self) -> dict[str, float]:
         """Mean loss of ``eval_iters`` batches of each split, in eval mode under no_grad.
@@ -296,11 +275,14 @@ class Trainer:
         cfg = self.config
         return cosine_with_warmup(iteration, cfg.lr, cfg.min_lr, cfg.warmup_iters, cfg.decay_iters)
 
-    def train_step(self) -> float:
-        """One optimisation step on a fresh random batch; returns its loss (before the update)."""
+    def train_step(self, lr: float | None = None) -> float:
+        """One optimisation step on a fresh random batch at learning rate ``lr`` (default: the
+        schedule's, `learning_rate`); returns its loss (before the update)."""
         cfg = self.config
+        if lr is None:
+            lr = self.learning_rate(self.iteration)
         for group in self.optimizer.param_groups:
-            group["lr"] = self.learning_rate(self.iteration)
+            group["lr"] = lr
         x, y = get_batch(self.corpus.train, cfg.block_size, cfg.batch_size, self.batch_rng)
         _, loss = self.model(x, y)  # (B, T) -> scalar mean cross-entropy
         loss.backward()
@@ -368,8 +350,9 @@ class Trainer:
                         interrupted = True
                         self.save_checkpoint()
                         break
+                    lr = self.learning_rate(self.iteration)  # of this step, and of its evaluation
                     if self._evaluation_due():
-                        record = self._evaluate_and_checkpoint(tokens_per_step)
+                        record = self._evaluate_and_checkpoint(tokens_per_step, lr)
                         evaluations.append(record)
                         bar.write(
                             f"step {record['iter']}: train loss {record['train_loss']:.4f}, "
@@ -378,9 +361,8 @@ class Trainer:
                         )
                     if self.iteration >= cfg.max_iters:
                         break
-                    lr = self.learning_rate(self.iteration)
                     started = time.perf_counter()
-                    loss = self.train_step()
+                    loss = self.train_step(lr)
                     seconds = time.perf_counter() - started
                     step_time = seconds if step_time is None else 0.9 * step_time + 0.1 * seconds
                     losses.append(loss)
@@ -398,7 +380,7 @@ class Trainer:
             bar.close()
         if interrupted:
             resume = "glassllm train --resume"
-            if cfg.out_dir != TrainConfig().out_dir:
+            if cfg.out_dir != DEFAULT_OUT_DIR:
                 resume += f" --out-dir {shlex.quote(cfg.out_dir)}"  # pasteable as printed
             print(
                 f"stopped at step {self.iteration}; checkpoint saved to {self.checkpoint_path}. "
@@ -441,7 +423,7 @@ class Trainer:
         at_end = self.iteration >= self.config.max_iters
         return (at_interval or at_end) and self.iteration != self.last_eval_iteration
 
-    def _evaluate_and_checkpoint(self, tokens_per_step: int) -> dict[str, Any]:
+    def _evaluate_and_checkpoint(self, tokens_per_step: int, lr: float) -> dict[str, Any]:
         losses = self.evaluate()
         if self.best_val_loss is None or losses["val"] < self.best_val_loss:
             self.best_val_loss = losses["val"]
@@ -450,7 +432,7 @@ class Trainer:
             "iter": self.iteration,
             "train_loss": losses["train"],
             "val_loss": losses["val"],
-            "lr": self.learning_rate(self.iteration),
+            "lr": lr,
             "tokens": self.iteration * tokens_per_step,
             "elapsed_s": round(self.elapsed_s, 3),
         }
@@ -473,34 +455,6 @@ class Trainer:
                 "or pip install 'glassllm[plot]')",
                 flush=True,
             )
-
-
-def plot_losses(log_path: str | Path, png_path: str | Path) -> bool:
-    """Draw the train and val loss of every evaluation in ``log_path`` into ``png_path``.
-
-    Returns False (and writes nothing) when matplotlib is not installed.
-    """
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")  # files only: no display needed
-        import matplotlib.pyplot as plt
-    except ImportError:
-        return False
-    records = [json.loads(line) for line in Path(log_path).read_text().splitlines() if line]
-    iters = [r["iter"] for r in records]
-    fig, ax = plt.subplots(figsize=(7, 4))
-    ax.plot(iters, [r["train_loss"] for r in records], marker=".", label="train")
-    ax.plot(iters, [r["val_loss"] for r in records], marker=".", label="val")
-    ax.set_xlabel("step")
-    ax.set_ylabel("cross-entropy (nats per token)")
-    ax.set_title("glassllm training")
-    ax.grid(alpha=0.3)
-    ax.legend()
-    fig.tight_layout()
-    fig.savefig(png_path, dpi=100)
-    plt.close(fig)
-    return True
 
 
 def train(config: TrainConfig, resume: bool = False, progress: bool | None = None) -> TrainResult:

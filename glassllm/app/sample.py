@@ -5,7 +5,7 @@ The checkpoint alone rebuilds everything (model shape, weights, tokenizer vocabu
 alternatives the model weighed: the distribution after temperature and top-k, exactly the one
 the sampler drew from.
 
->>> from glassllm.sample import format_choice, TokenChoice
+>>> from glassllm.app.sample import format_choice, TokenChoice
 >>> print(format_choice(TokenChoice(step=1, token="'e'", prob=0.5,
 ...                                 alternatives=[("'e'", 0.5), ("'a'", 0.25)])))
     1  'e'     50.0%  | 'e' 50.0%  'a' 25.0%
@@ -19,25 +19,12 @@ from typing import Any, TextIO
 
 import numpy as np
 
+from glassllm.app.config import SampleConfig
+from glassllm.app.run_state import RunState, SavedRun
 from glassllm.data import Tokenizer
-from glassllm.gpt_checkpoint import load_trained_model
 from glassllm.models import GPT
-from glassllm.train_config import CHECKPOINT_NAME, TrainConfig
 
 EXPLAIN_TOP = 5  # alternatives shown per token by --explain
-# Below this, float32 logits / temperature can overflow to inf and the probabilities turn to nan
-# (samples then come out as the last token of the vocabulary); it is greedy decoding already.
-MIN_TEMPERATURE = 1e-6
-
-DEFAULT_SAMPLE_OPTIONS: dict[str, Any] = {
-    "checkpoint": str(Path(TrainConfig().out_dir) / CHECKPOINT_NAME),
-    "prompt": "\n",
-    "num_samples": 3,
-    "max_new_tokens": 300,
-    "temperature": 0.8,
-    "top_k": None,
-    "seed": 1337,
-}
 
 
 @dataclasses.dataclass
@@ -93,63 +80,33 @@ def generate_explained(
 
 
 @dataclasses.dataclass
-class SampleOptions:
-    """What ``glassllm sample`` was asked for."""
-
-    checkpoint: str = DEFAULT_SAMPLE_OPTIONS["checkpoint"]
-    prompt: str = DEFAULT_SAMPLE_OPTIONS["prompt"]
-    num_samples: int = DEFAULT_SAMPLE_OPTIONS["num_samples"]
-    max_new_tokens: int = DEFAULT_SAMPLE_OPTIONS["max_new_tokens"]
-    temperature: float = DEFAULT_SAMPLE_OPTIONS["temperature"]
-    top_k: int | None = DEFAULT_SAMPLE_OPTIONS["top_k"]
-    seed: int = DEFAULT_SAMPLE_OPTIONS["seed"]
-    explain: bool = False
-
-    def validate(self) -> None:
-        problems = []
-        if not self.temperature > 0:
-            problems.append(f"temperature must be > 0, got {self.temperature}")
-        elif self.temperature < MIN_TEMPERATURE:
-            problems.append(
-                f"temperature must be at least {MIN_TEMPERATURE:g}, got {self.temperature:g} "
-                "(for greedy decoding use --top-k 1)"
-            )
-        if self.top_k is not None and self.top_k < 1:
-            problems.append(f"top-k must be at least 1, got {self.top_k}")
-        if self.num_samples < 1:
-            problems.append(f"num-samples must be at least 1, got {self.num_samples}")
-        if self.max_new_tokens < 0:
-            problems.append(f"max-new-tokens must be >= 0, got {self.max_new_tokens}")
-        if self.seed < 0:  # numpy's generators take non-negative seeds only
-            problems.append(f"seed must be >= 0, got {self.seed}")
-        if not self.prompt:
-            problems.append("the prompt is empty; give at least one character")
-        if problems:
-            raise ValueError("; ".join(problems))
-
-    def prepare(self) -> SampleJob:
-        """Check the options, load the checkpoint and encode the prompt; every failure is a
-        ValueError (or OSError) with a message for the user, raised before any output."""
-        self.validate()
-        model, tokenizer, metadata = load_trained_model(self.checkpoint)
-        try:
-            prompt_ids = tokenizer.encode(self.prompt)
-        except ValueError as err:
-            raise ValueError(f"the prompt cannot be encoded: {err}") from None
-        return SampleJob(self, model, tokenizer, prompt_ids, metadata)
-
-
-@dataclasses.dataclass
 class SampleJob:
-    options: SampleOptions
+    """A sampling job ready to run: the configuration, the checkpoint's model and tokenizer, and
+    the encoded prompt."""
+
+    config: SampleConfig
     model: GPT
     tokenizer: Tokenizer
     prompt_ids: list[int]
-    metadata: dict[str, Any]
+    state: RunState  # of the checkpoint sampled from
+
+    @classmethod
+    def prepare(cls, config: SampleConfig) -> SampleJob:
+        """Check ``config``, read the checkpoint (once) and encode the prompt; every failure is a
+        ValueError (or OSError) with a message for the user, raised before any output."""
+        config.validate()
+        saved = SavedRun.read(config.checkpoint)
+        model = saved.model()
+        tokenizer = saved.state.tokenizer
+        try:
+            prompt_ids = tokenizer.encode(config.prompt)
+        except ValueError as err:
+            raise ValueError(f"the prompt cannot be encoded: {err}") from None
+        return cls(config, model, tokenizer, prompt_ids, saved.state)
 
     def run(self, out: TextIO) -> list[str]:
         """Write the samples (and, with explain, each token's choice) to ``out``; return them."""
-        o = self.options
+        o = self.config
         rng = np.random.default_rng(o.seed)
         if o.explain:
             ids, choices = generate_explained(
@@ -182,7 +139,8 @@ def sample(
     """The texts ``glassllm sample`` would print, as a list (nothing printed)."""
     import io
 
-    job = SampleOptions(
+    config = SampleConfig(
         checkpoint=str(checkpoint), prompt=prompt, max_new_tokens=max_new_tokens, **options
-    ).prepare()
+    )
+    job = SampleJob.prepare(config)
     return job.run(io.StringIO())

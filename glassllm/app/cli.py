@@ -1,0 +1,149 @@
+"""The ``glassllm`` command: ``glassllm train`` and ``glassllm sample``.
+
+The options of each command are the fields of its configuration dataclass
+(:class:`glassllm.app.config.TrainConfig`, :class:`glassllm.app.config.SampleConfig`), built by
+`glassllm.app.options.add_options`: the name with dashes (``n_layer`` -> ``--n-layer``), parsed
+with the field's type, help showing its range and default. Bad input (a missing data file, an
+impossible configuration, a broken checkpoint, ...) ends with one line on stderr,
+``glassllm: error: ...``, and exit status 2, never a traceback. A traceback means a bug.
+
+Exit status: 0 done, 2 bad input, 130 stopped by Ctrl-C (after saving a checkpoint).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import typing
+from collections.abc import Sequence
+
+from glassllm.app.config import DEFAULT_OUT_DIR, SampleConfig, TrainConfig
+from glassllm.app.options import add_options, given_options
+
+EXIT_BAD_INPUT = 2
+EXIT_INTERRUPTED = 130  # 128 + SIGINT, what a shell reports for a Ctrl-C'd program
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse with one-line errors: ``glassllm: error: <message>`` (no usage block)."""
+
+    def error(self, message: str) -> typing.NoReturn:
+        self.exit(EXIT_BAD_INPUT, f"glassllm: error: {message} (see '{self.prog} --help')\n")
+
+
+def _fail(message: str) -> int:
+    print(f"glassllm: error: {' '.join(message.split())}", file=sys.stderr)  # one line
+    return EXIT_BAD_INPUT
+
+
+# Errors that input can cause: bad values (ValueError, which includes the data, tokenizer and
+# checkpoint errors), files (OSError: missing, unwritable, disk full) and sizes the machine cannot
+# hold (MemoryError) or NumPy cannot index (OverflowError). BrokenPipeError, an OSError, is not
+# among them: a reader that went away is handled in main().
+_INPUT_ERRORS = (ValueError, OSError, MemoryError, OverflowError)
+
+
+def _describe(err: BaseException, smaller: str) -> str:
+    """The message of an error from _INPUT_ERRORS; ``smaller``: options that shrink the job."""
+    if isinstance(err, MemoryError):
+        return f"not enough memory ({str(err) or 'MemoryError'}); try {smaller}"
+    if isinstance(err, OverflowError):
+        return f"a number is too large to compute with ({err}); try {smaller}"
+    return str(err) or type(err).__name__
+
+
+_TRAIN_SMALLER = "a smaller --batch-size, --block-size, --n-embd or --n-layer"
+_SAMPLE_SMALLER = "a smaller --num-samples or --max-new-tokens"
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(
+        prog="glassllm",
+        description="Train a tiny GPT on text with a NumPy autograd engine, and sample from it.",
+    )
+    commands = parser.add_subparsers(dest="command", metavar="{train,sample}")
+
+    train = commands.add_parser(
+        "train",
+        help="train a GPT (defaults: a small model on the built-in corpus, a few minutes)",
+        description="Train a GPT on text. Without options: a small character-level model on the "
+        "Python documentation that ships with Python, in a few minutes on a laptop CPU.",
+    )
+    add_options(train, TrainConfig)
+    train.add_argument(
+        "--resume",
+        action="store_true",
+        help="continue from OUT_DIR/ckpt.safetensors exactly where it stopped; the model, data, "
+        "tokenizer and seed come from the checkpoint, other options given replace its values",
+    )
+
+    sample = commands.add_parser(
+        "sample",
+        help="generate text from a checkpoint",
+        description="Generate text from a trained checkpoint (which holds the model and its "
+        "tokenizer).",
+    )
+    add_options(sample, SampleConfig)
+    return parser
+
+
+def _run_train(args: argparse.Namespace) -> int:
+    from glassllm.app.run_state import read_for_resume
+    from glassllm.app.train import Trainer
+
+    given = given_options(args, TrainConfig)
+    try:
+        if args.resume:  # the checkpoint is read once, for the configuration and the state
+            saved = read_for_resume(given.get("out_dir", DEFAULT_OUT_DIR))
+            trainer = Trainer(saved.resume_config(given), resume=saved)
+        else:
+            trainer = Trainer(TrainConfig(**given))
+    except BrokenPipeError:
+        raise
+    except _INPUT_ERRORS as err:
+        return _fail(_describe(err, _TRAIN_SMALLER))
+    try:
+        result = trainer.fit()  # Ctrl-C: fit saves a checkpoint and returns interrupted
+    except BrokenPipeError:
+        raise
+    except _INPUT_ERRORS as err:  # e.g. the disk filled up; the last checkpoint is intact
+        return _fail(
+            f"training stopped at step {trainer.iteration}: {_describe(err, _TRAIN_SMALLER)}"
+        )
+    return EXIT_INTERRUPTED if result.interrupted else 0
+
+
+def _run_sample(args: argparse.Namespace) -> int:
+    from glassllm.app.sample import SampleJob
+
+    try:
+        job = SampleJob.prepare(SampleConfig(**given_options(args, SampleConfig)))
+        job.run(sys.stdout)
+    except BrokenPipeError:
+        raise
+    except _INPUT_ERRORS as err:
+        return _fail(_describe(err, _SAMPLE_SMALLER))
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the ``glassllm`` console script and ``python -m glassllm``."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.command is None:
+        parser.print_help(sys.stderr)
+        return _fail("choose a command: train or sample")
+
+    from glassllm.app.allocator import tune_allocator
+
+    tune_allocator()  # reuse freed step buffers instead of page-faulting them back every step
+    try:
+        if args.command == "train":
+            return _run_train(args)
+        return _run_sample(args)
+    except KeyboardInterrupt:
+        print("\nglassllm: interrupted", file=sys.stderr)
+        return EXIT_INTERRUPTED
+    except BrokenPipeError:  # e.g. `glassllm sample | head`: the reader left, nothing to report
+        sys.stderr.close()
+        return 0

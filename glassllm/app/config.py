@@ -1,0 +1,172 @@
+"""The configurations of the two commands: `TrainConfig` (``glassllm train``) and `SampleConfig`
+(``glassllm sample``), one dataclass each.
+
+Each field is a command-line option (``n_layer`` -> ``--n-layer``) made by
+`glassllm.app.options.option`: its type, help and range live on the field, and ``--help``, the
+checks of `validate` and the checks of a checkpoint's restored configuration all read them
+from there. A checkpoint stores the whole `TrainConfig`, so ``--resume`` continues with it,
+changed only by the options given again (see `glassllm.app.run_state`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from glassllm.app.options import field_problems, option, type_problems
+from glassllm.data import TOKENIZER_KINDS
+
+# The files a run writes in out_dir, and what each is (for messages).
+CHECKPOINT_NAME = "ckpt.safetensors"
+LOG_NAME = "log.jsonl"
+PLOT_NAME = "loss.png"
+OUT_FILES = {CHECKPOINT_NAME: "checkpoint", LOG_NAME: "log", PLOT_NAME: "loss plot"}
+DEFAULT_OUT_DIR = "out"
+
+
+@dataclasses.dataclass
+class TrainConfig:
+    """Every knob of a training run; ``glassllm train --n-layer 6`` sets ``n_layer``.
+
+    The defaults are nanoGPT's "I only have a macbook" shakespeare_char configuration (4 layers,
+    4 heads, 128 wide, context 64, batch 12, 2000 steps, lr 1e-3 -> 1e-4, beta2 0.99): a
+    0.8M-parameter character-level GPT, here trained on the built-in corpus (the Python docs).
+    """
+
+    # model
+    n_layer: int = option(4, "transformer blocks", min=1)
+    n_head: int = option(4, "attention heads per block (must divide n_embd)", min=1)
+    n_embd: int = option(128, "width of the residual stream", min=1)
+    block_size: int = option(64, "context length in tokens", min=1)
+    dropout: float = option(0.0, "dropout probability (0 for small models)", min=0.0, below=1.0)
+    bias: bool = option(False, "biases in Linear and LayerNorm layers")
+    # data
+    data: str = option(
+        "builtin",
+        "'builtin' (Python docs), 'shakespeare' or a text file path",
+        metavar="DATA",
+        if_empty="data must name a corpus or a file",
+    )
+    tokenizer: str = option(
+        "char", "'char' (one token per character) or 'byte' (UTF-8 bytes)", choices=TOKENIZER_KINDS
+    )
+    batch_size: int = option(12, "blocks per step", min=1)
+    # optimisation
+    max_iters: int = option(2000, "training steps", min=0)
+    lr: float = option(1e-3, "peak learning rate", above=0.0)
+    min_lr: float = option(1e-4, "learning-rate floor at the end of the cosine decay", min=0.0)
+    warmup_iters: int = option(100, "steps of linear learning-rate warmup", min=0)
+    lr_decay_iters: int | None = option(
+        None, "step where the cosine decay reaches min_lr (default: max_iters)"
+    )
+    weight_decay: float = option(0.1, "AdamW weight decay on matrices", min=0.0)
+    beta1: float = option(0.9, "AdamW beta1", min=0.0, below=1.0)
+    beta2: float = option(0.99, "AdamW beta2", min=0.0, below=1.0)
+    grad_clip: float = option(
+        1.0,
+        "clip the gradient norm to this (0: no clipping)",
+        min=0.0,
+        note=" (0 turns clipping off)",
+    )
+    # evaluation, checkpoints, reproducibility
+    eval_interval: int = option(250, "steps between evaluations and checkpoints", min=1)
+    eval_iters: int = option(20, "batches per split in each evaluation", min=1)
+    seed: int = option(1337, "seed of every random generator of the run", min=0)
+    out_dir: str = option(
+        DEFAULT_OUT_DIR,
+        "directory for the checkpoint, log and loss plot",
+        metavar="DIR",
+        if_empty="out_dir must name a directory ('.' for the current one)",
+    )
+    sample_tokens: int = option(300, "tokens sampled at the end of training (0: none)", min=0)
+
+    def problems(self, label: Callable[[str], str] = str) -> list[str]:
+        """Every field that cannot work, one message each (empty: the configuration is valid);
+        ``label`` names a field in the messages (e.g. ``train_config.lr`` for a checkpoint's)."""
+        problems = field_problems(self, label)
+        if type_problems(self):
+            return problems  # relations between fields mean nothing with a field of a wrong type
+        if self.n_head >= 1 and self.n_embd % self.n_head != 0:
+            problems.append(f"n_embd ({self.n_embd}) must be divisible by n_head ({self.n_head})")
+        if self.lr_decay_iters is not None and self.lr_decay_iters < self.warmup_iters:
+            problems.append(
+                f"lr_decay_iters ({self.lr_decay_iters}) must be >= warmup_iters "
+                f"({self.warmup_iters})"
+            )
+        return problems
+
+    def validate(self) -> None:
+        """Raise one ValueError naming every field that cannot work."""
+        problems = self.problems()
+        if problems:
+            raise ValueError("; ".join(problems))
+
+    @property
+    def decay_iters(self) -> int:
+        """The step where the cosine decay ends: ``lr_decay_iters``, else ``max_iters`` (or
+        ``warmup_iters`` when that is longer: a short run then spends all its steps warming up)."""
+        if self.lr_decay_iters is None:
+            return max(self.max_iters, self.warmup_iters)
+        return self.lr_decay_iters
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, values: dict[str, Any]) -> TrainConfig:
+        """Inverse of `to_dict`; unknown keys raise a ValueError naming them (values are not
+        checked here: call `validate`)."""
+        if not isinstance(values, dict):
+            raise ValueError(f"a training configuration is a JSON object, got {values!r}")
+        known = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(values) - known)
+        if unknown:
+            raise ValueError(f"unknown TrainConfig fields {unknown}")
+        return cls(**values)
+
+
+# Below this, float32 logits / temperature can overflow to inf and the probabilities turn to nan
+# (samples then come out as the last token of the vocabulary); it is greedy decoding already.
+MIN_TEMPERATURE = 1e-6
+
+
+def _dashed(name: str) -> str:
+    return name.replace("_", "-")
+
+
+@dataclasses.dataclass
+class SampleConfig:
+    """What ``glassllm sample`` is asked for; ``--top-k 5`` sets ``top_k``."""
+
+    checkpoint: str = option(
+        str(Path(DEFAULT_OUT_DIR) / CHECKPOINT_NAME), "checkpoint file", metavar="PATH"
+    )
+    prompt: str = option(
+        "\n",
+        "text to continue (default: a newline)",
+        if_empty="the prompt is empty; give at least one character",
+    )
+    num_samples: int = option(3, "independent samples", min=1)
+    max_new_tokens: int = option(300, "tokens to generate per sample", min=0)
+    temperature: float = option(0.8, "> 1 flattens, < 1 sharpens the distribution", above=0.0)
+    top_k: int | None = option(
+        None, "sample only among the k most likely tokens (default: all)", min=1
+    )
+    seed: int = option(1337, "seed of the sampling generator", min=0)
+    explain: bool = option(
+        False, "print each generated token's probability and the top alternatives"
+    )
+
+    def validate(self) -> None:
+        """Raise one ValueError naming every option that cannot work (named as on the command
+        line: ``top-k``)."""
+        problems = field_problems(self, label=_dashed)
+        if "temperature" not in type_problems(self) and 0 < self.temperature < MIN_TEMPERATURE:
+            problems.append(
+                f"temperature must be at least {MIN_TEMPERATURE:g}, got {self.temperature:g} "
+                "(for greedy decoding use --top-k 1)"
+            )
+        if problems:
+            raise ValueError("; ".join(problems))

@@ -1,0 +1,398 @@
+"""A training run's state as its checkpoint stores it, and the rules for resuming a run.
+
+A run's checkpoint (``OUT_DIR/ckpt.safetensors``) is a `glassllm.save` file: the tensors of the
+model and the optimizer, and metadata that `RunState` writes (`RunState.to_metadata`) and reads
+(`RunState.from_metadata`); nothing else in glassllm writes or reads that schema. A file whose
+metadata lacks ``format = "glassllm.gpt"`` holds "another model".
+
+Reading a checkpoint (`SavedRun.read`) takes the file in once (`glassllm.checkpoint.read`, which
+verifies its digest before the metadata is decoded), then checks every value of the metadata,
+type and range, with the rules the command line applies to the same options, before anything
+is built from it. A bad value is a `CheckpointError` naming the file and the field.
+
+Resuming (``glassllm train --resume``), in order:
+
+1. `read_for_resume` reads ``OUT_DIR/ckpt.safetensors`` (once) into a `SavedRun`;
+2. `SavedRun.resume_config` takes the checkpoint's training configuration and applies the
+   options given on the command line. The fields of `FIXED_ON_RESUME` (model shape, data,
+   tokenizer, seed) may be given only with the checkpoint's value; every other option given
+   overrides the checkpoint's, in particular the optimisation (``--lr``, ``--min-lr``,
+   ``--warmup-iters``, ``--lr-decay-iters``, ``--weight-decay``, ``--beta1``, ``--beta2``,
+   ``--grad-clip``), the length (``--max-iters``), evaluation and ``--sample-tokens``;
+3. `glassllm.app.train.Trainer` takes that configuration and the `SavedRun`:
+   `SavedRun.check_resumable` checks they belong together, the tokenizer comes from the
+   metadata (no model is built for it), the model and optimizer state are loaded from the
+   tensors already in memory, and the optimizer keeps the configuration's hyper-parameters (the
+   ones saved in the file are those of the checkpoint's configuration, and step 2 decided which
+   of them change);
+4. the log keeps the records up to the checkpoint's last evaluation (`kept_log`) and drops any
+   that a crash left after it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+import glassllm
+from glassllm.app.config import (
+    CHECKPOINT_NAME,
+    DEFAULT_OUT_DIR,
+    OUT_FILES,
+    TrainConfig,
+)
+from glassllm.app.options import field_problems
+from glassllm.checkpoint import Checkpoint, CheckpointError, load, read
+from glassllm.data import Tokenizer, tokenizer_from_dict
+from glassllm.models import GPT, GPTConfig
+
+# metadata["format"] of a run's checkpoint; anything else is another model.
+CHECKPOINT_FORMAT = "glassllm.gpt"
+
+# Fields that shape the model, its tokens or its randomness: a resumed run must keep them.
+FIXED_ON_RESUME = (
+    "n_layer",
+    "n_head",
+    "n_embd",
+    "block_size",
+    "dropout",
+    "bias",
+    "data",
+    "tokenizer",
+    "seed",
+)
+
+
+@dataclasses.dataclass(frozen=True)
+class GeneratorStates:
+    """The states (``Generator.bit_generator.state``) of a run's three random generators."""
+
+    model: dict[str, Any]  # initial weights, then dropout masks
+    batches: dict[str, Any]  # training batches
+    default: dict[str, Any]  # glassllm's default generator (layers given no rng)
+
+    @classmethod
+    def capture(
+        cls, model_rng: np.random.Generator, batch_rng: np.random.Generator
+    ) -> GeneratorStates:
+        """The states now of ``model_rng``, ``batch_rng`` and glassllm's default generator."""
+        return cls(
+            model=model_rng.bit_generator.state,
+            batches=batch_rng.bit_generator.state,
+            default=glassllm.get_rng().bit_generator.state,
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"model": self.model, "batches": self.batches, "default": self.default}
+
+    @classmethod
+    def from_dict(cls, values: Any) -> GeneratorStates:
+        """Inverse of `to_dict`; each state must be one that NumPy's default bit generator
+        (PCG64) accepts, else a ValueError naming it (``rng.batches: ...``)."""
+        if not isinstance(values, dict):
+            raise ValueError(f"rng must be a JSON object, got {_short(values)}")
+        states = {}
+        for name in ("model", "batches", "default"):
+            if name not in values:
+                raise ValueError(f"rng has no {name!r} state")
+            probe = np.random.default_rng(0)
+            try:
+                probe.bit_generator.state = values[name]
+            except (TypeError, ValueError, KeyError, OverflowError) as err:
+                raise ValueError(
+                    f"rng.{name} is not a state of NumPy's {type(probe.bit_generator).__name__} "
+                    f"generator ({type(err).__name__}: {err})"
+                ) from None
+            states[name] = values[name]
+        return cls(**states)
+
+
+def _short(value: Any, limit: int = 60) -> str:
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+@dataclasses.dataclass
+class RunState:
+    """Everything besides tensors that a resumed run or the sampler needs from a checkpoint.
+
+    ``config`` (stored as ``train_config``) and ``rng`` are None in a checkpoint that can be
+    sampled from but not resumed (e.g. one written by ``examples/train_tiny_gpt.py``). Scalar
+    fields carry their rules as metadata, checked by `from_metadata` as options are.
+    """
+
+    model_config: GPTConfig
+    tokenizer: Tokenizer
+    iteration: int = dataclasses.field(default=0, metadata={"min": 0})  # steps done
+    best_val_loss: float | None = None  # lowest validation loss of any evaluation
+    # the step of the last evaluation (its record is the log's last kept line on resume)
+    last_eval_iteration: int | None = dataclasses.field(default=None, metadata={"min": 0})
+    elapsed_s: float = dataclasses.field(default=0.0, metadata={"min": 0.0})  # training time
+    config: TrainConfig | None = None
+    data_sha256: str | None = None  # of the training text, to warn when it changed
+    rng: GeneratorStates | None = None
+    glassllm_version: str | None = glassllm.__version__  # of the writer
+
+    def to_metadata(self) -> dict[str, Any]:
+        """The checkpoint metadata of this state (a JSON-able dict, for `glassllm.save`)."""
+        return {
+            "format": CHECKPOINT_FORMAT,
+            "glassllm_version": self.glassllm_version,
+            "iteration": self.iteration,
+            "best_val_loss": self.best_val_loss,
+            "last_eval_iteration": self.last_eval_iteration,
+            "elapsed_s": self.elapsed_s,
+            "train_config": None if self.config is None else self.config.to_dict(),
+            "model_config": self.model_config.to_dict(),
+            "tokenizer": self.tokenizer.to_dict(),
+            "data_sha256": self.data_sha256,
+            "rng": None if self.rng is None else self.rng.to_dict(),
+        }
+
+    @classmethod
+    def from_metadata(cls, metadata: Mapping[str, Any], path: str | os.PathLike[str]) -> RunState:
+        """The state in a checkpoint's ``metadata``, every value checked; ``path`` names the
+        file in messages. Missing optional entries take their defaults.
+
+        Raises ValueError for a file of another model and `CheckpointError` (a ValueError)
+        naming the file and each bad field for anything else.
+        """
+        path = str(path)
+        if not isinstance(metadata, Mapping) or metadata.get("format") != CHECKPOINT_FORMAT:
+            raise ValueError(
+                f"{path!r} is not a glassllm GPT checkpoint (its metadata has no "
+                f"format={CHECKPOINT_FORMAT!r}): it holds another model"
+            )
+        problems: list[str] = []
+
+        def parsed(key: str, parse: Callable[[Any], Any], required: bool = False) -> Any:
+            if metadata.get(key) is None:
+                if required:
+                    problems.append(f"no {key!r}")
+                return None
+            try:
+                return parse(metadata[key])
+            except (TypeError, ValueError, OverflowError, RecursionError) as err:
+                problems.append(f"{key}: {err}")
+                return None
+
+        model_config = parsed("model_config", GPTConfig.from_dict, required=True)
+        tokenizer = parsed("tokenizer", tokenizer_from_dict, required=True)
+        config = parsed("train_config", TrainConfig.from_dict)
+        rng = parsed("rng", GeneratorStates.from_dict)
+        if "iteration" not in metadata:
+            problems.append("no 'iteration'")
+        if config is not None:
+            config_problems = config.problems(label=lambda name: f"train_config.{name}")
+            problems += config_problems
+            if model_config is not None and not config_problems:
+                problems += [
+                    f"model_config.{name} ({getattr(model_config, name)!r}) disagrees with "
+                    f"train_config.{name} ({getattr(config, name)!r})"
+                    for name in ("n_layer", "n_head", "n_embd", "block_size", "dropout", "bias")
+                    if getattr(model_config, name) != getattr(config, name)
+                ]
+        if model_config is not None and tokenizer is not None:
+            if model_config.vocab_size != tokenizer.vocab_size:
+                problems.append(
+                    f"the model has a vocabulary of {model_config.vocab_size} but its tokenizer "
+                    f"{tokenizer.vocab_size}"
+                )
+        if problems:
+            raise _invalid(path, problems)
+        defaults = {f.name: f.default for f in dataclasses.fields(cls) if f.init}
+        scalars = {
+            name: metadata.get(name, defaults[name])
+            for name in ("iteration", "best_val_loss", "last_eval_iteration", "elapsed_s",
+                         "data_sha256", "glassllm_version")
+        }  # fmt: skip
+        state = cls(model_config, tokenizer, config=config, rng=rng, **scalars)
+        problems = field_problems(state)
+        if problems:
+            raise _invalid(path, problems)
+        return state
+
+
+def _invalid(path: str, problems: list[str]) -> CheckpointError:
+    return CheckpointError(
+        f"checkpoint {path!r} has incomplete or invalid metadata: {'; '.join(problems)}"
+    )
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class SavedRun:
+    """A run's checkpoint read once: the verified file (tensors in memory) and its state."""
+
+    checkpoint: Checkpoint
+    state: RunState
+
+    @property
+    def path(self) -> str:
+        return self.checkpoint.path
+
+    @classmethod
+    def read(cls, path: str | os.PathLike[str]) -> SavedRun:
+        """Read and verify ``path``; raises ValueError (or OSError) with a message for the user
+        for a missing, unreadable, damaged or foreign file, or a bad value in its metadata."""
+        path = Path(path)
+        if path.is_dir():
+            raise ValueError(f"checkpoint {str(path)!r} is a directory, not a checkpoint file")
+        if not path.exists():
+            raise ValueError(f"checkpoint {str(path)!r} not found")
+        if not path.is_file():
+            raise ValueError(f"checkpoint {str(path)!r} is not a regular file")
+        checkpoint = read(path)  # CheckpointError (a ValueError): unreadable or corrupted
+        return cls(checkpoint, RunState.from_metadata(checkpoint.metadata, path))
+
+    def model(self) -> GPT:
+        """A GPT of the checkpoint's shape holding its weights, in eval mode (ready to sample)."""
+        model = GPT(self.state.model_config, rng=np.random.default_rng(0))  # weights replaced
+        load(self.checkpoint, model)
+        model.eval()
+        return model
+
+    # ---- resuming
+
+    def _training_config(self) -> TrainConfig:
+        if self.state.config is None:  # e.g. written by examples/train_tiny_gpt.py
+            raise ValueError(
+                f"--resume: checkpoint {self.path!r} has no training configuration (it was not "
+                "written by glassllm train); sample from it with glassllm sample, or train anew"
+            )
+        return self.state.config
+
+    def resume_config(self, given: Mapping[str, Any]) -> TrainConfig:
+        """The configuration of the resumed run: the checkpoint's, with the options ``given``
+        (field name -> value) applied. Fields of `FIXED_ON_RESUME` may be given only with the
+        checkpoint's value; ``out_dir`` is the one the checkpoint was read from."""
+        saved = self._training_config()
+        conflicts = [
+            f"{name}={given[name]!r} (checkpoint: {getattr(saved, name)!r})"
+            for name in FIXED_ON_RESUME
+            if name in given and given[name] != getattr(saved, name)
+        ]
+        if conflicts:
+            raise ValueError(
+                f"cannot change {', '.join(conflicts)} when resuming: the model, data, tokenizer "
+                "and seed come from the checkpoint"
+            )
+        changes = {name: value for name, value in given.items() if name != "out_dir"}
+        out_dir = given.get("out_dir", Path(self.path).parent)  # where the run is now
+        return dataclasses.replace(saved, **changes, out_dir=str(out_dir))
+
+    def check_resumable(self, config: TrainConfig) -> None:
+        """Raise ValueError unless a run configured by ``config`` can continue from here: the
+        checkpoint has a training configuration and generator states, ``config`` keeps every
+        field of `FIXED_ON_RESUME`, and ``max_iters`` lies beyond the checkpoint's iteration."""
+        saved = self._training_config()
+        if self.state.rng is None:
+            raise ValueError(
+                f"checkpoint {self.path!r} has incomplete or invalid metadata: no 'rng' (the "
+                "states of the run's random generators); it cannot be resumed"
+            )
+        different = [
+            f"{name}: {getattr(config, name)!r} vs {getattr(saved, name)!r} in the checkpoint"
+            for name in FIXED_ON_RESUME
+            if getattr(config, name) != getattr(saved, name)
+        ]
+        if different:
+            raise ValueError(f"cannot resume with a different {'; '.join(different)}")
+        if self.state.iteration >= config.max_iters:
+            raise ValueError(
+                f"the checkpoint is already at iteration {self.state.iteration} and max_iters is "
+                f"{config.max_iters}: pass a larger --max-iters to train further"
+            )
+
+
+def read_for_resume(out_dir: str | os.PathLike[str]) -> SavedRun:
+    """The checkpoint of the run in ``out_dir``, read for ``--resume`` (messages say so)."""
+    path = Path(out_dir) / CHECKPOINT_NAME
+    if path.is_dir():
+        raise ValueError(f"--resume: {str(path)!r} is a directory, not a checkpoint file")
+    if not path.is_file():
+        raise ValueError(
+            f"--resume: no checkpoint at {str(path)!r} (train without --resume first, or point "
+            f"--out-dir at the run to continue)"
+        )
+    return SavedRun.read(path)
+
+
+def resume_config(given: Mapping[str, Any]) -> TrainConfig:
+    """The configuration of a resumed run: the checkpoint in ``given["out_dir"]`` (default
+    ``out``), updated with the options ``given`` (see `SavedRun.resume_config`)."""
+    return read_for_resume(given.get("out_dir", DEFAULT_OUT_DIR)).resume_config(given)
+
+
+def check_out_dir(out_dir: str | os.PathLike[str]) -> None:
+    """Raise ValueError unless a run can write its files in ``out_dir``, creating it if needed.
+
+    Checks without creating anything: ``out_dir`` is a writable directory, or the nearest
+    existing folder above it is one; none of the run's files there is a directory; an existing
+    log or plot (rewritten in place, where the checkpoint is replaced by a rename) is writable.
+    """
+    out_dir = Path(out_dir)
+    if not out_dir.is_dir():
+        if os.path.lexists(out_dir):
+            raise ValueError(f"out_dir {str(out_dir)!r} is not a directory")
+        ancestor = out_dir.parent
+        while not os.path.lexists(ancestor):
+            ancestor = ancestor.parent
+        if not ancestor.is_dir():
+            raise ValueError(
+                f"cannot create out_dir {str(out_dir)!r}: {str(ancestor)!r} is not a directory"
+            )
+        if not os.access(ancestor, os.W_OK | os.X_OK):
+            raise ValueError(
+                f"cannot create out_dir {str(out_dir)!r}: {str(ancestor)!r} is not writable"
+            )
+        return
+    if not os.access(out_dir, os.W_OK | os.X_OK):
+        raise ValueError(f"out_dir {str(out_dir)!r} is not writable")
+    for name, what in OUT_FILES.items():
+        path = out_dir / name
+        if path.is_dir():
+            raise ValueError(
+                f"{str(path)!r} is a directory, where the run writes its {what}: remove it or "
+                "choose another --out-dir"
+            )
+        if name != CHECKPOINT_NAME and path.exists() and not os.access(path, os.W_OK):
+            raise ValueError(f"the {what} {str(path)!r} is not writable")
+
+
+def kept_log(log_path: str | os.PathLike[str], last_eval_iteration: int | None) -> str:
+    """The lines of a resumed run's log to keep: the records up to the checkpoint's last
+    evaluation, in order. Later records (a crash wrote them after the checkpoint) and garbled
+    lines are dropped; a missing log keeps nothing."""
+    log_path = Path(log_path)
+    if not log_path.is_file():
+        return ""
+    last = -1 if last_eval_iteration is None else last_eval_iteration
+    kept = []
+    for line in log_path.read_text(errors="replace").splitlines():
+        try:
+            if json.loads(line)["iter"] <= last:
+                kept.append(line + "\n")
+        except (ValueError, KeyError, TypeError):
+            continue
+    return "".join(kept)
+
+
+# ---------------------------------------------------------------------------- for sampling
+
+
+def load_trained_model(path: str | os.PathLike[str]) -> tuple[GPT, Tokenizer, dict[str, Any]]:
+    """Rebuild model and tokenizer from a checkpoint file alone: ``(model, tokenizer,
+    metadata)``, the file read once. The model is in eval mode (ready to sample)."""
+    saved = SavedRun.read(path)
+    return saved.model(), saved.state.tokenizer, saved.state.to_metadata()
+
+
+def read_checkpoint_metadata(path: str | os.PathLike[str]) -> dict[str, Any]:
+    """The metadata of a run's checkpoint, verified and checked (`SavedRun.read`), as a dict."""
+    return SavedRun.read(path).state.to_metadata()

@@ -1,0 +1,218 @@
+"""The run state: one schema for a run's checkpoint metadata, checked value by value on reading;
+resume reads the file once; the library never imports the program."""
+
+from __future__ import annotations
+
+import ast
+import copy
+import doctest
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import glassllm
+import glassllm.app.options
+import glassllm.app.run_state as run_state
+from glassllm.app.cli import main
+from glassllm.app.config import CHECKPOINT_NAME, SampleConfig, TrainConfig
+from glassllm.app.run_state import RunState, SavedRun
+from glassllm.app.train import Trainer
+from glassllm.checkpoint import CheckpointError
+
+ROOT = Path(__file__).resolve().parents[1]
+TEXT = "".join(f"line {i}: the quick brown fox jumps over the lazy dog.\n" for i in range(60))
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory):
+    """A finished 4-step run: its Trainer (out_dir holds the checkpoint)."""
+    root = tmp_path_factory.mktemp("run")
+    (root / "tiny.txt").write_text(TEXT)
+    shape = dict(n_layer=1, n_head=2, n_embd=16, block_size=16, batch_size=4)
+    schedule = dict(max_iters=4, eval_interval=2, eval_iters=1, warmup_iters=1, sample_tokens=0)
+    config = TrainConfig(**shape, **schedule, data=str(root / "tiny.txt"), out_dir=str(root / "o"))
+    trainer = Trainer(config)
+    trainer.fit(progress=False)
+    return trainer
+
+
+def test_metadata_round_trips_through_run_state(trained):
+    metadata = trained.metadata()
+    state = RunState.from_metadata(metadata, "x")
+    assert state.to_metadata() == metadata
+    assert state.config == trained.config and state.iteration == 4
+    saved = SavedRun.read(trained.checkpoint_path)
+    assert saved.state.to_metadata() == metadata
+    assert saved.state.tokenizer.to_dict() == trained.tokenizer.to_dict()
+
+
+def _set(path):
+    """A mutation that sets metadata[path[0]][path[1]]... to a value."""
+
+    def mutate(metadata, value):
+        target = metadata
+        for key in path[:-1]:
+            target = target[key]
+        target[path[-1]] = value
+
+    return mutate
+
+
+# (where, value, fragment of the message): each a value a hostile or damaged file could hold.
+BAD_VALUES = [
+    (("model_config", "n_layer"), "x", "model_config"),
+    (("model_config", "vocab_size"), 7, "vocabulary of 7"),
+    (("model_config", "n_embd"), 32, "model_config.n_embd (32) disagrees with train_config"),
+    (("train_config", "beta2"), [1, 2], "train_config.beta2 must be a number"),
+    (("train_config", "eval_iters"), 0, "train_config.eval_iters must be at least 1"),
+    (("train_config", "lr"), 10**400, "train_config.lr must be a finite number"),
+    (("train_config", "n_layer"), True, "train_config.n_layer must be an integer"),
+    (("train_config", "no_such_field"), 1, "unknown TrainConfig fields"),
+    (("best_val_loss",), "low", "best_val_loss must be a number or null"),
+    (("elapsed_s",), {}, "elapsed_s must be a number"),
+    (("iteration",), -1, "iteration must be >= 0"),
+    (("iteration",), 1.5, "iteration must be an integer"),
+    (("last_eval_iteration",), "3", "last_eval_iteration must be an integer or null"),
+    (("rng", "batches"), {"bit_generator": "PCG64", "state": 7}, "rng.batches"),
+    (("rng",), [], "rng must be a JSON object"),
+    (("tokenizer",), {"type": "bpe"}, "tokenizer: unknown tokenizer type"),
+    (("data_sha256",), 5, "data_sha256 must be a text"),
+]
+
+
+@pytest.mark.parametrize("where, value, fragment", BAD_VALUES, ids=[
+    ".".join(w) + f"={v!r}"[:20] for w, v, _ in BAD_VALUES])  # fmt: skip
+def test_from_metadata_names_the_file_and_the_field(trained, where, value, fragment):
+    metadata = copy.deepcopy(trained.metadata())
+    _set(where)(metadata, value)
+    with pytest.raises(CheckpointError) as info:
+        RunState.from_metadata(metadata, "runs/ckpt.safetensors")
+    message = str(info.value)
+    assert "'runs/ckpt.safetensors'" in message and fragment in message, message
+
+
+def test_missing_required_entries_are_named(trained):
+    metadata = trained.metadata()
+    del metadata["model_config"], metadata["iteration"]
+    with pytest.raises(CheckpointError, match="no 'model_config'.*no 'iteration'"):
+        RunState.from_metadata(metadata, "f")
+
+
+def test_resume_from_a_self_consistent_hostile_file_is_one_line(trained, tmp_path, capsys):
+    """A value of the wrong type, saved with a valid digest, is refused before training starts
+    (not at the first evaluation, with a traceback)."""
+    metadata = trained.metadata()
+    metadata["best_val_loss"] = "low"
+    glassllm.save(tmp_path / CHECKPOINT_NAME, trained.model, trained.optimizer, metadata)
+    status = main(["train", "--resume", "--out-dir", str(tmp_path), "--max-iters", "9"])
+    err = capsys.readouterr().err
+    assert status == 2 and len(err.strip().splitlines()) == 1, err
+    assert "best_val_loss must be a number or null, got 'low'" in err
+    assert str(tmp_path / CHECKPOINT_NAME) in err
+
+
+def test_resume_reads_the_checkpoint_once_and_builds_one_model(trained, tmp_path, monkeypatch):
+    import shutil
+
+    out_dir = tmp_path / "copy"
+    shutil.copytree(trained.out_dir, out_dir)
+    reads, models = [], []
+    real_read, real_init = run_state.read, glassllm.models.GPT.__init__
+    monkeypatch.setattr(run_state, "read", lambda path: reads.append(path) or real_read(path))
+    monkeypatch.setattr(glassllm.checkpoint, "read_metadata", None)  # not called at all
+
+    def counting_init(self, *args, **kwargs):
+        models.append(self)
+        real_init(self, *args, **kwargs)
+
+    monkeypatch.setattr(glassllm.models.GPT, "__init__", counting_init)
+    assert main(["train", "--resume", "--out-dir", str(out_dir), "--max-iters", "6"]) == 0
+    assert len(reads) == 1 and len(models) == 1
+
+
+def test_resume_keeps_the_configured_optimizer_hyperparameters(trained, tmp_path):
+    """Options given for a resume replace the checkpoint's optimizer hyper-parameters; the
+    others come back as saved (the matrices decay, biases and gains do not)."""
+    import shutil
+
+    out_dir = tmp_path / "copy"
+    shutil.copytree(trained.out_dir, out_dir)
+    given = {"out_dir": str(out_dir), "max_iters": 6, "beta2": 0.9, "weight_decay": 0.3}
+    saved = run_state.read_for_resume(out_dir)
+    resumed = Trainer(saved.resume_config(given), resume=saved)
+    decay, no_decay = resumed.optimizer.param_groups
+    assert decay["betas"] == no_decay["betas"] == (0.9, 0.9)
+    assert decay["weight_decay"] == 0.3 and no_decay["weight_decay"] == 0.0
+    assert decay["eps"] == trained.optimizer.param_groups[0]["eps"]
+    for name, state in trained.optimizer.state.items():
+        assert resumed.optimizer.state[name]["step"] == state["step"]
+
+
+def test_help_shows_each_option_range(capsys):
+    with pytest.raises(SystemExit):
+        main(["train", "--help"])
+    out = " ".join(capsys.readouterr().out.split())
+    assert "--n-layer N transformer blocks (at least 1; default: 4)" in out
+    assert "--beta2 X AdamW beta2 (in [0, 1); default: 0.99)" in out
+    assert "--lr X peak learning rate (> 0; default: 0.001)" in out
+    with pytest.raises(SystemExit):
+        main(["sample", "--help"])
+    out = " ".join(capsys.readouterr().out.split())
+    assert "(at least 1; default: all)" in out and "(> 0; default: 0.8)" in out
+
+
+def test_sample_config_rules_are_the_command_lines():
+    with pytest.raises(ValueError, match="num-samples must be at least 1, got 0"):
+        SampleConfig(num_samples=0).validate()
+    with pytest.raises(ValueError, match="top-k must be an integer or null, got 'x'"):
+        SampleConfig(top_k="x").validate()
+    SampleConfig().validate()
+    TrainConfig().validate()
+
+
+def test_options_docstring_examples():
+    result = doctest.testmod(glassllm.app.options)
+    assert result.attempted > 0 and result.failed == 0
+
+
+LIBRARY = ["tensor", "autograd", "functional", "nn", "optim", "models", "data", "checkpoint",
+           "rng", "gradcheck", "atomic_file"]  # fmt: skip
+
+
+def test_the_library_never_imports_the_program():
+    """No module outside glassllm/app imports it (but __main__, the command's other door), and
+    importing every library module loads nothing of it."""
+    package = ROOT / "glassllm"
+    for path in package.rglob("*.py"):
+        relative = path.relative_to(package)
+        if relative.parts[0] == "app" or relative.name == "__main__.py":
+            continue
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            names = []
+            if isinstance(node, ast.Import):
+                names = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.module:
+                names = [node.module] + [f"{node.module}.{a.name}" for a in node.names]
+            assert not any(n.startswith("glassllm.app") for n in names), (relative, names)
+    code = (
+        "import sys, importlib\n"
+        f"for name in {LIBRARY!r}: importlib.import_module('glassllm.' + name)\n"
+        "assert not [m for m in sys.modules if m.startswith('glassllm.app')]\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)
+    assert done.returncode == 0, done.stderr
+
+
+def test_the_learning_rate_is_computed_once_per_step(trained, tmp_path, monkeypatch):
+    import glassllm.app.train as train_module
+
+    calls = []
+    real = train_module.cosine_with_warmup
+    monkeypatch.setattr(
+        train_module, "cosine_with_warmup", lambda *args: calls.append(args[0]) or real(*args)
+    )
+    config = TrainConfig(**{**trained.config.to_dict(), "out_dir": str(tmp_path)})
+    Trainer(config).fit(progress=False)  # 4 steps, evaluations at 0, 2 and 4
+    assert calls == [0, 1, 2, 3, 4]  # one per step, and one for the record of the last evaluation
