@@ -17,11 +17,12 @@ Writing is atomic: a temporary file in the same directory, flushed and fsynced, 
 ``os.replace``, then the directory fsynced. A crash or a kill mid-save leaves the previous file
 intact (at worst a stray ``.<name>.*.tmp`` next to it).
 
-Loading checks everything before it changes anything: the file parses and its digest matches,
-the model's keys, shapes and dtypes match, and the optimizer state matches the optimizer. Any
-problem raises one `CheckpointError` listing all of them (``FileNotFoundError`` for a missing
-file) and the model and optimizer stay exactly as they were. Values are copied into the existing
-arrays, so tied weights stay tied.
+Reading (`read`) takes the file in once and checks that it parses and that its digest matches
+before any metadata is decoded. Loading (`load`, from a path or from what `read` returned)
+checks everything before it changes anything: the model's keys, shapes and dtypes match, and
+the optimizer state matches the optimizer. Any problem raises one `CheckpointError` listing all
+of them (``FileNotFoundError`` for a missing file) and the model and optimizer stay exactly as
+they were. Values are copied into the existing arrays, so tied weights stay tied.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ import hashlib
 import json
 import os
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -40,7 +42,7 @@ from glassllm.atomic_file import write_bytes_atomically
 from glassllm.nn.module import Module
 from glassllm.optim.optimizer import Optimizer
 
-__all__ = ["CheckpointError", "save", "load", "read_metadata"]
+__all__ = ["Checkpoint", "CheckpointError", "save", "read", "load", "read_metadata"]
 
 FORMAT = "glassllm-checkpoint-1"
 OPTIM_PREFIX = "optim."
@@ -54,6 +56,22 @@ PathLike = str | os.PathLike
 
 class CheckpointError(ValueError):
     """A checkpoint cannot be written or loaded: the message lists every problem found."""
+
+
+@dataclass(frozen=True, eq=False)
+class Checkpoint:
+    """A checkpoint file read into memory by `read`, its digest already verified.
+
+    ``tensors`` holds every tensor in the file under its stored name (the model's state dict and
+    the ``optim.``-prefixed optimizer state); ``metadata`` is the dict `save` was given (``{}``
+    when none). ``optimizer`` is the file's optimizer entry as saved (class name, parameter
+    groups, scalar state), or None for a file saved without an optimizer; `load` reads it.
+    """
+
+    path: str
+    tensors: dict[str, np.ndarray]
+    metadata: dict[str, Any]
+    optimizer: Any = None
 
 
 def save(
@@ -102,20 +120,29 @@ def save(
     _atomic_write(os.fspath(path), tensors, header)
 
 
-def load(path: PathLike, model: Module, optimizer: Optimizer | None = None) -> dict[str, Any]:
-    """Load ``path`` into ``model`` (and ``optimizer``) in place; return the saved metadata.
+def read(path: PathLike) -> Checkpoint:
+    """Read ``path`` once and verify it: a `Checkpoint` whose contents match the file's digest.
 
-    A checkpoint saved without metadata gives ``{}``; a plain safetensors file of a state dict
-    (no glassllm metadata, no optimizer) loads into the model too. Optimizer tensors in the file
-    are ignored when no ``optimizer`` is given (sampling needs only the model). Raises
-    ``FileNotFoundError`` for a missing file and `CheckpointError` for anything else wrong, with
-    model and optimizer unchanged. The optimizer's hyper-parameters (each group's lr, betas,
-    weight decay, ...) come from the file, as with ``torch.optim.Optimizer.load_state_dict``.
+    The digest is checked before the metadata is decoded, so nothing taken from a damaged file
+    reaches the caller; build the model from ``read(path).metadata`` and hand the same
+    `Checkpoint` to `load` without reading the file again. A plain safetensors file of a state
+    dict (no glassllm entries, so no digest) reads with ``metadata == {}``. Raises
+    ``FileNotFoundError`` for a missing file and `CheckpointError` for anything else wrong.
+
+    >>> import os, tempfile
+    >>> import numpy as np
+    >>> import glassllm, glassllm.nn as nn
+    >>> model = nn.Linear(2, 3, rng=np.random.default_rng(0))
+    >>> path = os.path.join(tempfile.mkdtemp(), "ckpt.safetensors")
+    >>> glassllm.save(path, model, metadata={"in_features": 2})
+    >>> checkpoint = read(path)
+    >>> checkpoint.metadata, sorted(checkpoint.tensors)
+    ({'in_features': 2}, ['bias', 'weight'])
+    >>> load(checkpoint, nn.Linear(checkpoint.metadata["in_features"], 3))
+    {'in_features': 2}
     """
     path = _existing_file(path)
     tensors, header = _read(path)
-
-    problems: list[str] = []
     fmt = header.get(_FORMAT_KEY)
     if fmt is not None and fmt != FORMAT:
         raise CheckpointError(
@@ -125,14 +152,37 @@ def load(path: PathLike, model: Module, optimizer: Optimizer | None = None) -> d
         raise CheckpointError(
             f"checkpoint {path} is corrupted: its contents do not match the digest stored in it"
         )
-    user_metadata = _json_entry(header, _METADATA_KEY, path, default={})
+    metadata = _json_entry(header, _METADATA_KEY, path, default={})
+    if not isinstance(metadata, dict):
+        raise CheckpointError(
+            f"checkpoint {path}: its metadata is a JSON {type(metadata).__name__}, not an object"
+        )
+    optimizer = _json_entry(header, _OPTIMIZER_KEY, path, default=None)
+    return Checkpoint(path=path, tensors=tensors, metadata=metadata, optimizer=optimizer)
 
+
+def load(
+    source: PathLike | Checkpoint, model: Module, optimizer: Optimizer | None = None
+) -> dict[str, Any]:
+    """Load a checkpoint into ``model`` (and ``optimizer``) in place; return the saved metadata.
+
+    ``source`` is a path (read with `read`) or a `Checkpoint` that `read` returned (not read
+    again). A checkpoint saved without metadata gives ``{}``; a plain safetensors file of a state
+    dict (no glassllm metadata, no optimizer) loads into the model too. Optimizer tensors in the
+    file are ignored when no ``optimizer`` is given (sampling needs only the model). Raises
+    ``FileNotFoundError`` for a missing file and `CheckpointError` for anything else wrong, with
+    model and optimizer unchanged. The optimizer's hyper-parameters (each group's lr, betas,
+    weight decay, ...) come from the file, as with ``torch.optim.Optimizer.load_state_dict``.
+    """
+    checkpoint = source if isinstance(source, Checkpoint) else read(source)
+    path, tensors = checkpoint.path, checkpoint.tensors
+    problems: list[str] = []
     model_tensors = {k: v for k, v in tensors.items() if not k.startswith(OPTIM_PREFIX)}
     problems += _model_problems(model, model_tensors)
 
     validated = None
     if optimizer is not None:
-        optimizer_header = _json_entry(header, _OPTIMIZER_KEY, path, default=None)
+        optimizer_header = checkpoint.optimizer
         if optimizer_header is None:
             problems.append("the checkpoint holds no optimizer state (saved without an optimizer)")
         else:
@@ -158,14 +208,14 @@ def load(path: PathLike, model: Module, optimizer: Optimizer | None = None) -> d
         raise CheckpointError(f"cannot load checkpoint {path}: {error}") from error
     if optimizer is not None:
         optimizer._install(validated)
-    return user_metadata
+    return checkpoint.metadata
 
 
 def read_metadata(path: PathLike) -> dict[str, Any]:
     """The metadata dict `save` stored in ``path``, read from the header alone.
 
-    For building the right model before loading into it (e.g. a config saved in the metadata).
-    No tensor is read, so the digest is not checked here; `load` checks it. Raises
+    No tensor is read, so the digest is not checked here: nothing in the result is verified.
+    To build a model from the metadata, use `read` (verified) and `load` its result. Raises
     ``FileNotFoundError`` for a missing file, `CheckpointError` for an unreadable one.
     """
     path = _existing_file(path)

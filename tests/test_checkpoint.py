@@ -362,3 +362,62 @@ def test_missing_file_and_directory(tmp_path):
 
 def test_docstring_examples():
     assert doctest.testmod(glassllm.checkpoint).failed == 0
+
+
+# ---------------------------------------------------------------------- read once, verified
+
+
+def rewrite(path, tensors=None, **entries):
+    """Rewrite ``path`` with header entries replaced (None deletes) and the digest recomputed:
+    a self-consistent file, as a hostile or buggy writer would make."""
+    with safetensors.safe_open(str(path), framework="np") as handle:
+        header = dict(handle.metadata())
+        stored = {name: handle.get_tensor(name) for name in handle.keys()}  # noqa: SIM118
+    tensors = stored if tensors is None else tensors
+    for key, value in entries.items():
+        key = "glassllm." + key
+        if value is None:
+            header.pop(key, None)
+        else:
+            header[key] = value
+    header["glassllm.sha256"] = glassllm.checkpoint._digest(tensors, header)
+    safetensors.numpy.save_file(tensors, str(path), metadata=header)
+
+
+def test_read_returns_verified_tensors_and_metadata(saved):
+    path, model, optimizer = saved
+    checkpoint = glassllm.checkpoint.read(path)
+    assert isinstance(checkpoint, glassllm.checkpoint.Checkpoint)
+    assert checkpoint.path == str(path)
+    assert checkpoint.metadata == {"iter": 2}
+    assert sorted(checkpoint.tensors) == sorted(safetensors.numpy.load_file(path))
+    assert checkpoint.optimizer["class"] == "AdamW"
+    with pytest.raises(AttributeError):
+        checkpoint.metadata = {}  # frozen
+
+
+def test_load_from_a_checkpoint_does_not_read_the_file_again(saved):
+    path, model, optimizer = saved
+    expected = Tied(seed=9)
+    expected_opt = adamw(expected)
+    glassllm.load(path, expected, expected_opt)
+    checkpoint = glassllm.checkpoint.read(path)
+    os.remove(path)
+    assert glassllm.load(checkpoint, model, optimizer) == {"iter": 2}
+    assert_same(snapshot(model, optimizer), snapshot(expected, expected_opt))
+
+
+def test_read_checks_the_digest_before_decoding_metadata(saved):
+    path, _, _ = saved
+    data = path.read_bytes()
+    # "iter": 2 -> "iter": 7 in the JSON metadata, digest left as it was
+    assert data.count(b'{\\"iter\\": 2}') == 1
+    path.write_bytes(data.replace(b'{\\"iter\\": 2}', b'{\\"iter\\": 7}'))
+    with pytest.raises(CheckpointError, match="corrupted"):
+        glassllm.checkpoint.read(path)
+    # and a self-consistent file whose metadata is no dict is refused too
+    rewrite(path, metadata="[1, 2]")
+    with pytest.raises(CheckpointError, match="metadata is a JSON list, not an object"):
+        glassllm.checkpoint.read(path)
+    with pytest.raises(FileNotFoundError, match="checkpoint not found"):
+        glassllm.checkpoint.read(path.with_name("gone.safetensors"))
