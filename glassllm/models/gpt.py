@@ -32,6 +32,7 @@ import numpy as np
 
 import glassllm.functional as F
 import glassllm.nn as nn
+from glassllm._checks import is_integer, is_number
 from glassllm.autograd import no_grad
 from glassllm.optim import AdamW
 from glassllm.rng import get_rng
@@ -57,7 +58,7 @@ class GPTConfig:
     def __post_init__(self) -> None:
         for name in ("vocab_size", "block_size", "n_layer", "n_head", "n_embd"):
             value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+            if not is_integer(value):
                 raise ValueError(f"GPTConfig.{name} must be an integer, got {value!r}")
             if value <= 0:
                 raise ValueError(f"GPTConfig.{name} must be positive, got {value}")
@@ -66,9 +67,7 @@ class GPTConfig:
             raise ValueError(
                 f"GPTConfig.n_embd ({self.n_embd}) must be divisible by n_head ({self.n_head})"
             )
-        if isinstance(self.dropout, bool) or not isinstance(
-            self.dropout, (int, float, np.floating)
-        ):
+        if not is_number(self.dropout):
             raise ValueError(f"GPTConfig.dropout must be a number, got {self.dropout!r}")
         if not 0.0 <= self.dropout < 1.0:
             raise ValueError(f"GPTConfig.dropout must be in [0, 1), got {self.dropout}")
@@ -351,7 +350,7 @@ class GPT(nn.Module):
         tokens.
         """
         idx = self._check_idx(idx, crop_to_block=True)
-        if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, (int, np.integer)):
+        if not is_integer(max_new_tokens):
             raise ValueError(f"max_new_tokens must be an integer, got {max_new_tokens!r}")
         if max_new_tokens < 0:
             raise ValueError(f"max_new_tokens must be >= 0, got {max_new_tokens}")
@@ -359,7 +358,7 @@ class GPT(nn.Module):
         if not temperature > 0.0:  # also rejects NaN
             raise ValueError(f"temperature must be > 0, got {temperature}")
         if top_k is not None:
-            if isinstance(top_k, bool) or not isinstance(top_k, (int, np.integer)) or top_k < 1:
+            if not is_integer(top_k) or top_k < 1:
                 raise ValueError(f"top_k must be a positive integer or None, got {top_k!r}")
             top_k = min(int(top_k), self.config.vocab_size)
         rng = get_rng(rng)
