@@ -17,9 +17,20 @@ ValueError: in_features must be a positive integer, got True
 from __future__ import annotations
 
 import math
+import reprlib
 from typing import Any
 
 import numpy as np
+
+# repr() for messages about values that may come from a file: bounded in length and depth.
+_SHORT_REPR = reprlib.Repr()
+_SHORT_REPR.maxlevel, _SHORT_REPR.maxlong, _SHORT_REPR.maxstring = 4, 40, 60
+_SHORT_REPR.maxother = 60
+
+
+def shown(value: Any) -> str:
+    """``repr(value)`` cut to a readable length (a 400-digit int, a list nested 10^5 deep)."""
+    return _SHORT_REPR.repr(value)
 
 
 def is_integer(value: Any) -> bool:
@@ -41,7 +52,7 @@ def check_int(name: str, value: Any, *, min: int | None = None) -> int:
             wanted = "an integer"
         else:
             wanted = f"an integer >= {min}"
-        raise ValueError(f"{name} must be {wanted}, got {value!r}")
+        raise ValueError(f"{name} must be {wanted}, got {shown(value)}")
     return int(value)
 
 
@@ -49,13 +60,14 @@ def check_float(name: str, value: Any) -> float:
     """``value`` as a finite Python ``float``: ``TypeError`` if it is not a number,
     ``ValueError`` if it is infinite, NaN or too large for a float (an int such as 10**400)."""
     if not is_number(value):
-        raise TypeError(f"{name} must be a number, got {value!r}")
+        raise TypeError(f"{name} must be a number, got {shown(value)}")
     try:
         result = float(value)
     except OverflowError:
         result = math.inf
     if not math.isfinite(result):
-        raise ValueError(f"{name} must be finite, got {result}")
+        got = shown(value) if is_integer(value) else result
+        raise ValueError(f"{name} must be finite, got {got}")
     return result
 
 
@@ -63,9 +75,9 @@ def check_probability(name: str, value: Any) -> float:
     """``value`` as a float in ``[0, 1]``: ``TypeError`` if it is not a number, ``ValueError``
     if it is outside (``1`` is allowed, as in PyTorch: everything is dropped)."""
     if not is_number(value):
-        raise TypeError(f"{name} must be a number in [0, 1], got {value!r}")
+        raise TypeError(f"{name} must be a number in [0, 1], got {shown(value)}")
     if not 0.0 <= float(value) <= 1.0:
-        raise ValueError(f"{name} must be in [0, 1], got {value!r}")
+        raise ValueError(f"{name} must be in [0, 1], got {shown(value)}")
     return float(value)
 
 
