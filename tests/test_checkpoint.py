@@ -494,3 +494,17 @@ def test_malformed_metadata_raises_checkpoint_error_everywhere(saved, metadata, 
         with pytest.raises(CheckpointError, match=match):
             reader(path)
     assert_same(snapshot(model, optimizer), before)
+
+
+def test_load_checks_the_model_without_copying_its_weights(saved, monkeypatch):
+    path, model, optimizer = saved
+    expected = Tied(seed=9)
+    glassllm.load(path, expected)
+
+    def no_copies(self):
+        raise AssertionError("load copied the model's weights to check them")
+
+    monkeypatch.setattr(nn.Module, "state_dict", no_copies)
+    glassllm.load(path, model, optimizer)
+    monkeypatch.undo()
+    assert_same(snapshot(model), snapshot(expected))
