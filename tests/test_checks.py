@@ -74,14 +74,23 @@ def test_check_probability_and_generator():
         (lambda: nn.Dropout(2.0), ValueError, "dropout probability p must be in [0, 1]"),
         (lambda: nn.Dropout(0.1, rng=1), TypeError, "rng must be a numpy.random.Generator"),
         (lambda: F.dropout(Tensor(np.ones(2)), True), TypeError, "dropout: p must be a number"),
-        (lambda: F.packed_attention(Tensor(np.ones((1, 2, 6))), num_heads=True), ValueError,
-         "attention: num_heads must be a positive integer, got True"),
+        (
+            lambda: F.packed_attention(Tensor(np.ones((1, 2, 6))), num_heads=True),
+            ValueError,
+            "attention: num_heads must be a positive integer, got True",
+        ),
         (lambda: nn.KVCache(True), ValueError, "capacity must be a positive integer or None"),
         (lambda: step_decay(3, 1.0, step_size=0), ValueError, "step_size must be a positive"),
-        (lambda: cosine_with_warmup(-1, 1.0, 0.1, 2, 6), ValueError,
-         "the iteration must be an integer >= 0, got -1"),
-        (lambda: cosine_with_warmup(0, 1.0, 0.1, False, 6), ValueError,
-         "warmup_iters must be an integer >= 0, got False"),
+        (
+            lambda: cosine_with_warmup(-1, 1.0, 0.1, 2, 6),
+            ValueError,
+            "the iteration must be an integer >= 0, got -1",
+        ),
+        (
+            lambda: cosine_with_warmup(0, 1.0, 0.1, False, 6),
+            ValueError,
+            "warmup_iters must be an integer >= 0, got False",
+        ),
     ],
 )
 def test_library_arguments_are_checked_by_the_shared_checks(call, error, message):
