@@ -18,11 +18,15 @@ Writing is atomic: a temporary file in the same directory, flushed and fsynced, 
 intact (at worst a stray ``.<name>.*.tmp`` next to it).
 
 Reading (`read`) takes the file in once and checks that it parses and that its digest matches
-before any metadata is decoded. Loading (`load`, from a path or from what `read` returned)
-checks everything before it changes anything: the model's keys, shapes and dtypes match, and
-the optimizer state matches the optimizer. Any problem raises one `CheckpointError` listing all
-of them (``FileNotFoundError`` for a missing file) and the model and optimizer stay exactly as
-they were. Values are copied into the existing arrays, so tied weights stay tied.
+before any metadata is decoded; every JSON entry must be what `save` could have written (an
+object for the metadata, no NaN, infinity or float overflow, nesting Python can hold).
+Loading (`load`, from a path or from what `read` returned) checks everything before it changes
+anything, in two phases: `Module.check_state_dict` and `Optimizer.check_state_dict` list what
+does not fit (keys, shapes, dtypes, hyper-parameters, state), and only when both lists are
+empty do `Module.load_state_dict` and `Optimizer.load_state_dict` copy. Any problem raises one
+`CheckpointError` listing all of them (``FileNotFoundError`` for a missing file) and the model
+and optimizer stay exactly as they were. Values are copied into the existing arrays, so tied
+weights stay tied.
 """
 
 from __future__ import annotations
@@ -152,11 +156,7 @@ def read(path: PathLike) -> Checkpoint:
         raise CheckpointError(
             f"checkpoint {path} is corrupted: its contents do not match the digest stored in it"
         )
-    metadata = _json_entry(header, _METADATA_KEY, path, default={})
-    if not isinstance(metadata, dict):
-        raise CheckpointError(
-            f"checkpoint {path}: its metadata is a JSON {type(metadata).__name__}, not an object"
-        )
+    metadata = _metadata_dict(header, path)
     optimizer = _json_entry(header, _OPTIMIZER_KEY, path, default=None)
     return Checkpoint(path=path, tensors=tensors, metadata=metadata, optimizer=optimizer)
 
@@ -175,39 +175,26 @@ def load(
     weight decay, ...) come from the file, as with ``torch.optim.Optimizer.load_state_dict``.
     """
     checkpoint = source if isinstance(source, Checkpoint) else read(source)
-    path, tensors = checkpoint.path, checkpoint.tensors
-    problems: list[str] = []
-    model_tensors = {k: v for k, v in tensors.items() if not k.startswith(OPTIM_PREFIX)}
-    problems += _model_problems(model, model_tensors)
-
-    validated = None
+    tensors = checkpoint.tensors
+    model_state = {k: v for k, v in tensors.items() if not k.startswith(OPTIM_PREFIX)}
+    problems = model.check_state_dict(model_state)
+    optimizer_state = None
     if optimizer is not None:
-        optimizer_header = checkpoint.optimizer
-        if optimizer_header is None:
-            problems.append("the checkpoint holds no optimizer state (saved without an optimizer)")
-        else:
-            optimizer_tensors = {k: v for k, v in tensors.items() if k.startswith(OPTIM_PREFIX)}
-            state_dict, mapping_problems = _optimizer_state_dict(
-                model, optimizer, optimizer_tensors, optimizer_header
-            )
-            problems += mapping_problems
-            if not mapping_problems:
-                try:
-                    validated = optimizer._validated(state_dict)
-                except ValueError as error:
-                    problems.append(str(error))
+        optimizer_state, optimizer_problems = _optimizer_state_dict(
+            model, optimizer, tensors, checkpoint.optimizer
+        )
+        problems += optimizer_problems
     if problems:
         raise CheckpointError(
-            f"cannot load checkpoint {path} ({len(problems)} problem"
+            f"cannot load checkpoint {checkpoint.path} ({len(problems)} problem"
             f"{'s' if len(problems) != 1 else ''}; the model and optimizer were not changed):\n  "
             + "\n  ".join(problems)
         )
-    try:
-        model.load_state_dict(model_tensors)  # checks again, then copies in place
-    except ValueError as error:
-        raise CheckpointError(f"cannot load checkpoint {path}: {error}") from error
+    # Both checks passed, so neither load can fail: they check again (shapes and names only,
+    # nothing is copied for it), then copy in place.
+    model.load_state_dict(model_state)
     if optimizer is not None:
-        optimizer._install(validated)
+        optimizer.load_state_dict(optimizer_state)
     return checkpoint.metadata
 
 
@@ -226,7 +213,7 @@ def read_metadata(path: PathLike) -> dict[str, Any]:
         raise
     except Exception as error:  # safetensors raises its own SafetensorError
         raise _unreadable(path, error) from error
-    return _json_entry(header, _METADATA_KEY, path, default={})
+    return _metadata_dict(header, path)
 
 
 # ---------------------------------------------------------------------- metadata and names
@@ -250,14 +237,43 @@ def _checked_metadata(metadata: Mapping[str, Any] | None) -> dict[str, Any]:
 
 
 def _json_entry(header: Mapping[str, str], key: str, path: str, default: Any) -> Any:
+    """``header[key]`` decoded as JSON that `save` could have written (no NaN or infinity, no
+    number that overflows a float, nesting Python can hold), else `CheckpointError`."""
     if key not in header:
         return default
     try:
-        return json.loads(header[key])
+        return json.loads(
+            header[key], parse_constant=_refuse_constant, parse_float=_finite_float
+        )
+    except RecursionError:
+        raise CheckpointError(
+            f"checkpoint {path}: metadata entry {key!r} is nested too deeply"
+        ) from None
     except ValueError as error:
         raise CheckpointError(
-            f"checkpoint {path}: metadata entry {key!r} is not valid JSON"
+            f"checkpoint {path}: metadata entry {key!r} is not valid JSON ({error})"
         ) from error
+
+
+def _refuse_constant(name: str) -> float:
+    raise ValueError(f"{name} is not a JSON number")
+
+
+def _finite_float(text: str) -> float:
+    value = float(text)
+    if not np.isfinite(value):
+        short = text if len(text) <= 40 else f"{text[:18]}...{text[-18:]}"
+        raise ValueError(f"{short} does not fit a float")
+    return value
+
+
+def _metadata_dict(header: Mapping[str, str], path: str) -> dict[str, Any]:
+    metadata = _json_entry(header, _METADATA_KEY, path, default={})
+    if not isinstance(metadata, dict):
+        raise CheckpointError(
+            f"checkpoint {path}: its metadata is a JSON {type(metadata).__name__}, not an object"
+        )
+    return metadata
 
 
 def _model_names(model: Module) -> dict[int, str]:
@@ -308,26 +324,51 @@ def _optimizer_to_model_names(model: Module, optimizer: Optimizer) -> dict[str, 
 def _optimizer_state_dict(
     model: Module, optimizer: Optimizer, tensors: Mapping[str, np.ndarray], header: Any
 ) -> tuple[dict[str, Any], list[str]]:
-    """Rebuild an optimizer `state_dict` (in the optimizer's own names) from the file's entries."""
-    problems: list[str] = []
-    kind = type(optimizer).__name__
-    if (
-        not isinstance(header, dict)
-        or not {"class", "param_groups", "scalar_state"} <= set(header)
-        or not isinstance(header["param_groups"], list)
-        or not isinstance(header["scalar_state"], dict)
-    ):
-        return {}, ["the checkpoint's optimizer entry is malformed"]
-    if header["class"] != kind:
-        return {}, [f"the checkpoint holds {header['class']} state, not {kind} state"]
+    """The optimizer `state_dict` (in the optimizer's own names) rebuilt from the file's entries,
+    and every problem found, the optimizer's own `Optimizer.check_state_dict` included."""
+    problems = _optimizer_header_problems(header, type(optimizer).__name__)
+    if problems:
+        return {}, problems
     try:
         to_model = _optimizer_to_model_names(model, optimizer)
     except CheckpointError as error:
         return {}, [str(error)]
     to_optimizer = {model_name: name for name, model_name in to_model.items()}
+    state, problems = _optimizer_state(optimizer, tensors, header["scalar_state"], to_optimizer)
+    groups, group_problems = _optimizer_groups(header["param_groups"], to_optimizer)
+    problems += group_problems
+    if problems:
+        return {}, problems
+    state_dict = {"state": state, "param_groups": groups}
+    return state_dict, [f"optimizer: {p}" for p in optimizer.check_state_dict(state_dict)]
 
-    state: dict[str, dict[str, Any]] = {}
-    used: set[str] = set()
+
+def _optimizer_header_problems(header: Any, kind: str) -> list[str]:
+    """Whether the file's optimizer entry has the layout `save` writes, for a ``kind``."""
+    if header is None:
+        return ["the checkpoint holds no optimizer state (saved without an optimizer)"]
+    if (
+        not isinstance(header, dict)
+        or not {"class", "param_groups", "scalar_state"} <= set(header)
+        or not isinstance(header["class"], str)
+        or not isinstance(header["param_groups"], list)
+        or not isinstance(header["scalar_state"], dict)
+    ):
+        return ["the checkpoint's optimizer entry is malformed"]
+    if header["class"] != kind:
+        return [f"the checkpoint holds {header['class']} state, not {kind} state"]
+    return []
+
+
+def _optimizer_state(
+    optimizer: Optimizer,
+    tensors: Mapping[str, np.ndarray],
+    scalar_state: dict[str, Any],
+    to_optimizer: dict[str, str],
+) -> tuple[dict[str, dict[str, Any]], list[str]]:
+    """Per-parameter state under the optimizer's names: the ``optim.<key>.<model name>`` tensors
+    and the scalars; tensors or scalars of no parameter of the optimizer are problems."""
+    state, used = {}, set()
     for model_name, name in to_optimizer.items():
         entry = {}
         for key in optimizer.array_state_keys:
@@ -335,52 +376,40 @@ def _optimizer_state_dict(
             if tensor_name in tensors:
                 entry[key] = tensors[tensor_name]
                 used.add(tensor_name)
-        scalars = header["scalar_state"].get(model_name, {})
+        scalars = scalar_state.get(model_name, {})
         if isinstance(scalars, dict):
             entry.update(scalars)
         if entry:
             state[name] = entry
-    unexpected = sorted(set(tensors) - used)
+    problems = []
+    unexpected = sorted(k for k in tensors if k.startswith(OPTIM_PREFIX) and k not in used)
     if unexpected:
         problems.append(
             "optimizer tensors for no parameter of this optimizer: " + ", ".join(unexpected)
         )
-    stray_scalars = sorted(set(header["scalar_state"]) - set(to_optimizer))
+    stray_scalars = sorted(set(scalar_state) - set(to_optimizer))
     if stray_scalars:
         problems.append(f"optimizer step counts for unknown parameters: {stray_scalars}")
+    return state, problems
 
-    groups = []
-    for index, group in enumerate(header["param_groups"]):
-        if not isinstance(group, dict) or not isinstance(group.get("params"), list):
+
+def _optimizer_groups(
+    saved_groups: list[Any], to_optimizer: dict[str, str]
+) -> tuple[list[dict[str, Any]], list[str]]:
+    """The saved parameter groups with model names turned into the optimizer's names."""
+    groups, problems = [], []
+    for index, group in enumerate(saved_groups):
+        names = group.get("params") if isinstance(group, dict) else None
+        if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
             problems.append(f"optimizer group {index} is malformed")
             continue
-        unknown = [n for n in group["params"] if n not in to_optimizer]
+        unknown = [n for n in names if n not in to_optimizer]
         if unknown:
             problems.append(
                 f"optimizer group {index} names parameters this optimizer lacks: {unknown}"
             )
-        groups.append({**group, "params": [to_optimizer.get(n, n) for n in group["params"]]})
-    return {"state": state, "param_groups": groups}, problems
-
-
-def _model_problems(model: Module, tensors: Mapping[str, np.ndarray]) -> list[str]:
-    expected = model.state_dict()
-    problems = []
-    missing = [name for name in expected if name not in tensors]
-    unexpected = [name for name in tensors if name not in expected]
-    if missing:
-        problems.append("missing from the checkpoint: " + ", ".join(missing))
-    if unexpected:
-        problems.append("in the checkpoint but not in the model: " + ", ".join(unexpected))
-    for name, target in expected.items():
-        if name in tensors:
-            value = tensors[name]
-            if value.shape != target.shape or value.dtype != target.dtype:
-                problems.append(
-                    f"{name}: checkpoint {value.dtype}{list(value.shape)} vs model "
-                    f"{target.dtype}{list(target.shape)}"
-                )
-    return problems
+        groups.append({**group, "params": [to_optimizer.get(n, n) for n in names]})
+    return groups, problems
 
 
 # ---------------------------------------------------------------------- bytes on disk

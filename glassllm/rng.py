@@ -20,6 +20,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from glassllm._checks import check_generator
+
 DEFAULT_SEED = 1337
 
 _default_generator: np.random.Generator = np.random.default_rng(DEFAULT_SEED)
@@ -32,14 +34,7 @@ def manual_seed(seed: int) -> np.random.Generator:
     return _default_generator
 
 
-def check_generator(rng: object) -> np.random.Generator | None:
-    """``rng`` itself if it is a Generator or None, else a TypeError that says so."""
-    if rng is not None and not isinstance(rng, np.random.Generator):
-        raise TypeError(f"rng must be a numpy.random.Generator or None, got {type(rng).__name__}")
-    return rng
-
-
 def get_rng(rng: np.random.Generator | None = None) -> np.random.Generator:
     """Return ``rng`` when given, else the default generator (read at call time, so a later
     :func:`manual_seed` applies)."""
-    return _default_generator if check_generator(rng) is None else rng
+    return _default_generator if check_generator("rng", rng) is None else rng

@@ -328,12 +328,14 @@ def test_bad_checkpoint_error_lists_every_problem(saved, tmp_path):
     with pytest.raises(CheckpointError) as info:
         glassllm.load(path, model, optimizer)
     message = str(info.value)
-    for part in ("4 problems", "not in the model: more.bias, more.weight, second.weight",
-                 "first.weight: checkpoint float32[4, 5] vs model float32[4, 4]",
-                 "first.bias: checkpoint float32[5]", "no optimizer state", "not changed"):
+    # the model's problems as Module.check_state_dict words them, the optimizer's after them
+    for part in ("4 problems", "unexpected keys: more.bias, more.weight, second.weight (tied to "
+                 "first.weight", "first.weight: shape mismatch, checkpoint (4, 5) vs model (4, 4)",
+                 "first.bias: shape mismatch, checkpoint (5,) vs model (4,)",
+                 "no optimizer state", "not changed"):
         assert part in message
     glassllm.save(path, nn.Linear(4, 4))
-    with pytest.raises(CheckpointError, match="missing from the checkpoint: out, first.weight"):
+    with pytest.raises(CheckpointError, match="missing keys: out, first.weight"):
         glassllm.load(path, model)
 
 
@@ -421,3 +423,88 @@ def test_read_checks_the_digest_before_decoding_metadata(saved):
         glassllm.checkpoint.read(path)
     with pytest.raises(FileNotFoundError, match="checkpoint not found"):
         glassllm.checkpoint.read(path.with_name("gone.safetensors"))
+
+
+# ---------------------------------------------------------------------- malformed JSON entries
+
+
+def _edit(change):
+    def apply(header):
+        change(header)
+        return json.dumps(header)
+    return apply
+
+
+_HUGE = "1" + "0" * 400  # a JSON integer that no float can hold
+_LR0 = lambda h: h["param_groups"][0].update(lr=12345)  # noqa: E731 (a marker to replace)
+
+# Self-consistent files (digest recomputed) whose optimizer entry is malformed.
+HOSTILE_OPTIMIZER_ENTRIES = {
+    "hyper-parameter 10**400": lambda h: _edit(_LR0)(h).replace("12345", _HUGE),
+    "hyper-parameter 1e400": lambda h: _edit(_LR0)(h).replace("12345", "1e400"),
+    "hyper-parameter Infinity": lambda h: _edit(_LR0)(h).replace("12345", "Infinity"),
+    "step 10**400": lambda h: _edit(lambda h: h["scalar_state"]["out"].update(step=12345))(
+        h).replace("12345", _HUGE),
+    "step 2**63": _edit(lambda h: h["scalar_state"]["out"].update(step=2**63)),
+    "step a list": _edit(lambda h: h["scalar_state"]["out"].update(step=[1])),
+    "parameter name a list": _edit(lambda h: h["param_groups"][0]["params"].append(["x"])),
+    "parameter name a dict": _edit(lambda h: h["param_groups"][1].update(params=[{"a": 1}])),
+    "class a list": _edit(lambda h: h.update({"class": ["AdamW"]})),
+    "betas a dict": _edit(lambda h: h["param_groups"][0].update(betas={"a": 1})),
+    "groups a dict": _edit(lambda h: h.update(param_groups={"a": 1})),
+    "nested too deeply": lambda h: json.dumps(h).replace('"AdamW"', "[" * 10**5 + "]" * 10**5),
+    "not JSON": lambda h: "{",
+}
+
+
+@pytest.mark.parametrize("case", sorted(HOSTILE_OPTIMIZER_ENTRIES))
+def test_malformed_optimizer_entry_raises_checkpoint_error_and_changes_nothing(saved, case):
+    path, model, optimizer = saved
+    with safetensors.safe_open(str(path), framework="np") as handle:
+        header = json.loads(handle.metadata()["glassllm.optimizer"])
+    rewrite(path, optimizer=HOSTILE_OPTIMIZER_ENTRIES[case](header))
+    before = snapshot(model, optimizer)
+    with pytest.raises(CheckpointError, match="checkpoint"):
+        glassllm.load(path, model, optimizer)
+    assert_same(snapshot(model, optimizer), before)
+    assert [group["lr"] for group in optimizer.param_groups] == [0.01, 0.01]
+    optimizer.step()  # and the optimizer still works
+
+
+@pytest.mark.parametrize(
+    "metadata, match",
+    [
+        ("[" * 100_000 + "]" * 100_000, "nested too deeply"),
+        ('{"a": ' * 100_000 + "1" + "}" * 100_000, "nested too deeply"),
+        ('{"elapsed_s": 1e400}', "1e400 does not fit a float"),
+        ('{"iteration": Infinity}', "Infinity is not a JSON number"),
+        ('{"loss": NaN}', "NaN is not a JSON number"),
+        ('{"n": 1' + "0" * 5000 + "}", "not valid JSON"),
+        ("[1, 2]", "metadata is a JSON list, not an object"),
+        ('"text"', "metadata is a JSON str, not an object"),
+    ],
+    ids=["deep list", "deep dict", "1e400", "Infinity", "NaN", "5000 digits", "list", "str"],
+)
+def test_malformed_metadata_raises_checkpoint_error_everywhere(saved, metadata, match):
+    path, model, optimizer = saved
+    rewrite(path, metadata=metadata)
+    before = snapshot(model, optimizer)
+    for reader in (glassllm.checkpoint.read_metadata, glassllm.checkpoint.read,
+                   lambda p: glassllm.load(p, model, optimizer)):
+        with pytest.raises(CheckpointError, match=match):
+            reader(path)
+    assert_same(snapshot(model, optimizer), before)
+
+
+def test_load_checks_the_model_without_copying_its_weights(saved, monkeypatch):
+    path, model, optimizer = saved
+    expected = Tied(seed=9)
+    glassllm.load(path, expected)
+
+    def no_copies(self):
+        raise AssertionError("load copied the model's weights to check them")
+
+    monkeypatch.setattr(nn.Module, "state_dict", no_copies)
+    glassllm.load(path, model, optimizer)
+    monkeypatch.undo()
+    assert_same(snapshot(model), snapshot(expected))

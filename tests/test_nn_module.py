@@ -342,3 +342,24 @@ def test_zero_grad_accepts_torch_set_to_none():
     assert net.bias.grad.dtype == np.float32 and not net.bias.grad.any()
     net.zero_grad(set_to_none=True)
     assert net.weight.grad is None and net.bias.grad is None
+
+
+def test_check_state_dict_lists_the_problems_load_would_raise_and_changes_nothing():
+    net = filled(Net(), 2)
+    good = filled(Net(), 3).state_dict()
+    assert net.check_state_dict(good) == []
+    bad = dict(good, scale=np.zeros(4, dtype=np.float32), extra=np.zeros(1, dtype=np.float32))
+    del bad["head.bias"]
+    problems = net.check_state_dict(bad)
+    assert problems == [
+        "scale: shape mismatch, checkpoint (4,) vs model (3,)",
+        "missing keys: head.bias",
+        "unexpected keys: extra",
+    ]
+    assert net.check_state_dict(bad, strict=False) == problems[:1]
+    with pytest.raises(ValueError) as error:
+        net.load_state_dict(bad)
+    assert str(error.value).endswith("\n  ".join([""] + problems))
+    np.testing.assert_array_equal(net.scale.data, filled(Net(), 2).scale.data)
+    with pytest.raises(TypeError, match="mapping"):
+        net.check_state_dict([("scale", good["scale"])])

@@ -350,3 +350,26 @@ def test_zero_grad_accepts_torch_set_to_none():
     assert a.grad is grad_array and np.array_equal(a.grad, np.zeros(2)) and b.grad is None
     opt.zero_grad(set_to_none=True)
     assert a.grad is None
+
+
+def test_check_state_dict_lists_the_problems_load_would_raise_and_changes_nothing():
+    params, opt = trained_adam()
+    assert opt.check_state_dict(opt.state_dict()) == []
+    before, state_before = _snapshot(opt)
+    bad = opt.state_dict()
+    bad["state"]["0"]["exp_avg"] = np.zeros(1, np.float32)
+    bad["param_groups"][1]["params"] = ["2", ["3"]]
+    bad["param_groups"][0]["lr"] = 10**400
+    assert opt.check_state_dict(bad) == [
+        "group 0: lr must be finite, got 1" + "0" * 17 + "..." + "0" * 19,
+        "group 1: 'params' must be a list of parameter names",
+        "state exp_avg of '0': float32[1] does not match the parameter's float32[3, 4]",
+    ]
+    assert opt.check_state_dict({"state": {}}) == [
+        "expected a mapping with exactly the keys 'state' and 'param_groups'"
+    ]
+    assert opt.check_state_dict({"state": {}, "param_groups": [{}]}) == [
+        "it has 1 parameter group(s), this optimizer has 2"
+    ]
+    after, state_after = _snapshot(opt)
+    assert after["param_groups"] == before["param_groups"]

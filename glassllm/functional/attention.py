@@ -7,9 +7,10 @@ from functools import lru_cache
 
 import numpy as np
 
+from glassllm._checks import check_int, check_probability
 from glassllm.autograd import is_grad_enabled
 from glassllm.functional._common import exp_shift, float_tensor, sum_last
-from glassllm.functional.regularization import check_probability, dropout_mask
+from glassllm.functional.regularization import dropout_mask
 from glassllm.tensor import Tensor, unbroadcast
 
 # Query rows per tile in causal self-attention without a graph (generation without a cache):
@@ -91,7 +92,7 @@ def scaled_dot_product_attention(
             raise TypeError(
                 f"attention: mask must be boolean (True = attend), got dtype {mask.dtype}"
             )
-    dropout_p = check_probability(dropout_p, "attention: dropout_p")
+    dropout_p = check_probability("attention: dropout_p", dropout_p)
     num_queries, head_dim = q.shape[-2:]
     num_keys = k.shape[-2]
     if mask is not None:
@@ -144,14 +145,13 @@ def packed_attention(
     ((2, 5, 4), dtype('float32'))
     """
     qkv = float_tensor(qkv, "attention: qkv")
-    if isinstance(num_heads, bool) or not isinstance(num_heads, (int, np.integer)) or num_heads < 1:
-        raise ValueError(f"attention: num_heads must be a positive integer, got {num_heads!r}")
+    num_heads = check_int("attention: num_heads", num_heads, min=1)
     if qkv.ndim != 3 or qkv.shape[-1] % (3 * num_heads) != 0:
         raise ValueError(
             f"attention: qkv must have shape (B, T, 3E) with E divisible by num_heads="
             f"{num_heads}, got {qkv.shape}"
         )
-    dropout_p = check_probability(dropout_p, "attention: dropout_p")
+    dropout_p = check_probability("attention: dropout_p", dropout_p)
     batch, steps, three_embed = qkv.shape
     embed = three_embed // 3
     head_size = embed // num_heads

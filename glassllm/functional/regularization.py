@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from glassllm._checks import check_probability
 from glassllm.functional._common import float_tensor
 from glassllm.rng import get_rng
 from glassllm.tensor import Tensor
@@ -24,16 +25,6 @@ def dropout_mask(
     return mask if mask.dtype == dtype else mask.astype(dtype)
 
 
-def check_probability(p: float, name: str) -> float:
-    """``p`` as a float in ``[0, 1]``, or an error that names it (p = 1 allowed, as in PyTorch:
-    everything is dropped and the gradient is zero)."""
-    if isinstance(p, bool) or not isinstance(p, (int, float, np.floating, np.integer)):
-        raise TypeError(f"{name} must be a number in [0, 1], got {p!r}")
-    if not 0.0 <= float(p) <= 1.0:
-        raise ValueError(f"{name} must be in [0, 1], got {p!r}")
-    return float(p)
-
-
 def dropout(
     x: Tensor, p: float, training: bool = True, rng: np.random.Generator | None = None
 ) -> Tensor:
@@ -50,7 +41,7 @@ def dropout(
     >>> y.dtype, sorted(set(y.data.tolist())), abs(float(y.data.mean()) - 1.0) < 0.05
     (dtype('float32'), [0.0, 1.3333333730697632], True)
     """
-    p = check_probability(p, "dropout: p")
+    p = check_probability("dropout: p", p)
     x = float_tensor(x, "dropout: x")
     if not training or p == 0.0:
         return x

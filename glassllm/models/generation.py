@@ -25,6 +25,7 @@ import numpy as np
 
 import glassllm.functional as F
 import glassllm.nn as nn
+from glassllm._checks import is_integer
 from glassllm.autograd import no_grad
 from glassllm.rng import get_rng
 from glassllm.tensor import Tensor
@@ -69,7 +70,7 @@ def generate_stream(
     ``glassllm.rng``'s default generator.
     """
     idx = model.check_idx(idx, crop_to_block=True)
-    if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, (int, np.integer)):
+    if not is_integer(max_new_tokens):
         raise ValueError(f"max_new_tokens must be an integer, got {max_new_tokens!r}")
     if max_new_tokens < 0:
         raise ValueError(f"max_new_tokens must be >= 0, got {max_new_tokens}")
@@ -77,7 +78,7 @@ def generate_stream(
     if not temperature > 0.0:  # also rejects NaN
         raise ValueError(f"temperature must be > 0, got {temperature}")
     if top_k is not None:
-        if isinstance(top_k, bool) or not isinstance(top_k, (int, np.integer)) or top_k < 1:
+        if not is_integer(top_k) or top_k < 1:
             raise ValueError(f"top_k must be a positive integer or None, got {top_k!r}")
         top_k = min(int(top_k), model.config.vocab_size)
     rng = get_rng(rng)

@@ -31,6 +31,7 @@ import numpy as np
 
 import glassllm.functional as F
 import glassllm.nn as nn
+from glassllm._checks import is_integer, is_number
 from glassllm.models import generation
 from glassllm.optim import AdamW
 from glassllm.rng import get_rng
@@ -56,7 +57,7 @@ class GPTConfig:
     def __post_init__(self) -> None:
         for name in ("vocab_size", "block_size", "n_layer", "n_head", "n_embd"):
             value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+            if not is_integer(value):
                 raise ValueError(f"GPTConfig.{name} must be an integer, got {value!r}")
             if value <= 0:
                 raise ValueError(f"GPTConfig.{name} must be positive, got {value}")
@@ -65,9 +66,7 @@ class GPTConfig:
             raise ValueError(
                 f"GPTConfig.n_embd ({self.n_embd}) must be divisible by n_head ({self.n_head})"
             )
-        if isinstance(self.dropout, bool) or not isinstance(
-            self.dropout, (int, float, np.floating)
-        ):
+        if not is_number(self.dropout):
             raise ValueError(f"GPTConfig.dropout must be a number, got {self.dropout!r}")
         if not 0.0 <= self.dropout < 1.0:
             raise ValueError(f"GPTConfig.dropout must be in [0, 1), got {self.dropout}")

@@ -25,20 +25,19 @@ from typing import Any
 import numpy as np
 
 import glassllm.functional as F
+from glassllm._checks import check_generator, check_int, check_probability
 from glassllm.autograd import is_grad_enabled
-from glassllm.functional.regularization import check_probability
-from glassllm.nn._checks import positive_int
 from glassllm.nn.dropout import Dropout
 from glassllm.nn.kv_cache import KVCache
 from glassllm.nn.linear import Linear
 from glassllm.nn.module import Module
-from glassllm.rng import check_generator, get_rng
+from glassllm.rng import get_rng
 from glassllm.tensor import Tensor, as_tensor
 
 
 def _head_size(embed_dim: int, num_heads: int) -> int:
-    embed_dim = positive_int(embed_dim, "embed_dim")
-    num_heads = positive_int(num_heads, "num_heads")
+    embed_dim = check_int("embed_dim", embed_dim, min=1)
+    num_heads = check_int("num_heads", num_heads, min=1)
     if embed_dim % num_heads != 0:
         raise ValueError(
             f"embed_dim ({embed_dim}) must be divisible by num_heads ({num_heads}): "
@@ -99,9 +98,9 @@ class MultiHeadAttention(Module):
         super().__init__()
         self.head_size = _head_size(embed_dim, num_heads)
         self.embed_dim, self.num_heads = int(embed_dim), int(num_heads)
-        self.dropout = check_probability(dropout, "dropout")
+        self.dropout = check_probability("dropout", dropout)
         self.causal = bool(causal)
-        self.rng = check_generator(rng)
+        self.rng = check_generator("rng", rng)
         init_rng = get_rng(self.rng)
         self.q_proj = Linear(embed_dim, embed_dim, bias=bias, dtype=dtype, rng=init_rng)
         self.k_proj = Linear(embed_dim, embed_dim, bias=bias, dtype=dtype, rng=init_rng)
@@ -173,8 +172,8 @@ class CausalSelfAttention(Module):
         super().__init__()
         self.head_size = _head_size(embed_dim, num_heads)
         self.embed_dim, self.num_heads = int(embed_dim), int(num_heads)
-        self.dropout = check_probability(dropout, "dropout")
-        self.rng = check_generator(rng)
+        self.dropout = check_probability("dropout", dropout)
+        self.rng = check_generator("rng", rng)
         init_rng = get_rng(self.rng)
         self.qkv = Linear(embed_dim, 3 * embed_dim, bias=bias, dtype=dtype, rng=init_rng)
         self.proj = Linear(embed_dim, embed_dim, bias=bias, dtype=dtype, rng=init_rng)

@@ -20,9 +20,8 @@ from __future__ import annotations
 import numpy as np
 
 import glassllm.functional as F
-from glassllm.functional.regularization import check_probability
+from glassllm._checks import check_generator, check_probability
 from glassllm.nn.module import Module
-from glassllm.rng import check_generator
 from glassllm.tensor import Tensor
 
 
@@ -36,8 +35,8 @@ class Dropout(Module):
 
     def __init__(self, p: float = 0.5, rng: np.random.Generator | None = None) -> None:
         super().__init__()
-        self.p = check_probability(p, "dropout probability p")
-        self.rng = check_generator(rng)
+        self.p = check_probability("dropout probability p", p)
+        self.rng = check_generator("rng", rng)
 
     def forward(self, x: Tensor) -> Tensor:
         return F.dropout(x, self.p, training=self.training, rng=self.rng)

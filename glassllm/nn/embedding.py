@@ -17,8 +17,8 @@ from typing import Any
 import numpy as np
 
 import glassllm.functional as F
+from glassllm._checks import check_float_dtype, check_int
 from glassllm.nn import init
-from glassllm.nn._checks import float_dtype, positive_int
 from glassllm.nn.module import Module
 from glassllm.rng import get_rng
 from glassllm.tensor import Tensor
@@ -40,10 +40,10 @@ class Embedding(Module):
         rng: np.random.Generator | None = None,
     ) -> None:
         super().__init__()
-        self.num_embeddings = positive_int(num_embeddings, "num_embeddings")
-        self.embedding_dim = positive_int(embedding_dim, "embedding_dim")
+        self.num_embeddings = check_int("num_embeddings", num_embeddings, min=1)
+        self.embedding_dim = check_int("embedding_dim", embedding_dim, min=1)
         shape = (self.num_embeddings, self.embedding_dim)
-        self.weight = Tensor(np.empty(shape, dtype=float_dtype(dtype)), requires_grad=True)
+        self.weight = Tensor(np.empty(shape, dtype=check_float_dtype(dtype)), requires_grad=True)
         init.normal_(self.weight, 0.0, 1.0, rng=get_rng(rng))
 
     def forward(self, ids: np.ndarray | Tensor) -> Tensor:

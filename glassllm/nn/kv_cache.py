@@ -21,6 +21,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from glassllm._checks import is_integer
+
 
 class KVCache:
     """Keys and values ``(B, nh, T, hs)`` of one attention layer, appended position by position.
@@ -32,9 +34,7 @@ class KVCache:
     """
 
     def __init__(self, capacity: int | None = None) -> None:
-        if capacity is not None and (
-            isinstance(capacity, bool) or not isinstance(capacity, int) or capacity <= 0
-        ):
+        if capacity is not None and not (is_integer(capacity) and capacity > 0):
             raise ValueError(f"capacity must be a positive integer or None, got {capacity!r}")
         self.capacity_hint = capacity
         self._keys: np.ndarray | None = None  # (B, nh, capacity, hs); positions >= length unused

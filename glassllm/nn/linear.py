@@ -26,8 +26,8 @@ from typing import Any
 import numpy as np
 
 import glassllm.functional as F
+from glassllm._checks import check_float_dtype, check_int
 from glassllm.nn import init
-from glassllm.nn._checks import float_dtype, positive_int
 from glassllm.nn.module import Module
 from glassllm.rng import get_rng
 from glassllm.tensor import Tensor
@@ -50,9 +50,9 @@ class Linear(Module):
         rng: np.random.Generator | None = None,
     ) -> None:
         super().__init__()
-        self.in_features = positive_int(in_features, "in_features")
-        self.out_features = positive_int(out_features, "out_features")
-        dtype = float_dtype(dtype)
+        self.in_features = check_int("in_features", in_features, min=1)
+        self.out_features = check_int("out_features", out_features, min=1)
+        dtype = check_float_dtype(dtype)
         rng = get_rng(rng)
         bound = 1.0 / math.sqrt(self.in_features)
         self.weight = Tensor(

@@ -303,20 +303,16 @@ class Module:
         """
         return {name: np.array(array, copy=True) for name, array in self._state_targets().items()}
 
-    def load_state_dict(
+    def check_state_dict(
         self, state_dict: Mapping[str, np.ndarray], strict: bool = True
-    ) -> IncompatibleKeys:
-        """Copy ``state_dict``'s arrays into the parameters and persistent buffers, in place.
+    ) -> list[str]:
+        """Every reason `load_state_dict` would refuse ``state_dict``, one line each; ``[]`` if
+        it would load. Nothing is changed and nothing is copied.
 
-        Everything is checked before anything is written: each value must be an ndarray of exactly
-        the target's shape and dtype (no silent casts), and with ``strict=True`` there must be no
-        missing and no unexpected key. Every problem found goes into one ``ValueError`` and the
-        module is left unchanged. Values are copied with `np.copyto` into the existing arrays, so
-        the caller's arrays are never kept and tied weights stay tied. Shape, dtype and type
-        problems raise even with ``strict=False`` (as in PyTorch); only missing and unexpected keys
-        are then tolerated.
-
-        Returns ``IncompatibleKeys(missing_keys, unexpected_keys)`` (empty after a strict load).
+        Each value must be an ndarray of exactly its target's shape and dtype (no silent casts),
+        the target must be writeable, and with ``strict=True`` no key may be missing or
+        unexpected. Shape, dtype and type problems count even with ``strict=False`` (as in
+        PyTorch). Raises ``TypeError`` if ``state_dict`` is not a mapping.
         """
         if not isinstance(state_dict, Mapping):
             raise TypeError(
@@ -324,43 +320,45 @@ class Module:
                 f"got {type(state_dict).__name__}"
             )
         targets = self._state_targets()
-        aliases = self._aliases()
-        missing = [name for name in targets if name not in state_dict]
-        unexpected = [key for key in state_dict if key not in targets]
         problems: list[str] = []
         for key, value in state_dict.items():
-            if key not in targets:
-                continue
-            target = targets[key]
-            if not isinstance(value, np.ndarray):
-                problems.append(f"{key}: expected a numpy ndarray, got {type(value).__name__}")
-                continue
-            if value.shape != target.shape:
-                problems.append(
-                    f"{key}: shape mismatch, checkpoint {value.shape} vs model {target.shape}"
-                )
-            if value.dtype != target.dtype:
-                problems.append(
-                    f"{key}: dtype mismatch, checkpoint {value.dtype} vs model {target.dtype}"
-                )
-            if not target.flags.writeable:
-                problems.append(f"{key}: the model's array is read-only and cannot be loaded into")
+            if key in targets:
+                problems += _value_problems(key, value, targets[key])
         if strict:
+            missing = [name for name in targets if name not in state_dict]
+            unexpected = [key for key in state_dict if key not in targets]
             if missing:
                 problems.append("missing keys: " + ", ".join(missing))
             if unexpected:
-                problems.append(
-                    "unexpected keys: " + ", ".join(_describe_unexpected(unexpected, aliases))
-                )
+                described = _describe_unexpected(unexpected, self._aliases())
+                problems.append("unexpected keys: " + ", ".join(described))
+        return problems
+
+    def load_state_dict(
+        self, state_dict: Mapping[str, np.ndarray], strict: bool = True
+    ) -> IncompatibleKeys:
+        """Copy ``state_dict``'s arrays into the parameters and persistent buffers, in place.
+
+        Everything is checked first with `check_state_dict`; every problem found goes into one
+        ``ValueError`` and the module is left unchanged. Values are copied with `np.copyto`
+        into the existing arrays, so the caller's arrays are never kept and tied weights stay
+        tied. With ``strict=False`` missing and unexpected keys are tolerated, nothing else.
+
+        Returns ``IncompatibleKeys(missing_keys, unexpected_keys)`` (empty after a strict load).
+        """
+        problems = self.check_state_dict(state_dict, strict)
         if problems:
             raise ValueError(
                 f"cannot load state dict into {type(self).__name__} ({len(problems)} problem"
                 f"{'s' if len(problems) != 1 else ''}; nothing was changed):\n  "
                 + "\n  ".join(problems)
             )
+        targets = self._state_targets()
         for key, target in targets.items():
             if key in state_dict:
                 np.copyto(target, state_dict[key])
+        missing = [name for name in targets if name not in state_dict]
+        unexpected = [key for key in state_dict if key not in targets]
         return IncompatibleKeys(missing, unexpected)
 
     # ------------------------------------------------------------------ printing
@@ -409,6 +407,20 @@ def _check_registered_name(name: str) -> None:
     # ambiguous.
     if not name or "." in name:
         raise KeyError(f"invalid attribute name {name!r} for a parameter, buffer or submodule")
+
+
+def _value_problems(key: str, value: Any, target: np.ndarray) -> list[str]:
+    """Why ``value`` cannot be copied into ``target`` (the array stored under ``key``)."""
+    if not isinstance(value, np.ndarray):
+        return [f"{key}: expected a numpy ndarray, got {type(value).__name__}"]
+    problems = []
+    if value.shape != target.shape:
+        problems.append(f"{key}: shape mismatch, checkpoint {value.shape} vs model {target.shape}")
+    if value.dtype != target.dtype:
+        problems.append(f"{key}: dtype mismatch, checkpoint {value.dtype} vs model {target.dtype}")
+    if not target.flags.writeable:
+        problems.append(f"{key}: the model's array is read-only and cannot be loaded into")
+    return problems
 
 
 def _describe_unexpected(keys: list[str], aliases: dict[str, str]) -> list[str]:

@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 
 import glassllm.functional as F
-from glassllm.nn._checks import float_dtype, positive_int
+from glassllm._checks import check_float_dtype, check_int
 from glassllm.nn.module import Module
 from glassllm.tensor import Tensor
 
@@ -36,11 +36,11 @@ class LayerNorm(Module):
         self, dim: int, eps: float = 1e-5, bias: bool = True, dtype: Any = np.float32
     ) -> None:
         super().__init__()
-        self.dim = positive_int(dim, "dim")
+        self.dim = check_int("dim", dim, min=1)
         if not float(eps) > 0.0:
             raise ValueError(f"eps must be positive, got {eps!r}")
         self.eps = float(eps)
-        dtype = float_dtype(dtype)
+        dtype = check_float_dtype(dtype)
         self.weight = Tensor(np.ones(self.dim, dtype=dtype), requires_grad=True)
         self.bias = Tensor(np.zeros(self.dim, dtype=dtype), requires_grad=True) if bias else None
 

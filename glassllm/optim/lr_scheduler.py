@@ -17,12 +17,8 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from glassllm._checks import check_int
 from glassllm.optim.optimizer import Optimizer
-
-
-def _check_iteration(it: int) -> None:
-    if isinstance(it, bool) or not isinstance(it, int) or it < 0:
-        raise ValueError(f"the iteration must be an int >= 0, got {it!r}")
 
 
 def step_decay(it: int, lr: float, step_size: int, gamma: float = 0.1) -> float:
@@ -32,9 +28,8 @@ def step_decay(it: int, lr: float, step_size: int, gamma: float = 0.1) -> float:
     >>> [step_decay(it, 1.0, step_size=2, gamma=0.5) for it in range(5)]
     [1.0, 1.0, 0.5, 0.5, 0.25]
     """
-    _check_iteration(it)
-    if isinstance(step_size, bool) or not isinstance(step_size, int) or step_size < 1:
-        raise ValueError(f"step_size must be an int >= 1, got {step_size!r}")
+    it = check_int("the iteration", it, min=0)
+    step_size = check_int("step_size", step_size, min=1)
     return float(lr) * float(gamma) ** (it // step_size)
 
 
@@ -53,10 +48,9 @@ def cosine_with_warmup(
     >>> [round(cosine_with_warmup(it, 1.0, 0.1, 2, 6), 4) for it in range(8)]
     [0.3333, 0.6667, 1.0, 0.8682, 0.55, 0.2318, 0.1, 0.1]
     """
-    _check_iteration(it)
-    for name, value in (("warmup_iters", warmup_iters), ("lr_decay_iters", lr_decay_iters)):
-        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-            raise ValueError(f"{name} must be an int >= 0, got {value!r}")
+    it = check_int("the iteration", it, min=0)
+    warmup_iters = check_int("warmup_iters", warmup_iters, min=0)
+    lr_decay_iters = check_int("lr_decay_iters", lr_decay_iters, min=0)
     if lr_decay_iters < warmup_iters:
         raise ValueError(
             f"lr_decay_iters ({lr_decay_iters}) must be >= warmup_iters ({warmup_iters})"
@@ -94,7 +88,7 @@ class LRScheduler:
         """Move to iteration ``it`` (default: the next one) and set each group's lr."""
         if it is None:
             it = self.last_iter + 1
-        _check_iteration(it)
+        it = check_int("the iteration", it, min=0)
         self._check_groups()
         self.last_iter = it
         self._apply()
@@ -130,7 +124,7 @@ class LRScheduler:
                 f"({len(self.optimizer.param_groups)})"
             )
         it = state_dict.get("last_iter")
-        _check_iteration(it)
+        it = check_int("the iteration", it, min=0)
         self.base_lrs = [float(lr) for lr in base_lrs]
         self.step(it)
 

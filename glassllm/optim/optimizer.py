@@ -7,21 +7,22 @@ What differs from ``torch.optim.Optimizer``, and why:
   optimizer state maps one to one onto checkpoint tensor names (``optim.exp_avg.<name>``).
   Parameters given without names are called ``"0"``, ``"1"``, ... by their position across all
   groups (PyTorch's state-dict indices, as strings). Names and no names cannot be mixed.
-* `load_state_dict` checks everything first (group count, parameter names, hyper-parameters,
-  state keys, shapes and dtypes) and raises one ``ValueError`` listing every problem; on failure
-  nothing changes. It copies the arrays, never keeping the caller's.
+* `check_state_dict` lists every problem of a state dict (group count, parameter names,
+  hyper-parameters, state keys, shapes and dtypes) without changing anything; `load_state_dict`
+  runs it first and raises one ``ValueError`` listing them, so on failure nothing changes. It
+  copies the arrays, never keeping the caller's.
 * The update rules are written out as NumPy arithmetic on ``param.data``, in place, with no flags
   for alternative kernels (``foreach``, ``fused``, ``capturable``).
 """
 
 from __future__ import annotations
 
-import math
 from collections.abc import Iterable, Mapping
 from typing import Any
 
 import numpy as np
 
+from glassllm._checks import check_float, is_integer, shown
 from glassllm.nn.module import clear_grads
 from glassllm.tensor import Tensor
 
@@ -31,6 +32,8 @@ Params = Iterable[Tensor] | Iterable[tuple[str, Tensor]] | Iterable[ParamGroup]
 
 # Keys of a param_groups entry that are bookkeeping, not hyper-parameters.
 _GROUP_BOOKKEEPING = ("params", "param_names")
+# Step counts and other scalar state fit an int64 (and a float exponent such as beta ** step).
+_MAX_SCALAR_STATE = 2**63
 
 
 class Optimizer:
@@ -107,6 +110,19 @@ class Optimizer:
         Missing hyper-parameters take the defaults; unknown ones raise. A parameter already in
         another group, or given twice, raises ``ValueError``.
         """
+        entries = self._group_entries(param_group)
+        names, params, named = self._names_and_params(entries)
+        self._check_unique(names, params)
+        hyper = {key: value for key, value in param_group.items() if key != "params"}
+        group: ParamGroup = self._normalised({**self.defaults, **hyper})
+        self._check_group(group)
+        group["params"] = params
+        group["param_names"] = names
+        self.param_groups.append(group)
+        self._named = named
+
+    def _group_entries(self, param_group: Mapping[str, Any]) -> list[Any]:
+        """The group's ``"params"`` as a list, after checking the group's keys."""
         if not isinstance(param_group, Mapping) or "params" not in param_group:
             raise TypeError('a parameter group must be a dict with a "params" entry')
         unknown = sorted(set(param_group) - set(self.defaults) - set(_GROUP_BOOKKEEPING))
@@ -123,7 +139,11 @@ class Optimizer:
         entries = list(raw)
         if not entries:
             raise ValueError("a parameter group got an empty parameter list")
+        return entries
 
+    def _names_and_params(self, entries: list[Any]) -> tuple[list[str], list[Tensor], bool]:
+        """Split ``(name, Tensor)`` pairs, or name bare Tensors by position across all groups;
+        check that each is a floating-point Tensor with a non-empty str name."""
         named = _is_named_pair(entries[0])
         if any(_is_named_pair(entry) != named for entry in entries) or (
             self._named is not None and self._named != named
@@ -131,13 +151,13 @@ class Optimizer:
             raise ValueError(
                 "all parameters must be given with names ((name, Tensor) pairs) or all without"
             )
-        first_index = sum(len(group["params"]) for group in self.param_groups)
         if named:
             names = [entry[0] for entry in entries]
             params = [entry[1] for entry in entries]
         else:
-            params = entries
+            first_index = sum(len(group["params"]) for group in self.param_groups)
             names = [str(first_index + i) for i in range(len(entries))]
+            params = entries
         for name, param in zip(names, params, strict=True):
             if not isinstance(param, Tensor):
                 raise TypeError(f"parameter {name!r} is a {type(param).__name__}, not a Tensor")
@@ -148,31 +168,23 @@ class Optimizer:
                 )
             if not isinstance(name, str) or not name:
                 raise TypeError(f"parameter names must be non-empty strings, got {name!r}")
+        return names, params, named
 
-        # Identity, not equality: two parameters with equal values are still two parameters.
-        known_params = {id(p) for group in self.param_groups for p in group["params"]}
-        known_names = {n for group in self.param_groups for n in group["param_names"]}
-        seen_params: set[int] = set()
-        seen_names: set[str] = set()
+    def _check_unique(self, names: list[str], params: list[Tensor]) -> None:
+        """Raise unless each parameter and each name is new to this optimizer and given once.
+        Parameters are compared by identity: two with equal values are still two."""
+        seen_params = {id(p) for group in self.param_groups for p in group["params"]}
+        seen_names = {n for group in self.param_groups for n in group["param_names"]}
         for name, param in zip(names, params, strict=True):
-            if id(param) in known_params or id(param) in seen_params:
+            if id(param) in seen_params:
                 raise ValueError(
                     f"parameter {name!r} appears more than once; each parameter may be in one "
                     "group, once"
                 )
-            if name in known_names or name in seen_names:
+            if name in seen_names:
                 raise ValueError(f"two parameters are both named {name!r}")
             seen_params.add(id(param))
             seen_names.add(name)
-
-        hyper = {key: value for key, value in param_group.items() if key != "params"}
-        group: ParamGroup = {**self.defaults, **hyper}
-        group = self._normalised(group)
-        self._check_group(group)
-        group["params"] = params
-        group["param_names"] = names
-        self.param_groups.append(group)
-        self._named = named
 
     def named_parameters(self) -> list[tuple[str, Tensor]]:
         """Every ``(name, parameter)`` this optimizer updates, group by group."""
@@ -190,16 +202,16 @@ class Optimizer:
             value = out[key]
             if isinstance(default, bool):
                 if not isinstance(value, (bool, np.bool_)):
-                    raise TypeError(f"{key} must be a bool, got {value!r}")
+                    raise TypeError(f"{key} must be a bool, got {shown(value)}")
                 out[key] = bool(value)
             elif isinstance(default, tuple):
                 if not isinstance(value, (tuple, list)) or len(value) != len(default):
                     raise TypeError(
-                        f"{key} must be a tuple of {len(default)} numbers, got {value!r}"
+                        f"{key} must be a tuple of {len(default)} numbers, got {shown(value)}"
                     )
-                out[key] = tuple(_as_float(key, v) for v in value)
+                out[key] = tuple(check_float(key, v) for v in value)
             else:
-                out[key] = _as_float(key, value)
+                out[key] = check_float(key, value)
         return out
 
     def _check_group(self, group: ParamGroup) -> None:
@@ -257,128 +269,121 @@ class Optimizer:
         ]
         return {"state": state, "param_groups": groups}
 
+    def check_state_dict(self, state_dict: Mapping[str, Any]) -> list[str]:
+        """Every reason `load_state_dict` would refuse ``state_dict``, one line each; ``[]`` if it
+        would load. Nothing is changed.
+
+        Checked: the group count, each group's parameter names (any order) and hyper-parameters
+        (same keys, valid values), and each state entry (a known name, exactly this optimizer's
+        state keys, arrays of the parameter's shape and dtype, int scalars in ``[0, 2**63)``).
+        """
+        problems = self._layout_problems(state_dict)
+        if problems:
+            return problems
+        for index, (saved, group) in enumerate(
+            zip(state_dict["param_groups"], self.param_groups, strict=True)
+        ):
+            problems += [f"group {index}: {p}" for p in self._group_problems(saved, group)]
+        params = dict(self.named_parameters())
+        for name, entry in state_dict["state"].items():
+            if name not in params:
+                problems.append(f"state for unknown parameter {name!r}")
+            else:
+                problems += self._entry_problems(name, entry, params[name].data)
+        return problems
+
     def load_state_dict(self, state_dict: Mapping[str, Any]) -> None:
         """Load a `state_dict`: hyper-parameters and per-parameter state, matched by name.
 
-        Everything is checked first: the group count, each group's parameter names (any order),
-        its hyper-parameters (same keys, valid values), and each state entry (a known name,
-        exactly this optimizer's state keys, arrays of the parameter's shape and dtype,
-        non-negative int scalars). Every problem goes into one ``ValueError`` and nothing
-        changes. The arrays are copied.
+        Everything is checked first with `check_state_dict`; every problem goes into one
+        ``ValueError`` and nothing changes. The arrays are copied, never the caller's kept.
         """
-        self._install(self._validated(state_dict))
-
-    def _validated(
-        self, state_dict: Mapping[str, Any]
-    ) -> tuple[list[ParamGroup], dict[str, dict[str, Any]]]:
-        """Check ``state_dict`` against this optimizer; return (hyper-parameters per group, state),
-        ready for `_install`, or raise one ``ValueError`` listing every problem."""
-        kind = type(self).__name__
-        if not isinstance(state_dict, Mapping) or set(state_dict) != {"state", "param_groups"}:
-            raise ValueError(
-                f"cannot load {kind} state: expected a mapping with exactly the keys "
-                "'state' and 'param_groups'"
-            )
-        saved_groups, saved_state = state_dict["param_groups"], state_dict["state"]
-        problems: list[str] = []
-        if not isinstance(saved_groups, (list, tuple)) or not all(
-            isinstance(g, Mapping) for g in saved_groups
-        ):
-            raise ValueError(f"cannot load {kind} state: 'param_groups' must be a list of dicts")
-        if not isinstance(saved_state, Mapping):
-            raise ValueError(f"cannot load {kind} state: 'state' must be a dict")
-        if len(saved_groups) != len(self.param_groups):
-            raise ValueError(
-                f"cannot load {kind} state: it has {len(saved_groups)} parameter group(s), "
-                f"this optimizer has {len(self.param_groups)}"
-            )
-
-        hyper_per_group: list[ParamGroup] = []
-        pairs = zip(saved_groups, self.param_groups, strict=True)
-        for index, (saved, group) in enumerate(pairs):
-            names = saved.get("params")
-            if not isinstance(names, (list, tuple)):
-                problems.append(f"group {index}: 'params' must be a list of parameter names")
-            else:
-                saved_names, own_names = set(names), set(group["param_names"])
-                missing = [n for n in group["param_names"] if n not in saved_names]
-                unexpected = [n for n in names if n not in own_names]
-                if missing:
-                    problems.append(f"group {index}: missing parameters {missing}")
-                if unexpected:
-                    problems.append(f"group {index}: unexpected parameters {unexpected}")
-            hyper = {k: v for k, v in saved.items() if k not in _GROUP_BOOKKEEPING}
-            missing_keys = sorted(set(self.defaults) - set(hyper))
-            unknown_keys = sorted(set(hyper) - set(self.defaults))
-            if missing_keys or unknown_keys:
-                problems.append(
-                    f"group {index}: hyper-parameters missing {missing_keys}, unexpected "
-                    f"{unknown_keys}"
-                )
-                continue
-            try:
-                hyper = self._normalised(hyper)
-                self._check_group(hyper)
-            except (TypeError, ValueError) as error:
-                problems.append(f"group {index}: {error}")
-                continue
-            hyper_per_group.append(hyper)
-
-        params = dict(self.named_parameters())
-        expected_keys = set(self.array_state_keys) | set(self.scalar_state_keys)
-        new_state: dict[str, dict[str, Any]] = {}
-        for name, entry in saved_state.items():
-            if name not in params:
-                problems.append(f"state for unknown parameter {name!r}")
-                continue
-            if not isinstance(entry, Mapping) or set(entry) != expected_keys:
-                got = sorted(entry) if isinstance(entry, Mapping) else type(entry).__name__
-                problems.append(
-                    f"state of {name!r}: expected keys {sorted(expected_keys)}, got {got}"
-                )
-                continue
-            data = params[name].data
-            for key in self.array_state_keys:
-                value = entry[key]
-                if not isinstance(value, np.ndarray):
-                    problems.append(f"state {key} of {name!r}: expected an ndarray, got "
-                                    f"{type(value).__name__}")
-                elif value.shape != data.shape or value.dtype != data.dtype:
-                    problems.append(
-                        f"state {key} of {name!r}: {value.dtype}{list(value.shape)} does not "
-                        f"match the parameter's {data.dtype}{list(data.shape)}"
-                    )
-            for key in self.scalar_state_keys:
-                value = entry[key]
-                if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)) \
-                        or value < 0:
-                    problems.append(
-                        f"state {key} of {name!r}: expected a non-negative int, got {value!r}"
-                    )
-            new_state[name] = dict(entry)
+        problems = self.check_state_dict(state_dict)
         if problems:
             raise ValueError(
-                f"cannot load {kind} state ({len(problems)} problem"
+                f"cannot load {type(self).__name__} state ({len(problems)} problem"
                 f"{'s' if len(problems) != 1 else ''}; nothing was changed):\n  "
                 + "\n  ".join(problems)
             )
-        return hyper_per_group, new_state
-
-    def _install(
-        self, validated: tuple[list[ParamGroup], dict[str, dict[str, Any]]]
-    ) -> None:
-        """Write what `_validated` returned: copies of the arrays, hyper-parameters per group."""
-        hyper_per_group, saved_state = validated
-        state: dict[str, dict[str, Any]] = {}
-        for name, entry in saved_state.items():
-            state[name] = {
+        for group, saved in zip(self.param_groups, state_dict["param_groups"], strict=True):
+            group.update(self._normalised(_hyper_parameters(saved)))
+        self.state = {
+            name: {
                 key: (np.array(value, order="C", copy=True) if key in self.array_state_keys
                       else int(value))
                 for key, value in entry.items()
             }
-        for group, hyper in zip(self.param_groups, hyper_per_group, strict=True):
-            group.update(hyper)
-        self.state = state
+            for name, entry in state_dict["state"].items()
+        }
+
+    def _layout_problems(self, state_dict: Any) -> list[str]:
+        """The top level: ``{"state": dict, "param_groups": list of dicts, one per group}``."""
+        if not isinstance(state_dict, Mapping) or set(state_dict) != {"state", "param_groups"}:
+            return ["expected a mapping with exactly the keys 'state' and 'param_groups'"]
+        groups = state_dict["param_groups"]
+        if not isinstance(groups, (list, tuple)) or not all(isinstance(g, Mapping) for g in groups):
+            return ["'param_groups' must be a list of dicts"]
+        if not isinstance(state_dict["state"], Mapping):
+            return ["'state' must be a dict"]
+        if len(groups) != len(self.param_groups):
+            return [
+                f"it has {len(groups)} parameter group(s), this optimizer has "
+                f"{len(self.param_groups)}"
+            ]
+        return []
+
+    def _group_problems(self, saved: Mapping[str, Any], group: ParamGroup) -> list[str]:
+        """A saved group against one of ours: the same parameter names, valid hyper-parameters."""
+        problems = []
+        names = saved.get("params")
+        if not isinstance(names, (list, tuple)) or not all(isinstance(n, str) for n in names):
+            problems.append("'params' must be a list of parameter names")
+        else:
+            saved_names, own_names = set(names), set(group["param_names"])
+            missing = [n for n in group["param_names"] if n not in saved_names]
+            unexpected = [n for n in names if n not in own_names]
+            if missing:
+                problems.append(f"missing parameters {missing}")
+            if unexpected:
+                problems.append(f"unexpected parameters {unexpected}")
+        hyper = _hyper_parameters(saved)
+        missing_keys = sorted(set(self.defaults) - set(hyper))
+        unknown_keys = sorted(set(hyper) - set(self.defaults), key=repr)
+        if missing_keys or unknown_keys:
+            problems.append(f"hyper-parameters missing {missing_keys}, unexpected {unknown_keys}")
+            return problems
+        try:
+            self._check_group(self._normalised(hyper))
+        except (TypeError, ValueError) as error:
+            problems.append(str(error))
+        return problems
+
+    def _entry_problems(self, name: str, entry: Any, data: np.ndarray) -> list[str]:
+        """One parameter's saved state against the parameter's array ``data``."""
+        expected_keys = set(self.array_state_keys) | set(self.scalar_state_keys)
+        if not isinstance(entry, Mapping) or set(entry) != expected_keys:
+            got = sorted(entry, key=repr) if isinstance(entry, Mapping) else type(entry).__name__
+            return [f"state of {name!r}: expected keys {sorted(expected_keys)}, got {got}"]
+        problems = []
+        for key in self.array_state_keys:
+            value = entry[key]
+            if not isinstance(value, np.ndarray):
+                problems.append(
+                    f"state {key} of {name!r}: expected an ndarray, got {type(value).__name__}"
+                )
+            elif value.shape != data.shape or value.dtype != data.dtype:
+                problems.append(
+                    f"state {key} of {name!r}: {value.dtype}{list(value.shape)} does not "
+                    f"match the parameter's {data.dtype}{list(data.shape)}"
+                )
+        for key in self.scalar_state_keys:
+            value = entry[key]
+            if not is_integer(value) or not 0 <= value < _MAX_SCALAR_STATE:
+                problems.append(
+                    f"state {key} of {name!r}: expected a non-negative int below 2**63, "
+                    f"got {shown(value)}"
+                )
+        return problems
 
     def __repr__(self) -> str:
         lines = [f"{type(self).__name__} ("]
@@ -395,14 +400,8 @@ def _is_named_pair(entry: Any) -> bool:
     )
 
 
-def _as_float(key: str, value: Any) -> float:
-    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, float, np.integer,
-                                                                     np.floating)):
-        raise TypeError(f"{key} must be a number, got {value!r}")
-    value = float(value)
-    if not math.isfinite(value):
-        raise ValueError(f"{key} must be finite, got {value}")
-    return value
+def _hyper_parameters(group: Mapping[str, Any]) -> dict[str, Any]:
+    return {key: value for key, value in group.items() if key not in _GROUP_BOOKKEEPING}
 
 
 def check_non_negative(group: ParamGroup, *keys: str) -> None:
