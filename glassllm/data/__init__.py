@@ -10,6 +10,13 @@ from glassllm.data.batches import (
     sequential_batches,
     split_train_val,
 )
+from glassllm.data.bpe import (
+    DEFAULT_BPE_VOCAB_SIZE,
+    MIN_BPE_VOCAB_SIZE,
+    BPETokenizer,
+    MissingDependencyError,
+    train_bpe,
+)
 from glassllm.data.corpus import (
     CORPUS_NAMES,
     SHAKESPEARE_SHA256,
@@ -33,6 +40,11 @@ from glassllm.data.tokenizers import (
 )
 
 __all__ = [
+    "DEFAULT_BPE_VOCAB_SIZE",
+    "MIN_BPE_VOCAB_SIZE",
+    "BPETokenizer",
+    "MissingDependencyError",
+    "train_bpe",
     "CORPUS_NAMES",
     "SHAKESPEARE_SHA256",
     "SHAKESPEARE_URL",
