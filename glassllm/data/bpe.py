@@ -118,6 +118,7 @@ class BPETokenizer:
             text = Path(path).read_text(encoding="utf-8")
         except (OSError, UnicodeDecodeError) as err:
             raise ValueError(f"cannot read tokenizer {str(path)!r}: {err}") from None
+        import_tokenizers()
         try:
             return cls.from_json(text)
         except ValueError as err:
