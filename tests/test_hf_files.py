@@ -91,6 +91,8 @@ def test_export_then_load_is_bit_identical(tmp_path, bias):
     model = tiny(bias)
     out = save_pretrained(model, None, tmp_path / "exported")
     assert sorted(p.name for p in out.iterdir()) == ["config.json", "model.safetensors"]
+    modes = {p.name: p.stat().st_mode & 0o777 for p in out.iterdir()}
+    assert modes["model.safetensors"] == modes["config.json"]  # not safetensors' own 0o600
     loaded = GPT.from_pretrained(out)
     state, back = model.state_dict(), loaded.state_dict()
     for name, value in back.items():
