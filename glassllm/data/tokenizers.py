@@ -141,14 +141,16 @@ class ByteTokenizer:
         return "ByteTokenizer(vocab_size=256)"
 
 
-TOKENIZER_KINDS = ("char", "byte", "bpe")
+# The kinds `glassllm train --tokenizer` offers; build_tokenizer also builds "bpe".
+TOKENIZER_KINDS = ("char", "byte")
+_BUILDABLE = (*TOKENIZER_KINDS, "bpe")
 
 
 def build_tokenizer(kind: str, text: str, vocab_size: int | None = None) -> Tokenizer:
     """The tokenizer named ``kind`` ("char", "byte" or "bpe"), fitted to ``text`` where that
     applies. ``vocab_size`` is the BPE's size (default 512, at least 257) and is for "bpe" only."""
-    if kind not in TOKENIZER_KINDS:
-        raise ValueError(f"unknown tokenizer {kind!r}; choose one of {', '.join(TOKENIZER_KINDS)}")
+    if kind not in _BUILDABLE:
+        raise ValueError(f"unknown tokenizer {kind!r}; choose one of {', '.join(_BUILDABLE)}")
     if kind == "bpe":
         return train_bpe(text, DEFAULT_BPE_VOCAB_SIZE if vocab_size is None else vocab_size)
     if vocab_size is not None:
@@ -175,4 +177,4 @@ def tokenizer_from_dict(spec: dict[str, Any]) -> Tokenizer:
         if not isinstance(text, str):
             raise ValueError("a 'bpe' tokenizer description needs its 'tokenizer_json' string")
         return BPETokenizer.from_json(text)
-    raise ValueError(f"unknown tokenizer type {kind!r}; known: {', '.join(TOKENIZER_KINDS)}")
+    raise ValueError(f"unknown tokenizer type {kind!r}; known: {', '.join(_BUILDABLE)}")
