@@ -183,3 +183,11 @@ def test_state_dict_to_hf_checks_its_input():
     state["wte.weight"] = state["wte.weight"][:5]
     with pytest.raises(HFFormatError, match=r"missing tensors: wpe.weight.*wte.weight has shape"):
         state_dict_to_hf(state, TINY)
+
+
+def test_docstring_examples():
+    import doctest
+
+    import glassllm.hf.convert
+
+    assert doctest.testmod(glassllm.hf.convert).failed == 0

@@ -197,3 +197,15 @@ def test_is_pretrained_path(tmp_path):
     glassllm.save(ours, tiny())
     assert not is_pretrained_path(ours)
     assert not is_pretrained_path(out / "config.json")
+
+
+def test_kv_cache_generation_at_block_size_1024(tmp_path):
+    config = GPTConfig(vocab_size=50, block_size=1024, n_layer=1, n_head=2, n_embd=8, bias=True)
+    model = GPT(config, rng=np.random.default_rng(0))
+    for p in model.parameters():
+        p.data *= 20.0  # logits far apart: greedy ids do not hinge on rounding
+    model = GPT.from_pretrained(save_pretrained(model, None, tmp_path / "m"))
+    prompt = np.random.default_rng(1).integers(0, 50, size=(1, 1012))
+    cached = model.generate(prompt, 24, top_k=1)  # fills the window, then slides past it
+    assert np.array_equal(cached, model.generate(prompt, 24, top_k=1, use_cache=False))
+    assert cached.shape == (1, 1036)

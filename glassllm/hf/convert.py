@@ -19,6 +19,13 @@ head, learned positions), and HF's ``Conv1D`` stores its weight ``(in, out)`` as
 
 Files in the wild use both spellings: the original ``gpt2`` repository has no prefix and stores the
 mask buffers; transformers' own ``save_pretrained`` writes the prefix and no buffers.
+
+>>> name_from_hf("transformer.h.3.attn.c_attn.weight"), name_from_hf("h.3.attn.bias")
+('blocks.3.attn.qkv.weight', None)
+>>> name_to_hf("blocks.0.mlp.proj.bias")
+'transformer.h.0.mlp.c_proj.bias'
+>>> config_from_hf({"model_type": "gpt2", "n_layer": 6}).n_embd   # the rest: GPT-2's defaults
+768
 """
 
 from __future__ import annotations
