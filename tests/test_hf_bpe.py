@@ -11,8 +11,11 @@ import pytest
 
 from glassllm.data import (
     BPETokenizer,
+    ByteTokenizer,
+    CharTokenizer,
     build_tokenizer,
     builtin_text,
+    characters_per_token,
     tokenizer_from_dict,
     train_bpe,
 )
@@ -95,3 +98,14 @@ def test_token_repr(bpe):
     assert bpe.token_repr(first) in ("'é'", "'\\xc3'")
     assert bpe.token_repr(bpe.encode("\n")[0]) == "'\\n'"
     assert "not in the tokenizer" in bpe.token_repr(10_000)
+
+
+def test_characters_per_token(bpe, corpus):
+    ids = bpe.encode_array(corpus)
+    assert characters_per_token(bpe, ids) == pytest.approx(len(corpus) / len(ids))
+    assert characters_per_token(bpe, ids) > 1.5
+    char = CharTokenizer.from_text(corpus)
+    assert characters_per_token(char, char.encode_array(corpus)) == 1.0
+    assert characters_per_token(ByteTokenizer(), ByteTokenizer().encode("日本")) == 2 / 6
+    with pytest.raises(ValueError, match="at least one token"):
+        characters_per_token(char, [])

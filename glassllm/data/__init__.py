@@ -36,6 +36,7 @@ from glassllm.data.tokenizers import (
     Tokenizer,
     UnknownCharacterError,
     build_tokenizer,
+    characters_per_token,
     tokenizer_from_dict,
 )
 
@@ -59,6 +60,7 @@ __all__ = [
     "build_tokenizer",
     "builtin_text",
     "cache_dir",
+    "characters_per_token",
     "check_long_enough",
     "get_batch",
     "load_text",

@@ -141,6 +141,19 @@ class ByteTokenizer:
         return "ByteTokenizer(vocab_size=256)"
 
 
+def characters_per_token(tokenizer: Tokenizer, ids: Iterable[int] | np.ndarray) -> float:
+    """How many characters of text the tokens ``ids`` stand for, per token.
+
+    A loss in nats per token divided by ``ln(2) * characters_per_token`` is in bits per character,
+    which compares models whatever their tokenizers (1 for a char tokenizer, about 2 for a BPE of
+    512 tokens on English).
+    """
+    ids = np.asarray(ids)
+    if ids.size == 0:
+        raise ValueError("characters_per_token needs at least one token")
+    return len(tokenizer.decode(ids.tolist())) / ids.size
+
+
 # The kinds `glassllm train --tokenizer` offers; build_tokenizer also builds "bpe".
 TOKENIZER_KINDS = ("char", "byte")
 _BUILDABLE = (*TOKENIZER_KINDS, "bpe")
