@@ -209,3 +209,10 @@ def test_kv_cache_generation_at_block_size_1024(tmp_path):
     cached = model.generate(prompt, 24, top_k=1)  # fills the window, then slides past it
     assert np.array_equal(cached, model.generate(prompt, 24, top_k=1, use_cache=False))
     assert cached.shape == (1, 1036)
+
+
+def test_float64_load():
+    expected = np.load(EXPECTED)
+    model = GPT.from_pretrained(FIXTURE, dtype=np.float64)
+    assert all(p.dtype == np.float64 for p in model.parameters())
+    assert np.abs(model(expected["input_ids"])[0].data - expected["logits"]).max() < 1e-5
