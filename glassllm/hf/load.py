@@ -2,9 +2,10 @@
 
 A directory holds ``config.json``, the weights in ``model.safetensors`` (or shards listed in
 ``model.safetensors.index.json``), and a tokenizer in ``tokenizer.json`` or ``vocab.json`` +
-``merges.txt``. Every check runs before a byte of weights is read, and every problem found goes into
-one `HFFormatError`. The model is built without drawing random initial weights (each array is read
-from the file into place): a GPT-2-small load costs the file read, not an initialisation too.
+``merges.txt``. Every check runs before a byte of weights is read (but one: a stored
+``lm_head.weight`` is compared with ``wte.weight`` after both are read), and every problem found
+goes into one `HFFormatError`. The model is built without drawing random initial weights (each
+array is read from the file into place): a load costs the file read, not an initialisation too.
 """
 
 from __future__ import annotations
@@ -52,43 +53,30 @@ def load_pretrained(
     HFFormatError then with ``require_tokenizer``. Raises HFFormatError (a ValueError) listing
     every problem with the files.
     """
-    model = load_model(path, dtype)
-    directory = _directory_of(Path(path))
+    path = Path(path)
+    config, entries = _check(path)
+    directory = _directory_of(path)
     tokenizer = find_tokenizer(directory)
     if tokenizer is None and require_tokenizer:
         raise HFFormatError(
             str(directory), [f"no {TOKENIZER_JSON} or {VOCAB} + {MERGES} (needed to sample)"]
         )
-    if tokenizer is not None and tokenizer.vocab_size > model.config.vocab_size:
+    if tokenizer is not None and tokenizer.vocab_size > config.vocab_size:
         raise HFFormatError(
             str(directory),
             [
                 f"its tokenizer has {tokenizer.vocab_size} tokens but the model's vocabulary "
-                f"only {model.config.vocab_size}"
+                f"only {config.vocab_size}"
             ],
         )
-    return model, tokenizer
+    return _build(path, config, entries, dtype), tokenizer
 
 
 def load_model(path: str | os.PathLike[str], dtype: Any = np.float32) -> GPT:
     """The GPT of a Hugging Face GPT-2 directory or ``model.safetensors``; see `load_pretrained`."""
     path = Path(path)
     config, entries = _check(path)
-    with _initialisation_skipped():
-        model = GPT(config, dtype=dtype)
-    params = dict(model.named_parameters())
-    if set(params) != set(entries):  # the table in glassllm.hf.convert is GPT's own layout
-        raise RuntimeError(f"GPT's parameters {sorted(set(params) ^ set(entries))} are not mapped")
-    for name, entry in entries.items():
-        read_into(entry, params[name].data)
-    head = _head_entry(path)
-    if head is not None:
-        values = np.empty(head.shape, dtype=params["wte.weight"].dtype)
-        read_into(head, values)
-        problems = head_problems(values, params["wte.weight"].data)
-        if problems:
-            raise HFFormatError(str(path), problems)
-    return model.eval()
+    return _build(path, config, entries, dtype)
 
 
 def find_tokenizer(directory: str | os.PathLike[str]) -> BPETokenizer | None:
@@ -213,6 +201,26 @@ def _head_entry(path: Path) -> TensorEntry | None:
 
 
 # ---------------------------------------------------------------------------- building
+
+
+def _build(path: Path, config: GPTConfig, entries: dict[str, TensorEntry], dtype: Any) -> GPT:
+    """A GPT of ``config`` whose every parameter is read from ``entries``, in eval mode."""
+    with _initialisation_skipped():
+        model = GPT(config, dtype=dtype)
+    params = dict(model.named_parameters())
+    if set(params) != set(entries):  # the table in glassllm.hf.convert is GPT's own layout
+        raise RuntimeError(f"GPT's parameters {sorted(set(params) ^ set(entries))} are not mapped")
+    for name, entry in entries.items():
+        read_into(entry, params[name].data)
+    head = _head_entry(path)
+    if head is not None:  # a stored copy of the tied head must be exactly wte.weight
+        values = np.empty(head.shape, dtype=params["wte.weight"].dtype)
+        read_into(head, values)
+        problems = head_problems(values, params["wte.weight"].data)
+        if problems:
+            raise HFFormatError(str(path), problems)
+    return model.eval()
+
 
 _INITIALISERS = ("normal_", "uniform_", "zeros_", "ones_")
 _INIT_LOCK = threading.Lock()
