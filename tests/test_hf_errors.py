@@ -74,6 +74,8 @@ def test_no_such_path_and_no_config(tmp_path):
 def test_another_model_type_is_named(gpt2):
     _edit_config(gpt2, model_type="gpt_neo")
     assert "holds a 'gpt_neo' model; glassllm loads model_type 'gpt2' only" in str(_error(gpt2))
+    (gpt2 / "config.json").write_text("[]")
+    assert "config.json has no model_type" in str(_error(gpt2))
 
 
 def test_pickle_only_directories_are_refused(gpt2):

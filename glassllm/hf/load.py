@@ -132,12 +132,12 @@ def _check(path: Path) -> tuple[GPTConfig, dict[str, TensorEntry]]:
         hf_config = json.loads((directory / CONFIG).read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
         raise HFFormatError(str(directory / CONFIG), [f"unreadable ({err})"]) from None
-    if isinstance(hf_config, dict) and hf_config.get("model_type") != "gpt2":
-        raise HFFormatError(
-            str(directory),
-            [f"it holds a {hf_config.get('model_type')!r} model; glassllm loads model_type "
-             "'gpt2' only"],
-        )  # fmt: skip
+    model_type = hf_config.get("model_type") if isinstance(hf_config, dict) else None
+    if model_type != "gpt2":
+        holds = (
+            f"it holds a {model_type!r} model" if model_type else f"{CONFIG} has no model_type"
+        )
+        raise HFFormatError(str(directory), [f"{holds}; glassllm loads model_type 'gpt2' only"])
     try:
         config = config_from_hf(hf_config)
     except HFFormatError as err:
