@@ -85,6 +85,12 @@ def test_an_export_loads_in_transformers_with_the_same_logits_and_ids(tmp_path, 
     assert their_tokenizer(TEXT, add_special_tokens=False)["input_ids"][: len(ids)] == ids
     assert their_tokenizer.decode(tokenizer.encode(TEXT)) == TEXT
     idx = np.array([ids])
+    prompt = torch.from_numpy(idx[:, :6])
     with torch.no_grad():
         expected = theirs(torch.from_numpy(idx)).logits.numpy()
+        greedy = theirs.generate(
+            prompt, max_new_tokens=12, min_new_tokens=12, do_sample=False,
+            attention_mask=torch.ones_like(prompt), pad_token_id=0,
+        ).numpy()  # fmt: skip
     assert np.abs(model.eval()(idx)[0].data - expected).max() < 1e-5
+    assert np.array_equal(model.generate(idx[:, :6], 12, top_k=1), greedy)
