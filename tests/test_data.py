@@ -91,7 +91,8 @@ def test_to_dict_is_json_and_rebuilds_the_same_tokenizer(tok):
 @pytest.mark.parametrize(
     "spec, message",
     [
-        ({"type": "bpe"}, "unknown tokenizer type"),
+        ({"type": "wordpiece"}, "unknown tokenizer type"),
+        ({"type": "bpe"}, "'tokenizer_json'"),
         ({"chars": "ab"}, "'type'"),
         ({"type": "char"}, "'chars'"),
         ("char", "'type'"),
@@ -114,8 +115,10 @@ def test_char_tokenizer_rejects_bad_vocabularies():
 def test_build_tokenizer():
     assert isinstance(build_tokenizer("char", "ab"), CharTokenizer)
     assert isinstance(build_tokenizer("byte", "ab"), ByteTokenizer)
-    with pytest.raises(ValueError, match="unknown tokenizer 'bpe'"):
-        build_tokenizer("bpe", "ab")
+    with pytest.raises(ValueError, match="unknown tokenizer 'wordpiece'"):
+        build_tokenizer("wordpiece", "ab")
+    with pytest.raises(ValueError, match="'bpe' tokenizer only"):
+        build_tokenizer("char", "ab", vocab_size=300)
 
 
 def test_token_repr_is_printable():

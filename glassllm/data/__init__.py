@@ -10,6 +10,13 @@ from glassllm.data.batches import (
     sequential_batches,
     split_train_val,
 )
+from glassllm.data.bpe import (
+    DEFAULT_BPE_VOCAB_SIZE,
+    MIN_BPE_VOCAB_SIZE,
+    BPETokenizer,
+    MissingDependencyError,
+    train_bpe,
+)
 from glassllm.data.corpus import (
     CORPUS_NAMES,
     SHAKESPEARE_SHA256,
@@ -29,10 +36,16 @@ from glassllm.data.tokenizers import (
     Tokenizer,
     UnknownCharacterError,
     build_tokenizer,
+    characters_per_token,
     tokenizer_from_dict,
 )
 
 __all__ = [
+    "DEFAULT_BPE_VOCAB_SIZE",
+    "MIN_BPE_VOCAB_SIZE",
+    "BPETokenizer",
+    "MissingDependencyError",
+    "train_bpe",
     "CORPUS_NAMES",
     "SHAKESPEARE_SHA256",
     "SHAKESPEARE_URL",
@@ -47,6 +60,7 @@ __all__ = [
     "build_tokenizer",
     "builtin_text",
     "cache_dir",
+    "characters_per_token",
     "check_long_enough",
     "get_batch",
     "load_text",

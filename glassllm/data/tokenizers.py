@@ -1,15 +1,20 @@
 """Tokenizers: text <-> integer ids.
 
-Two tokenizers, both tiny and fully inspectable:
+Three tokenizers:
 
 - :class:`CharTokenizer`: one id per distinct character of the training text, in sorted order
   (nanoGPT's shakespeare_char). Small vocabulary, so a tiny model learns fast; it can only encode
   characters it saw.
 - :class:`ByteTokenizer`: one id per UTF-8 byte (256 symbols). Encodes any text; a character
   outside ASCII costs several tokens, and a sample cut inside a character decodes to U+FFFD.
+- :class:`BPETokenizer`: byte-level byte-pair encoding (GPT-2's scheme) run by the Hugging Face
+  ``tokenizers`` library, an optional extra (``pip install 'glassllm[hf]'``) imported only when a
+  BPE tokenizer is built. Trained on a text with :func:`train_bpe`, or read from a Hugging Face
+  ``tokenizer.json`` or ``vocab.json`` + ``merges.txt``.
 
 The vocabulary travels inside the checkpoint: ``to_dict()`` gives a JSON-serialisable dict and
-:func:`tokenizer_from_dict` rebuilds the tokenizer from it, so sampling needs only the checkpoint.
+:func:`tokenizer_from_dict` rebuilds the tokenizer from it, so sampling needs only the checkpoint
+(a BPE tokenizer stores its whole ``tokenizer.json`` text there).
 
 >>> tok = CharTokenizer.from_text("hello world")
 >>> tok.vocab_size
@@ -30,6 +35,8 @@ from collections.abc import Iterable
 from typing import Any, Protocol
 
 import numpy as np
+
+from glassllm.data.bpe import DEFAULT_BPE_VOCAB_SIZE, BPETokenizer, train_bpe
 
 
 class Tokenizer(Protocol):
@@ -134,19 +141,39 @@ class ByteTokenizer:
         return "ByteTokenizer(vocab_size=256)"
 
 
+def characters_per_token(tokenizer: Tokenizer, ids: Iterable[int] | np.ndarray) -> float:
+    """How many characters of text the tokens ``ids`` stand for, per token.
+
+    A loss in nats per token divided by ``ln(2) * characters_per_token`` is in bits per character,
+    which compares models whatever their tokenizers (1 for a char tokenizer, about 2 for a BPE of
+    512 tokens on English).
+    """
+    ids = np.asarray(ids)
+    if ids.size == 0:
+        raise ValueError("characters_per_token needs at least one token")
+    return len(tokenizer.decode(ids.tolist())) / ids.size
+
+
+# The kinds `glassllm train --tokenizer` offers; build_tokenizer also builds "bpe".
 TOKENIZER_KINDS = ("char", "byte")
+_BUILDABLE = (*TOKENIZER_KINDS, "bpe")
 
 
-def build_tokenizer(kind: str, text: str) -> CharTokenizer | ByteTokenizer:
-    """The tokenizer named ``kind`` ("char" or "byte"), fitted to ``text`` where that applies."""
+def build_tokenizer(kind: str, text: str, vocab_size: int | None = None) -> Tokenizer:
+    """The tokenizer named ``kind`` ("char", "byte" or "bpe"), fitted to ``text`` where that
+    applies. ``vocab_size`` is the BPE's size (default 512, at least 257) and is for "bpe" only."""
+    if kind not in _BUILDABLE:
+        raise ValueError(f"unknown tokenizer {kind!r}; choose one of {', '.join(_BUILDABLE)}")
+    if kind == "bpe":
+        return train_bpe(text, DEFAULT_BPE_VOCAB_SIZE if vocab_size is None else vocab_size)
+    if vocab_size is not None:
+        raise ValueError(f"a vocabulary size is for the 'bpe' tokenizer only, not {kind!r}")
     if kind == "char":
         return CharTokenizer.from_text(text)
-    if kind == "byte":
-        return ByteTokenizer()
-    raise ValueError(f"unknown tokenizer {kind!r}; choose one of {', '.join(TOKENIZER_KINDS)}")
+    return ByteTokenizer()
 
 
-def tokenizer_from_dict(spec: dict[str, Any]) -> CharTokenizer | ByteTokenizer:
+def tokenizer_from_dict(spec: dict[str, Any]) -> Tokenizer:
     """Rebuild a tokenizer from :meth:`to_dict` output (e.g. a checkpoint's metadata)."""
     if not isinstance(spec, dict) or "type" not in spec:
         raise ValueError(f"a tokenizer description must be a dict with a 'type', got {spec!r}")
@@ -158,4 +185,9 @@ def tokenizer_from_dict(spec: dict[str, Any]) -> CharTokenizer | ByteTokenizer:
         return CharTokenizer(chars)
     if kind == "byte":
         return ByteTokenizer()
-    raise ValueError(f"unknown tokenizer type {kind!r}; known: {', '.join(TOKENIZER_KINDS)}")
+    if kind == "bpe":
+        text = spec.get("tokenizer_json")
+        if not isinstance(text, str):
+            raise ValueError("a 'bpe' tokenizer description needs its 'tokenizer_json' string")
+        return BPETokenizer.from_json(text)
+    raise ValueError(f"unknown tokenizer type {kind!r}; known: {', '.join(_BUILDABLE)}")
