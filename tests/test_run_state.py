@@ -77,7 +77,7 @@ BAD_VALUES = [
     (("last_eval_iteration",), "3", "last_eval_iteration must be an integer or null"),
     (("rng", "batches"), {"bit_generator": "PCG64", "state": 7}, "rng.batches"),
     (("rng",), [], "rng must be a JSON object"),
-    (("tokenizer",), {"type": "bpe"}, "tokenizer: unknown tokenizer type"),
+    (("tokenizer",), {"type": "wordpiece"}, "tokenizer: unknown tokenizer type"),
     (("data_sha256",), 5, "data_sha256 must be a text"),
 ]
 
