@@ -17,12 +17,11 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
-import _harness as H
+import common as C
+import numpy as np
 
-SCRIPT = Path(__file__).resolve()
 B, T, E, NH, V = 12, 64, 128, 4, 65
 HS = E // NH
 
@@ -52,8 +51,6 @@ def op_cases() -> dict[str, dict[str, Any]]:
 
 def glassllm_case(name: str, arrays: dict[str, Any], ids: Any) -> tuple[Callable, list]:
     """(function returning the output Tensor, list of leaf Tensors) for one case."""
-    import numpy as np
-
     import glassllm.functional as F
     from glassllm import Tensor
 
@@ -133,18 +130,28 @@ def torch_case(name: str, arrays: dict[str, Any], ids: Any) -> tuple[Callable, l
     return fn, list(leaves.values())
 
 
-def worker(args: argparse.Namespace) -> None:
-    import numpy as np
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.set_defaults(threads=[1])
+    parser.add_argument("--budget", type=float, default=0.3, help="seconds of timing per op")
+    parser.add_argument("--only", default="", help="comma list of substrings of op names")
 
+
+def timed(fn: Callable[[], Any], budget: float) -> float:
+    """Median microseconds of a call of fn over about ``budget`` seconds (at least 20 calls)."""
+    one = C.time_calls(fn, repeats=1, warmup=1)[0]
+    return C.median(C.time_calls(fn, repeats=max(20, int(budget / one)), warmup=3)) * 1e6
+
+
+def worker(args: argparse.Namespace) -> dict[str, Any]:
     torch_side = args.worker == "torch"
     if torch_side:
         import torch
 
-        H.set_torch_threads(args.threads)
+        C.set_torch_threads(args.threads)
     else:
-        import _steps
+        from glassllm.allocator import tune_allocator
 
-        _steps.tune_allocator()
+        tune_allocator()
     rng = np.random.default_rng(0)
     results = {}
     for name, shapes in op_cases().items():
@@ -152,127 +159,70 @@ def worker(args: argparse.Namespace) -> None:
             continue
         arrays = {k: rng.standard_normal(s, dtype=np.float32) for k, s in shapes.items()}
         ids = rng.integers(0, V, size=(B, T), dtype=np.int64)
-        if name.startswith("embedding"):
-            arrays.pop("x", None)
         fn, leaves = (torch_case if torch_side else glassllm_case)(name, arrays, ids)
-        out_shape = tuple(fn().shape)
-        upstream = rng.standard_normal(out_shape, dtype=np.float32)
-        call = forward_backward(fn, leaves, torch.from_numpy(upstream) if torch_side else upstream)
-        forward_only = fn
-        repeats = max(20, int(args.budget / max(_one_call(call), 1e-6)))
-        both = H.median(H.time_calls(call, repeats=repeats, warmup=3))
-        fwd = H.median(H.time_calls(forward_only, repeats=repeats, warmup=3))
-        results[name] = {"fwd_bwd_us": both * 1e6, "fwd_us": fwd * 1e6}
+        upstream = rng.standard_normal(tuple(fn().shape), dtype=np.float32)
+        upstream = torch.from_numpy(upstream) if torch_side else upstream
 
+        def call(fn=fn, leaves=leaves, upstream=upstream) -> None:
+            fn().backward(upstream)
+            for leaf in leaves:
+                leaf.grad = None
+
+        results[name] = {"fwd_bwd_us": timed(call, args.budget), "fwd_us": timed(fn, args.budget)}
     # The matrix product alone, at the MLP's up-projection shape: the floor under "linear E->4E".
     a = rng.standard_normal((B * T, E), dtype=np.float32)
     b = rng.standard_normal((E, 4 * E), dtype=np.float32)
     if torch_side:
-        at, bt = torch.from_numpy(a), torch.from_numpy(b)
-        mm = lambda: torch.matmul(at, bt)
-    else:
-        mm = lambda: np.matmul(a, b)
-    results["matmul (B*T,E)@(E,4E) only"] = {
-        "fwd_us": H.median(H.time_calls(mm, repeats=500, warmup=10)) * 1e6
+        a, b = torch.from_numpy(a), torch.from_numpy(b)
+    results["matmul (B*T,E)@(E,4E) only"] = {"fwd_us": timed(lambda: a @ b, args.budget)}
+    return {"ops": results}
+
+
+def parent(args: argparse.Namespace) -> dict[str, dict[str, Any]]:
+    results = C.alternate(args, args.threads[0])
+    table = {}
+    for name in results[args.sides[0]][0]["ops"]:
+        table[name] = {}
+        for key in ("fwd_bwd_us", "fwd_us"):
+            values = {s: [r["ops"][name].get(key) for r in runs] for s, runs in results.items()}
+            if None in values[args.sides[0]]:
+                continue
+            table[name][key] = {s: C.median(v) for s, v in values.items()}
+            if len(values) == 2:
+                table[name][key]["ratio"] = C.paired_ratio(values["glassllm"], values["torch"])
+    payload = {
+        "sizes": {"B": B, "T": T, "E": E, "n_head": NH, "vocab": V},
+        "threads": args.threads[0],
+        "rounds": args.rounds,
+        "ops": table,
     }
-    H.emit({"ops": results})
+    print(C.table(*report_rows(payload)))
+    return {"tiny": payload}
 
 
-def forward_backward(fn: Callable, leaves: list, upstream: Any) -> Callable[[], None]:
-    """One timed call: forward, backward from ``upstream``, drop the leaves' gradients."""
-
-    def call() -> None:
-        fn().backward(upstream)
-        for leaf in leaves:
-            leaf.grad = None
-
-    return call
-
-
-def _one_call(call: Callable[[], None]) -> float:
-    import time
-
-    call()
-    start = time.perf_counter()
-    call()
-    return time.perf_counter() - start
+def report_rows(run: dict[str, Any]) -> tuple[list, list]:
+    headers = ["op", "glassllm fwd+bwd µs", "torch fwd+bwd µs", "ratio"]
+    headers += ["glassllm fwd µs", "torch fwd µs", "fwd ratio"]
+    rows = []
+    for name, e in run["ops"].items():
+        row = [name]
+        for key in ("fwd_bwd_us", "fwd_us"):
+            row += [e.get(key, {}).get(k, "-") for k in ("glassllm", "torch", "ratio")]
+        rows.append(row)
+    return headers, rows
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    return C.main(
+        argv,
+        __doc__,
+        __file__,
+        ("glassllm", "torch"),
+        ("glassllm", "torch"),
+        worker,
+        parent,
+        add_arguments,
     )
-    parser.add_argument("--threads", type=int, default=1)
-    parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument(
-        "--budget", type=float, default=0.3, help="seconds of timing per op and side"
-    )
-    parser.add_argument("--only", default="", help="comma list of substrings of op names")
-    parser.add_argument(
-        "--write-results", action="store_true", help="also refresh bench/RESULTS.md"
-    )
-    parser.add_argument("--worker", choices=["glassllm", "torch"], help=argparse.SUPPRESS)
-    args = parser.parse_args(argv)
-    if args.worker:
-        worker(args)
-        return 0
-
-    common = ["--threads", str(args.threads), "--budget", str(args.budget)]
-    if args.only:
-        common += ["--only", args.only]
-    runners = {
-        side: (lambda side=side: H.run_worker(SCRIPT, ["--worker", side, *common], args.threads))
-        for side in ("glassllm", "torch")
-    }
-    results = H.alternate(runners, args.rounds, log=lambda s: print(s.split(":")[0], flush=True))
-    table = {}
-    for name in results["glassllm"][0]["ops"]:
-        entry = {}
-        for key in ("fwd_bwd_us", "fwd_us"):
-            g = [r["ops"][name].get(key) for r in results["glassllm"]]
-            t = [r["ops"][name].get(key) for r in results["torch"]]
-            if None in g:
-                continue
-            entry[key] = {
-                "glassllm": H.median(g),
-                "torch": H.median(t),
-                "ratio": H.paired_ratio(g, t),
-            }
-        table[name] = entry
-    H.print_table(
-        [
-            "op",
-            "glassllm fwd+bwd us",
-            "torch fwd+bwd us",
-            "ratio",
-            "glassllm fwd us",
-            "torch fwd us",
-            "fwd ratio",
-        ],
-        [
-            [
-                name,
-                *(e.get("fwd_bwd_us", {}).get(k, "-") for k in ("glassllm", "torch", "ratio")),
-                *(e["fwd_us"][k] for k in ("glassllm", "torch", "ratio")),
-            ]
-            for name, e in table.items()
-        ],
-    )
-    path = H.write_json(
-        "ops",
-        {
-            "sizes": {"B": B, "T": T, "E": E, "n_head": NH, "vocab": V},
-            "threads": args.threads,
-            "rounds": args.rounds,
-            "ops": table,
-        },
-    )
-    print(f"wrote {path}")
-    if args.write_results:
-        import report
-
-        report.main([])
-    return 0
 
 
 if __name__ == "__main__":
