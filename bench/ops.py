@@ -26,108 +26,71 @@ B, T, E, NH, V = 12, 64, 128, 4, 65
 HS = E // NH
 
 
-def op_cases() -> dict[str, dict[str, Any]]:
-    """name -> input shapes and a description. Inputs are float32 normal(0, 1) unless noted."""
-    return {
-        "softmax (B,nh,T,T)": {"x": (B, NH, T, T)},
-        "log_softmax (B*T,V)": {"x": (B * T, V)},
-        "cross_entropy (B,T,V)": {"x": (B, T, V)},
-        "layer_norm (B,T,E)": {"x": (B, T, E), "w": (E,)},
-        "gelu tanh (B,T,4E)": {"x": (B, T, 4 * E)},
-        "attention causal (B,nh,T,hs)": {
-            "q": (B, NH, T, HS),
-            "k": (B, NH, T, HS),
-            "v": (B, NH, T, HS),
-        },
-        "embedding wte (B,T)->E": {"w": (V, E)},
-        "linear E->3E": {"x": (B, T, E), "w": (E, 3 * E)},
-        "linear E->4E": {"x": (B, T, E), "w": (E, 4 * E)},
-        "linear 4E->E": {"x": (B, T, 4 * E), "w": (4 * E, E)},
-        "linear head E->V (tied)": {"x": (B, T, E), "w": (V, E)},
-        "add residual (B,T,E)": {"x": (B, T, E), "w": (B, T, E)},
-        "block (B,T,E)": {"x": (B, T, E)},
-    }
+# name -> input shapes (float32 normal(0, 1), requiring grad); every op also gets token ids (B, T).
+CASES: dict[str, dict[str, tuple[int, ...]]] = {
+    "softmax (B,nh,T,T)": {"x": (B, NH, T, T)},
+    "log_softmax (B*T,V)": {"x": (B * T, V)},
+    "cross_entropy (B,T,V)": {"x": (B, T, V)},
+    "layer_norm (B,T,E)": {"x": (B, T, E), "w": (E,)},
+    "gelu tanh (B,T,4E)": {"x": (B, T, 4 * E)},
+    "attention causal (B,nh,T,hs)": {"q": (B, NH, T, HS), "k": (B, NH, T, HS), "v": (B, NH, T, HS)},
+    "embedding wte (B,T)->E": {"w": (V, E)},
+    "linear E->3E": {"x": (B, T, E), "w": (E, 3 * E)},
+    "linear E->4E": {"x": (B, T, E), "w": (E, 4 * E)},
+    "linear 4E->E": {"x": (B, T, 4 * E), "w": (4 * E, E)},
+    "linear head E->V (tied)": {"x": (B, T, E), "w": (V, E)},
+    "add residual (B,T,E)": {"x": (B, T, E), "w": (B, T, E)},
+    "block (B,T,E)": {"x": (B, T, E)},
+}
 
 
-def glassllm_case(name: str, arrays: dict[str, Any], ids: Any) -> tuple[Callable, list]:
-    """(function returning the output Tensor, list of leaf Tensors) for one case."""
-    import glassllm.functional as F
-    from glassllm import Tensor
-
-    leaves = {k: Tensor(a, requires_grad=True) for k, a in arrays.items()}
-    x, w = leaves.get("x"), leaves.get("w")
-    if name.startswith("softmax"):
-        fn = lambda: F.softmax(x, axis=-1)
-    elif name.startswith("log_softmax"):
-        fn = lambda: F.log_softmax(x, axis=-1)
-    elif name.startswith("cross_entropy"):
-        fn = lambda: F.cross_entropy(x, ids)
-    elif name.startswith("layer_norm"):
-        fn = lambda: F.layer_norm(x, w)
-    elif name.startswith("gelu"):
-        fn = lambda: F.gelu(x, approximate="tanh")
-    elif name.startswith("attention"):
-        q, k, v = leaves["q"], leaves["k"], leaves["v"]
-        fn = lambda: F.scaled_dot_product_attention(q, k, v, causal=True)
-    elif name.startswith("embedding"):
-        fn = lambda: F.embedding(ids, w)
-    elif name.startswith("linear head"):
-        fn = lambda: F.linear(x, w.transpose(1, 0))
-    elif name.startswith("linear"):
-        fn = lambda: F.linear(x, w)
-    elif name.startswith("add"):
-        fn = lambda: x + w
-    elif name.startswith("block"):
-        from glassllm.models.gpt import Block, GPTConfig
-
-        block = Block(GPTConfig(V, T, 1, NH, E), np.random.default_rng(0), np.float32)
-        leaves = {"x": x, **{n: p for n, p in block.named_parameters()}}
-        fn = lambda: block(x)
-    else:
-        raise KeyError(name)
-    return fn, list(leaves.values())
-
-
-def torch_case(name: str, arrays: dict[str, Any], ids: Any) -> tuple[Callable, list]:
-    import torch
-    from torch.nn import functional as F
-
-    leaves = {k: torch.from_numpy(a).requires_grad_(True) for k, a in arrays.items()}
-    x, w = leaves.get("x"), leaves.get("w")
-    ids_t = torch.from_numpy(ids)
-    if name.startswith("softmax"):
-        fn = lambda: F.softmax(x, dim=-1)
-    elif name.startswith("log_softmax"):
-        fn = lambda: F.log_softmax(x, dim=-1)
-    elif name.startswith("cross_entropy"):
-        fn = lambda: F.cross_entropy(x.view(-1, V), ids_t.view(-1))
-    elif name.startswith("layer_norm"):
-        fn = lambda: F.layer_norm(x, (E,), w, None, 1e-5)
-    elif name.startswith("gelu"):
-        fn = lambda: F.gelu(x, approximate="tanh")
-    elif name.startswith("attention"):
-        q, k, v = leaves["q"], leaves["k"], leaves["v"]
-        fn = lambda: F.scaled_dot_product_attention(q, k, v, is_causal=True)
-    elif name.startswith("embedding"):
-        fn = lambda: F.embedding(ids_t, w)
-    elif name.startswith("linear head"):
-        fn = lambda: F.linear(x, w)  # nanoGPT's lm_head: weight (V, E), as wte
-    elif name.startswith("linear"):
-        wt = torch.from_numpy(arrays["w"].T.copy()).requires_grad_(True)  # PyTorch layout (out, in)
-        leaves["w"] = wt
-        fn = lambda: F.linear(x, wt)
-    elif name.startswith("add"):
-        fn = lambda: x + w
-    elif name.startswith("block"):
+def case(name: str, arrays: dict[str, Any], ids: Any, torch_side: bool) -> tuple[Callable, list]:
+    """(function returning the output, leaf tensors) of one case on one side."""
+    if torch_side:
+        import torch
+        import torch.nn.functional as F
         from torch_gpt import Block, TorchGPTConfig
 
+        t = {k: torch.from_numpy(a).requires_grad_(True) for k, a in arrays.items()}
+        if name.startswith("linear") and "head" not in name:  # PyTorch's layout: (out, in)
+            t["w"] = torch.from_numpy(arrays["w"].T.copy()).requires_grad_(True)
         torch.manual_seed(0)
-        block = Block(TorchGPTConfig(V, T, 1, NH, E))
-        leaves = {"x": x, **dict(block.named_parameters())}
-        fn = lambda: block(x)
+        block = Block(TorchGPTConfig(V, T, 1, NH, E)) if name.startswith("block") else None
+        ids, axis = torch.from_numpy(ids), {"dim": -1}
+        ops = {  # nanoGPT's lm_head: weight (V, E), as the wte
+            "cross_entropy": lambda: F.cross_entropy(t["x"].view(-1, V), ids.view(-1)),
+            "layer_norm": lambda: F.layer_norm(t["x"], (E,), t["w"], None, 1e-5),
+            "attention": lambda: F.scaled_dot_product_attention(*t.values(), is_causal=True),
+            "linear": lambda: F.linear(t["x"], t["w"]),
+        }
     else:
-        raise KeyError(name)
-    return fn, list(leaves.values())
+        import glassllm.functional as F
+        from glassllm import Tensor
+        from glassllm.models.gpt import Block, GPTConfig
+
+        t = {k: Tensor(a, requires_grad=True) for k, a in arrays.items()}
+        block = None
+        if name.startswith("block"):
+            block = Block(GPTConfig(V, T, 1, NH, E), np.random.default_rng(0), np.float32)
+        axis = {"axis": -1}
+        ops = {
+            "cross_entropy": lambda: F.cross_entropy(t["x"], ids),
+            "layer_norm": lambda: F.layer_norm(t["x"], t["w"]),
+            "attention": lambda: F.scaled_dot_product_attention(*t.values(), causal=True),
+            "linear head": lambda: F.linear(t["x"], t["w"].transpose(1, 0)),
+            "linear": lambda: F.linear(t["x"], t["w"]),
+        }
+    ops |= {
+        "softmax": lambda: F.softmax(t["x"], **axis),
+        "log_softmax": lambda: F.log_softmax(t["x"], **axis),
+        "gelu": lambda: F.gelu(t["x"], approximate="tanh"),
+        "embedding": lambda: F.embedding(ids, t["w"]),
+        "add": lambda: t["x"] + t["w"],
+        "block": lambda: block(t["x"]),
+    }
+    op = next(ops[k] for k in sorted(ops, key=len, reverse=True) if name.startswith(k))
+    leaves = list(t.values()) + (list(block.parameters()) if block is not None else [])
+    return op, leaves
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -154,12 +117,12 @@ def worker(args: argparse.Namespace) -> dict[str, Any]:
         tune_allocator()
     rng = np.random.default_rng(0)
     results = {}
-    for name, shapes in op_cases().items():
+    for name, shapes in CASES.items():
         if args.only and not any(s in name for s in args.only.split(",")):
             continue
         arrays = {k: rng.standard_normal(s, dtype=np.float32) for k, s in shapes.items()}
         ids = rng.integers(0, V, size=(B, T), dtype=np.int64)
-        fn, leaves = (torch_case if torch_side else glassllm_case)(name, arrays, ids)
+        fn, leaves = case(name, arrays, ids, torch_side)
         upstream = rng.standard_normal(tuple(fn().shape), dtype=np.float32)
         upstream = torch.from_numpy(upstream) if torch_side else upstream
 

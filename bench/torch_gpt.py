@@ -157,25 +157,14 @@ class TorchGPT(nn.Module):
 
     @torch.no_grad()
     def generate(
-        self,
-        idx: torch.Tensor,
-        max_new_tokens: int,
-        temperature: float = 1.0,
-        top_k: int | None = None,
-        generator: torch.Generator | None = None,
+        self, idx: torch.Tensor, max_new_tokens: int, generator: torch.Generator | None = None
     ) -> torch.Tensor:
-        """nanoGPT's generate: no key/value cache, the whole (cropped) context every token."""
+        """nanoGPT's generate at temperature 1 without top-k: no key/value cache, the whole
+        (cropped) context through the model for every token."""
         for _ in range(max_new_tokens):
-            block = self.config.block_size
-            idx_cond = idx if idx.size(1) <= block else idx[:, -block:]
-            logits, _ = self(idx_cond)
-            logits = logits[:, -1, :] / temperature
-            if top_k is not None:
-                v, _ = torch.topk(logits, min(top_k, logits.size(-1)))
-                logits[logits < v[:, [-1]]] = -float("Inf")
-            probs = F.softmax(logits, dim=-1)
-            idx_next = torch.multinomial(probs, num_samples=1, generator=generator)
-            idx = torch.cat((idx, idx_next), dim=1)
+            logits, _ = self(idx[:, -self.config.block_size :])
+            probs = F.softmax(logits[:, -1, :], dim=-1)
+            idx = torch.cat((idx, torch.multinomial(probs, 1, generator=generator)), dim=1)
         return idx
 
 
