@@ -29,6 +29,7 @@ import sys
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 import numpy as np
@@ -60,29 +61,23 @@ def model_config(size: str, **overrides: int) -> dict[str, int]:
 # ----------------------------------------------------------------------------- the entry point
 
 
-def main(
-    argv: Sequence[str] | None,
-    doc: str,
-    script: str,
-    sides: Sequence[str],
-    default_sides: Sequence[str],
-    worker: Callable[[argparse.Namespace], dict[str, Any]],
-    parent: Callable[[argparse.Namespace], dict[str, dict[str, Any]]],
-    add_arguments: Callable[[argparse.ArgumentParser], None],
-) -> int:
-    """A benchmark's command line. The parent runs ``parent(args)``, which returns ``{run key:
-    payload}``; each payload is stored under its key in the benchmark's result file (a later run
-    with the same key replaces it). ``--worker SIDE`` runs ``worker(args)`` and hands back its
+def main(bench: ModuleType, argv: Sequence[str] | None = None) -> int:
+    """The command line of the benchmark module ``bench``, which defines ``SIDES`` (the workers it
+    has), ``DEFAULT_SIDES``, ``add_arguments(parser)``, ``worker(args)``, ``parent(args)`` and
+    ``render(runs)``. The parent returns ``{run key: payload}``; each payload is stored under its
+    key in the benchmark's result file (a later run with the same key replaces it) and shown as
+    ``render`` shows it in RESULTS.md. ``--worker SIDE`` runs ``worker(args)`` and hands back its
     payload instead (``args.threads`` is then one number)."""
+    script, sides, worker = str(bench.__file__), bench.SIDES, bench.worker
     name = Path(script).stem
     parser = argparse.ArgumentParser(
         prog=f"bench/{name}.py",
-        description=doc,
+        description=bench.__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("--threads", type=int, nargs="+", default=[2], help="BLAS/torch threads")
     parser.add_argument("--rounds", type=int, default=3, help="alternating rounds of the sides")
-    parser.add_argument("--sides", default=",".join(default_sides), help=", ".join(sides))
+    parser.add_argument("--sides", default=",".join(bench.DEFAULT_SIDES), help=", ".join(sides))
     parser.add_argument("--out", type=Path, default=RESULTS_DIR / f"{name}.json", metavar="JSON")
     parser.add_argument(
         "--write-results", action="store_true", help="then regenerate bench/RESULTS.md"
@@ -90,7 +85,7 @@ def main(
     parser.add_argument("--worker", choices=sides, help=argparse.SUPPRESS)
     # Smoke tests: the workers run in this process, so without their own thread counts.
     parser.add_argument("--inline", action="store_true", help=argparse.SUPPRESS)
-    add_arguments(parser)
+    bench.add_arguments(parser)
 
     def parse(argv: Sequence[str] | None) -> argparse.Namespace:
         args = parser.parse_args(argv)
@@ -108,8 +103,9 @@ def main(
         return 0
     args.script = Path(script).resolve()
     args.run_inline = lambda argv: json.loads(json.dumps(worker(parse(argv))))
-    for key, payload in parent(args).items():
-        print(f"wrote {write_result(args.out, key, payload)} [{key}]")
+    keys = [write_result(args.out, key, payload) for key, payload in bench.parent(args).items()]
+    runs = json.loads(args.out.read_text())["runs"]
+    print(bench.render({key: runs[key] for key in keys}), f"\nwrote {args.out} {keys}", sep="\n")
     if args.write_results:
         import report
 
@@ -312,13 +308,22 @@ def machine_info() -> dict[str, Any]:
     }
 
 
-def write_result(path: Path, key: str, payload: dict[str, Any]) -> Path:
+def machine_line(m: dict[str, Any]) -> str:
+    return (
+        f"Machine: {m['cpu']} ({m['usable_cpus']} usable of {m['logical_cpus']} logical CPUs, "
+        f"{'/'.join(m.get('simd', []))}), load average {m['load_average']} when written; Python "
+        f"{m['python']}, NumPy {m['numpy']} with {m['blas']}, PyTorch {m['torch']}; glassllm "
+        f"{m['glassllm_commit']}; {m['date']}."
+    )
+
+
+def write_result(path: Path, key: str, payload: dict[str, Any]) -> str:
     """Store ``payload`` (with the machine description) as run ``key`` of the result file."""
     runs = json.loads(path.read_text())["runs"] if path.is_file() else {}
     runs[key] = {"machine": machine_info(), **payload}
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps({"runs": runs}, indent=2) + "\n")
-    return path
+    return key
 
 
 def fmt(value: Any) -> str:

@@ -32,6 +32,9 @@ import numpy as np
 import glassllm
 from glassllm.data import get_batch
 
+SIDES = ("glassllm", "glassllm-untuned", "torch")
+DEFAULT_SIDES = ("glassllm", "torch")
+
 MIB = 2**20
 
 
@@ -118,30 +121,36 @@ def parent(args: argparse.Namespace) -> dict[str, dict[str, Any]]:
         payload["step_over_model_ratio"] = (
             mine["step_over_model_mib"] / theirs["step_over_model_mib"]
         )
-    print(C.table(*report_rows(payload)))
     return {args.size: payload}
 
 
-def report_rows(run: dict[str, Any]) -> tuple[list, list]:
+def render(runs: dict[str, Any]) -> str:
+    """RESULTS.md's block: resident memory per side."""
+    run = next(iter(runs.values()))
     headers = ["side", "RSS, model built (MiB)", "step peak (MiB)", "step peak over model (MiB)"]
     headers += ["ru_maxrss (MiB)", "growth over steps (MiB)", "growth over no_grad forwards (MiB)"]
     headers += ["gc.collect() freed"]
     keys = ["rss_model_built_mib", "step_peak_mib", "step_over_model_mib", "ru_maxrss_mib"]
     keys += ["steps_growth_mib", "forwards_growth_mib", "gc_collected"]
-    return headers, [[side, *(r[k] for k in keys)] for side, r in run["sides"].items()]
+    first = next(iter(run["sides"].values()))
+    lines = [
+        C.machine_line(run["machine"]),
+        "",
+        f"Growth over {first['steps']} training steps and {first['forwards']} no_grad forwards, "
+        "from the 10th on.",
+        "",
+        C.table(headers, [[side, *(r[k] for k in keys)] for side, r in run["sides"].items()]),
+    ]
+    if "step_over_model_ratio" in run:
+        ratio = run["step_over_model_ratio"]
+        lines += ["", f"Training-step peak over the built model, glassllm/torch: **{ratio:.2f}x**."]
+    if "live_tensors" in run["sides"].get("glassllm", {}):
+        lines.append(f"glassllm: {run['sides']['glassllm']['live_tensors']} live Tensor objects.")
+    return "\n".join(lines)
 
 
 def main(argv: list[str] | None = None) -> int:
-    return C.main(
-        argv,
-        __doc__,
-        __file__,
-        ("glassllm", "glassllm-untuned", "torch"),
-        ("glassllm", "torch"),
-        worker,
-        parent,
-        add_arguments,
-    )
+    return C.main(sys.modules[__name__], argv)
 
 
 if __name__ == "__main__":

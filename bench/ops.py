@@ -22,6 +22,9 @@ from typing import Any
 import common as C
 import numpy as np
 
+SIDES = ("glassllm", "torch")
+DEFAULT_SIDES = ("glassllm", "torch")
+
 B, T, E, NH, V = 12, 64, 128, 4, 65
 HS = E // NH
 
@@ -159,11 +162,12 @@ def parent(args: argparse.Namespace) -> dict[str, dict[str, Any]]:
         "rounds": args.rounds,
         "ops": table,
     }
-    print(C.table(*report_rows(payload)))
     return {"tiny": payload}
 
 
-def report_rows(run: dict[str, Any]) -> tuple[list, list]:
+def render(runs: dict[str, Any]) -> str:
+    """RESULTS.md's block: microseconds per call of each op on each side."""
+    run = next(iter(runs.values()))
     headers = ["op", "glassllm fwd+bwd µs", "torch fwd+bwd µs", "ratio"]
     headers += ["glassllm fwd µs", "torch fwd µs", "fwd ratio"]
     rows = []
@@ -172,20 +176,20 @@ def report_rows(run: dict[str, Any]) -> tuple[list, list]:
         for key in ("fwd_bwd_us", "fwd_us"):
             row += [e.get(key, {}).get(k, "-") for k in ("glassllm", "torch", "ratio")]
         rows.append(row)
-    return headers, rows
+    return "\n".join(
+        [
+            C.machine_line(run["machine"]),
+            "",
+            f"{run['threads']} thread(s), median of {run['rounds']} alternating rounds; "
+            "microseconds per call.",
+            "",
+            C.table(headers, rows),
+        ]
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
-    return C.main(
-        argv,
-        __doc__,
-        __file__,
-        ("glassllm", "torch"),
-        ("glassllm", "torch"),
-        worker,
-        parent,
-        add_arguments,
-    )
+    return C.main(sys.modules[__name__], argv)
 
 
 if __name__ == "__main__":

@@ -25,6 +25,7 @@ import common as C
 import numpy as np
 
 SIDES = ("glassllm-cache", "glassllm-nocache", "torch")
+DEFAULT_SIDES = SIDES
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -92,11 +93,12 @@ def parent(args: argparse.Namespace) -> dict[str, dict[str, Any]]:
         "rounds": args.rounds,
         "tokens_per_s": table,
     }
-    print(C.table(*report_rows(payload)))
     return {args.size: payload}
 
 
-def report_rows(run: dict[str, Any]) -> tuple[list, list]:
+def render(runs: dict[str, Any]) -> str:
+    """RESULTS.md's block: tokens per second per block size, regime and side."""
+    run = next(iter(runs.values()))
     headers = ["block_size", "regime", "glassllm with cache tok/s", "glassllm no cache tok/s"]
     headers += ["PyTorch nanoGPT (no cache) tok/s", "cache / PyTorch"]
     rows = []
@@ -106,11 +108,22 @@ def report_rows(run: dict[str, Any]) -> tuple[list, list]:
             both = "glassllm-cache" in sides and "torch" in sides
             row.append(sides["glassllm-cache"][regime] / sides["torch"][regime] if both else "-")
             rows.append(row)
-    return headers, rows
+    return "\n".join(
+        [
+            C.machine_line(run["machine"]),
+            "",
+            f"{C.fmt_dict(run['config'])}; batch 1, {run['threads']} threads, median of "
+            f"{run['rounds']} alternating rounds. *fill*: the first block_size - 1 tokens from a "
+            "one-token prompt; *slide*: the next block_size tokens with the context cropped to "
+            "block_size (learned positions shift, so the cache is refilled each token).",
+            "",
+            C.table(headers, rows),
+        ]
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
-    return C.main(argv, __doc__, __file__, SIDES, SIDES, worker, parent, add_arguments)
+    return C.main(sys.modules[__name__], argv)
 
 
 if __name__ == "__main__":

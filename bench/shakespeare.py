@@ -36,6 +36,9 @@ import numpy as np
 
 from glassllm.data import get_batch, sequential_batches
 
+SIDES = ("glassllm", "torch", "nanogpt")
+DEFAULT_SIDES = ("glassllm",)
+
 Loss = Callable[[np.ndarray, np.ndarray], float]
 
 
@@ -171,17 +174,41 @@ def parent(args: argparse.Namespace) -> dict[str, dict[str, Any]]:
     return runs
 
 
-def main(argv: list[str] | None = None) -> int:
-    return C.main(
-        argv,
-        __doc__,
-        __file__,
-        ("glassllm", "torch", "nanogpt"),
-        ("glassllm",),
-        worker,
-        parent,
-        add_arguments,
+def render(runs: dict[str, Any]) -> str:
+    """RESULTS.md's block: one row per run."""
+    headers = ["framework", "seed", "train loss (whole split)", "val loss (whole split)"]
+    headers += ["val, 20-batch estimate", "reached", "run s", "ms/step", "peak RSS MiB", "CPU"]
+    rows = [
+        [
+            r["framework"],
+            r["seed"],
+            f"{r['final_train_loss_full']:.4f}",
+            f"{r['final_val_loss_full']:.4f}",
+            f"{r['evals'][-1]['val']:.4f}",
+            "yes" if r["reached"] else "no",
+            r["wall_s_training_loop"],
+            r["ms_per_iter"],
+            r["peak_rss_mib"],
+            r["machine"]["cpu"],
+        ]
+        for r in runs.values()
+    ]
+    first = next(iter(runs.values()))
+    evals = ", ".join(f"{e['iter']}: {e['val']:.3f}" for e in first["evals"])
+    return "\n".join(
+        [
+            f"{first['max_iters']} iterations each; target: val loss over the whole split <= "
+            f"{first['target_val_loss']}. First row: {C.machine_line(first['machine'])}",
+            "",
+            C.table(headers, rows),
+            "",
+            f"First run's val loss, 20-batch estimate during training (iteration: loss): {evals}.",
+        ]
     )
+
+
+def main(argv: list[str] | None = None) -> int:
+    return C.main(sys.modules[__name__], argv)
 
 
 if __name__ == "__main__":

@@ -33,6 +33,7 @@ import common as C
 import numpy as np
 
 SIDES = ("glassllm", "glassllm-untuned", "torch", "torch-manual", "matmul", "check")
+DEFAULT_SIDES = ("glassllm", "torch")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -167,31 +168,45 @@ def parent(args: argparse.Namespace) -> dict[str, dict[str, Any]]:
                         mine, entry["sides"][side]["per_round_ms"]
                     )
             payload["by_threads"][str(threads)] = entry
-            print(C.table(*report_rows({size: payload}, threads)))
         runs[size] = payload
     return runs
 
 
-def report_rows(runs: dict[str, Any], only_threads: int | None = None) -> tuple[list, list]:
-    """The summary table of train_step runs: headers and one row per size, threads and side."""
-    headers = ["size", "threads", "side", "ms/step", "glassllm / side (paired)", "GFLOP/s"]
+def render(runs: dict[str, Any]) -> str:
+    """RESULTS.md's block: per size, the check and one row per threads and side."""
+    headers = ["threads", "side", "ms/step", "glassllm / side (paired)", "GFLOP/s"]
     headers += ["np.matmul n³ GFLOP/s", "BLAS floor ms", "minor faults/step"]
-    rows = []
+    lines = []
     for size, run in runs.items():
+        lines += [
+            C.machine_line(run["machine"]),
+            "",
+            f"Size {size} ({C.fmt_dict(run['config'])}): {run['rounds']} alternating rounds x "
+            f"{run['steps']} timed steps per process; matmul FLOPs per step "
+            f"{run['flops_per_step'] / 1e9:.3f} GFLOP.",
+            "",
+        ]
+        if "equivalence" in run:
+            eq = run["equivalence"]
+            lines += [
+                f"Same weights, same batch: loss {eq['loss_glassllm']:.6f} (glassllm) vs "
+                f"{eq['loss_torch']:.6f} (torch), worst gradient difference "
+                f"{eq['grad_max_rel_diff']:.1e} of the largest entry.",
+                "",
+            ]
+        rows, per_round = [], []
         for threads, e in run["by_threads"].items():
-            if only_threads is not None and threads != str(only_threads):
-                continue
             for side, v in e["sides"].items():
-                row = [size, threads, side, v["median_ms"], e["ratios"].get(side, "-")]
-                row += [v["gflops"], e["matmul_gflops"], e["floor_ms"], v["minor_faults_per_step"]]
-                rows.append(row)
-    return headers, rows
+                row = [threads, side, v["median_ms"], e["ratios"].get(side, "-"), v["gflops"]]
+                rows.append(row + [e["matmul_gflops"], e["floor_ms"], v["minor_faults_per_step"]])
+                ms = ", ".join(f"{x:.1f}" for x in v["per_round_ms"])
+                per_round.append(f"{threads} threads {side} {ms}")
+        lines += [C.table(headers, rows), "", "Per round, ms: " + "; ".join(per_round) + ".", ""]
+    return "\n".join(lines).rstrip()
 
 
 def main(argv: list[str] | None = None) -> int:
-    return C.main(
-        argv, __doc__, __file__, SIDES, ("glassllm", "torch"), worker, parent, add_arguments
-    )
+    return C.main(sys.modules[__name__], argv)
 
 
 if __name__ == "__main__":
