@@ -65,13 +65,6 @@ def assert_one_line_error(status, err, *fragments):
         assert fragment in lines[0], (fragment, lines[0])
 
 
-@pytest.fixture
-def text_file(tmp_path):
-    path = tmp_path / "tiny.txt"
-    path.write_text(TEXT)
-    return path
-
-
 @pytest.fixture(scope="module")
 def trained(tmp_path_factory):
     """One tiny run shared by the sampling tests: (out_dir, stdout of the run)."""
@@ -628,14 +621,6 @@ def test_help_lists_every_config_option(capsys):
     ]:
         assert flag in out, flag
 
-
-def test_docstring_examples():
-    import doctest
-
-    import glassllm.app.sample
-
-    result = doctest.testmod(glassllm.app.sample)
-    assert result.attempted > 0 and result.failed == 0
 
 
 def test_help_states_each_default_once(capsys):

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import doctest
 import json
 
 import numpy as np
@@ -10,8 +9,6 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-import glassllm.data.batches
-import glassllm.data.tokenizers
 from glassllm.data import (
     ByteTokenizer,
     CharTokenizer,
@@ -26,13 +23,6 @@ from glassllm.data import (
     tokenize_corpus,
     tokenizer_from_dict,
 )
-
-
-@pytest.mark.parametrize("module", [glassllm.data.tokenizers, glassllm.data.batches])
-def test_docstring_examples(module):
-    result = doctest.testmod(module)
-    assert result.attempted > 0 and result.failed == 0
-
 
 # --- tokenizers --------------------------------------------------------------------------------
 
