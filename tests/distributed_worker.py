@@ -1,0 +1,89 @@
+"""Train a tiny GPT with glassllm.distributed for a few steps; run by tests/test_distributed.py.
+
+Run alone (size 1) or under ``mpiexec -n N``. Rank 0 writes the parameters and step losses to
+``--out`` (.npz). ``--fault`` makes rank ``--fault-rank`` misbehave at step ``--fault-step``:
+``raise`` an exception, ``kill`` itself with SIGKILL, ``hang`` (sleep for ever), or ``desync``
+(change one weight so that the replica check must catch it) or ``extra-collective`` (call a
+barrier the other ranks do not).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import sys
+import time
+
+import numpy as np
+
+from glassllm import distributed, no_grad
+from glassllm.data import get_batch, tokenize_corpus
+from glassllm.models import GPT, GPTConfig
+from glassllm.nn.utils import clip_grad_norm_
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--steps", type=int, default=3)
+    parser.add_argument("--batch-size", type=int, default=8)
+    parser.add_argument("--grad-accum", type=int, default=1)
+    parser.add_argument("--timeout", type=float, default=60.0)
+    parser.add_argument("--fault", default="none", choices=[
+        "none", "raise", "kill", "hang", "desync", "extra-collective"])
+    parser.add_argument("--fault-rank", type=int, default=1)
+    parser.add_argument("--fault-step", type=int, default=1)
+    parser.add_argument("--out", default=None)
+    args = parser.parse_args()
+
+    world = distributed.init(timeout_s=args.timeout)
+    distributed.check_batch_split(args.batch_size, world.size, args.grad_accum)
+    corpus = tokenize_corpus("builtin", "char", 16, None)
+    config = GPTConfig(vocab_size=corpus.tokenizer.vocab_size, block_size=16, n_layer=2,
+                       n_head=2, n_embd=32)
+    # A different seed per rank: DataParallel must make the replicas equal anyway.
+    model = GPT(config, rng=np.random.default_rng([0, world.rank]))
+    optimizer = model.configure_optimizer(1e-3, 0.1, (0.9, 0.99))
+    ddp = distributed.DataParallel(model, world, grad_accum=args.grad_accum)
+    batch_rng = np.random.default_rng([0, 1])  # the same batches on every rank
+    losses = []
+    for step in range(args.steps):
+        x, y = get_batch(corpus.train, 16, args.batch_size, batch_rng)
+        loss_sum = 0.0
+        for k in range(args.grad_accum):
+            rows = distributed.micro_batch(args.batch_size, world, args.grad_accum, k)
+            _, loss = model(x[rows], y[rows])
+            loss.backward()
+            loss_sum += float(loss.data)
+        if world.rank == args.fault_rank and step == args.fault_step:
+            fault(args.fault, model, world)
+        ddp.sync_gradients()
+        clip_grad_norm_(model.parameters(), 1.0)
+        optimizer.step()
+        optimizer.zero_grad()
+        losses.append(world.sum([loss_sum])[0] / (world.size * args.grad_accum))
+    with no_grad():
+        ddp.check_replicas()
+    if world.rank == 0:
+        print(f"trained {args.steps} steps on {world.size} ranks; losses {losses}", flush=True)
+        if args.out:
+            np.savez(args.out, losses=np.array(losses),
+                     **{name: p.data for name, p in model.named_parameters()})
+
+
+def fault(kind: str, model: GPT, world: distributed.World) -> None:
+    if kind == "raise":
+        raise RuntimeError("deliberate failure for the test")
+    if kind == "kill":
+        sys.stdout.flush()
+        os.kill(os.getpid(), signal.SIGKILL)
+    if kind == "hang":
+        time.sleep(1e6)
+    if kind == "desync":
+        model.ln_f.weight.data[0] += 1e-3
+    if kind == "extra-collective":  # as a collective inside rank-0-only code would
+        world.barrier()
+
+
+if __name__ == "__main__":
+    main()
