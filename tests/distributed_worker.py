@@ -4,7 +4,7 @@ Run alone (size 1) or under ``mpiexec -n N``. Rank 0 writes the parameters and s
 ``--out`` (.npz). ``--fault`` makes rank ``--fault-rank`` misbehave at step ``--fault-step``:
 ``raise`` an exception, ``kill`` itself with SIGKILL, ``hang`` (sleep for ever), or ``desync``
 (change one weight so that the replica check must catch it) or ``extra-collective`` (call a
-barrier the other ranks do not).
+barrier the other ranks do not); ``other-model`` builds a wider model on that rank.
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ def main() -> None:
     parser.add_argument("--grad-accum", type=int, default=1)
     parser.add_argument("--timeout", type=float, default=60.0)
     parser.add_argument("--fault", default="none", choices=[
-        "none", "raise", "kill", "hang", "desync", "extra-collective"])
+        "none", "raise", "kill", "hang", "desync", "extra-collective", "other-model"])
     parser.add_argument("--fault-rank", type=int, default=1)
     parser.add_argument("--fault-step", type=int, default=1)
     parser.add_argument("--out", default=None)
@@ -39,8 +39,9 @@ def main() -> None:
     world = distributed.init(timeout_s=args.timeout)
     distributed.check_batch_split(args.batch_size, world.size, args.grad_accum)
     corpus = tokenize_corpus("builtin", "char", 16, None)
+    width = 48 if args.fault == "other-model" and world.rank == args.fault_rank else 32
     config = GPTConfig(vocab_size=corpus.tokenizer.vocab_size, block_size=16, n_layer=2,
-                       n_head=2, n_embd=32)
+                       n_head=2, n_embd=width)
     # A different seed per rank: DataParallel must make the replicas equal anyway.
     model = GPT(config, rng=np.random.default_rng([0, world.rank]))
     optimizer = model.configure_optimizer(1e-3, 0.1, (0.9, 0.99))

@@ -125,6 +125,29 @@ def test_launcher_without_mpi4py_names_the_extra():
     assert "started 2 processes" in lines[0] and "pip install 'glassllm[mpi]'" in lines[0]
 
 
+def test_openblas_fallback_sets_the_thread_count_without_threadpoolctl():
+    import ctypes
+
+    if not Path("/proc/self/maps").exists():
+        pytest.skip("the fallback reads /proc/self/maps (Linux)")
+    getters = []
+    with open("/proc/self/maps") as maps:
+        for path in sorted({line.split()[-1] for line in maps if "openblas" in line.lower()}):
+            lib = ctypes.CDLL(path)
+            for name in ("scipy_openblas_get_num_threads64_", "openblas_get_num_threads"):
+                if hasattr(lib, name):
+                    getters.append(getattr(lib, name))
+                    break
+    if not getters:
+        pytest.skip("this NumPy does not use a loaded OpenBLAS")
+    before = getters[0]()
+    try:
+        assert distributed._limit_openblas(1)
+        assert [get() for get in getters] == [1] * len(getters)
+    finally:
+        distributed._limit_openblas(before)
+
+
 def test_limit_blas_threads_rejects_zero():
     with pytest.raises(ValueError, match="BLAS threads must be >= 1"):
         distributed.limit_blas_threads(0)
@@ -214,6 +237,14 @@ def test_two_ranks_equal_one_process_accumulating_two_micro_batches_bit_for_bit(
     four = trained(mpi, tmp_path, 0, "--steps", 4, "--grad-accum", 4)
     for name in mixed:
         np.testing.assert_allclose(mixed[name], four[name], rtol=0, atol=1e-4, err_msg=name)
+
+
+@pytest.mark.mpi
+def test_ranks_with_different_models_are_refused_at_the_start(mpi):
+    out, seconds = run_worker(mpi, 2, "--fault", "other-model")
+    assert out.returncode != 0 and seconds < 15
+    assert "rank 1 holds a different model than rank 0: ('wte.weight', (" in out.stderr
+    assert ", 48), 'float32') where rank 0 has ('wte.weight', (" in out.stderr
 
 
 @pytest.mark.mpi
