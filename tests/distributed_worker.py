@@ -34,6 +34,8 @@ def main() -> None:
     parser.add_argument("--fault-rank", type=int, default=1)
     parser.add_argument("--fault-step", type=int, default=1)
     parser.add_argument("--out", default=None)
+    parser.add_argument("--stop-on-sigint", action="store_true",
+                        help="Ctrl-C stops every rank after the same step (exit status 130)")
     args = parser.parse_args()
 
     world = distributed.init(timeout_s=args.timeout)
@@ -48,6 +50,9 @@ def main() -> None:
     ddp = distributed.DataParallel(model, world, grad_accum=args.grad_accum)
     batch_rng = np.random.default_rng([0, 1])  # the same batches on every rank
     losses = []
+    interrupted = []
+    if args.stop_on_sigint:
+        signal.signal(signal.SIGINT, lambda signum, frame: interrupted.append(signum))
     for step in range(args.steps):
         x, y = get_batch(corpus.train, 16, args.batch_size, batch_rng)
         loss_sum = 0.0
@@ -62,7 +67,14 @@ def main() -> None:
         clip_grad_norm_(model.parameters(), 1.0)
         optimizer.step()
         optimizer.zero_grad()
-        losses.append(world.sum([loss_sum])[0] / (world.size * args.grad_accum))
+        # One small Allreduce a step: the mean loss, and whether any rank saw Ctrl-C.
+        loss_total, stops = world.sum([loss_sum, float(bool(interrupted))])
+        losses.append(loss_total / (world.size * args.grad_accum))
+        if args.stop_on_sigint:
+            print(f"rank {world.rank} step {step}", flush=True)
+        if stops:
+            print(f"rank {world.rank} stopped after step {step}", flush=True)
+            sys.exit(130)
     with no_grad():
         ddp.check_replicas()
     if world.rank == 0:

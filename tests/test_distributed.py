@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -245,6 +246,28 @@ def test_ranks_with_different_models_are_refused_at_the_start(mpi):
     assert out.returncode != 0 and seconds < 15
     assert "rank 1 holds a different model than rank 0: ('wte.weight', (" in out.stderr
     assert ", 48), 'float32') where rank 0 has ('wte.weight', (" in out.stderr
+
+
+@pytest.mark.mpi
+def test_ctrl_c_stops_every_rank_after_the_same_step(mpi):
+    command = [mpi, "-n", "2", sys.executable, str(WORKER), "--steps", "100000",
+               "--stop-on-sigint"]
+    with subprocess.Popen(command, env=clean_env(), stdout=subprocess.PIPE,
+                          stderr=subprocess.PIPE, text=True, cwd=ROOT) as launcher:
+        try:
+            seen = []
+            for line in launcher.stdout:  # wait until both ranks are training
+                seen.append(line)
+                if line.startswith("rank 1 step 2"):
+                    break
+            launcher.send_signal(signal.SIGINT)  # what Ctrl-C in the terminal does to mpiexec
+            rest, err = launcher.communicate(timeout=30)
+        finally:
+            launcher.kill()
+    stopped = sorted(line for line in rest.splitlines() if "stopped" in line)
+    assert launcher.returncode == 130, err
+    assert len(stopped) == 2, rest + err
+    assert stopped[0].replace("rank 0", "rank 1") == stopped[1]  # the same step on both
 
 
 @pytest.mark.mpi
