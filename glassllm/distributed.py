@@ -406,7 +406,8 @@ class DataParallel:
     Construction checks that every rank holds the same parameter names, shapes and dtypes
     (``ValueError`` naming the first difference) and copies rank 0's parameters and persistent
     buffers to every rank. ``sync_gradients`` after the last ``backward`` of a step;
-    ``check_replicas`` at evaluations.
+    ``check_replicas`` at evaluations; after rank 0 alone loaded a checkpoint,
+    ``broadcast_model`` and ``broadcast_optimizer``.
     """
 
     def __init__(self, model: Module, world: World, grad_accum: int = 1) -> None:
@@ -422,8 +423,19 @@ class DataParallel:
             if other != everyone[0]:
                 difference = _first_difference(everyone[0], other)
                 raise ValueError(f"rank {rank} holds a different model than rank 0: {difference}")
+        self.broadcast_model()
+
+    def broadcast_model(self) -> None:
+        """Copy rank 0's parameters and persistent buffers into every rank's model (in place)."""
         for array in self._arrays():
-            world.broadcast_(array, root=0)
+            self.world.broadcast_(array, root=0)
+
+    def broadcast_optimizer(self, optimizer: Any) -> None:
+        """Give every rank rank 0's optimizer state and hyper-parameters (e.g. after rank 0
+        alone loaded a checkpoint): one pickled broadcast of ``optimizer.state_dict()``."""
+        state = self.world.broadcast_object(optimizer.state_dict() if self.world.is_main else None)
+        if not self.world.is_main:
+            optimizer.load_state_dict(state)
 
     def _arrays(self) -> list[np.ndarray]:
         """The arrays a state_dict holds (parameters, then persistent buffers), in its order."""

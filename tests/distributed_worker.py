@@ -17,6 +17,7 @@ import time
 
 import numpy as np
 
+import glassllm
 from glassllm import distributed, no_grad
 from glassllm.data import get_batch, tokenize_corpus
 from glassllm.models import GPT, GPTConfig
@@ -34,6 +35,8 @@ def main() -> None:
     parser.add_argument("--fault-rank", type=int, default=1)
     parser.add_argument("--fault-step", type=int, default=1)
     parser.add_argument("--out", default=None)
+    parser.add_argument("--save", default=None, help="checkpoint written by rank 0 at the end")
+    parser.add_argument("--load", default=None, help="checkpoint read by rank 0 alone at the start")
     parser.add_argument("--stop-on-sigint", action="store_true",
                         help="Ctrl-C stops every rank after the same step (exit status 130)")
     args = parser.parse_args()
@@ -49,6 +52,12 @@ def main() -> None:
     optimizer = model.configure_optimizer(1e-3, 0.1, (0.9, 0.99))
     ddp = distributed.DataParallel(model, world, grad_accum=args.grad_accum)
     batch_rng = np.random.default_rng([0, 1])  # the same batches on every rank
+    if args.load:  # rank 0 reads, every rank receives: no shared file system needed
+        metadata = glassllm.load(args.load, model, optimizer) if world.rank == 0 else None
+        metadata = world.broadcast_object(metadata)
+        ddp.broadcast_model()
+        ddp.broadcast_optimizer(optimizer)
+        batch_rng.bit_generator.state = metadata["batches"]
     losses = []
     interrupted = []
     if args.stop_on_sigint:
@@ -79,6 +88,8 @@ def main() -> None:
         ddp.check_replicas()
     if world.rank == 0:
         print(f"trained {args.steps} steps on {world.size} ranks; losses {losses}", flush=True)
+        if args.save:
+            glassllm.save(args.save, model, optimizer, {"batches": batch_rng.bit_generator.state})
         if args.out:
             np.savez(args.out, losses=np.array(losses),
                      **{name: p.data for name, p in model.named_parameters()})
