@@ -266,6 +266,9 @@ class World:
         while not MPI.Request.Testall(recvs):
             if time.monotonic() > deadline:
                 silent = [peer for peer, req in zip(peers, recvs, strict=True) if not req.Test()]
+                waiting = [rank for rank in range(self.size) if rank not in silent]
+                if self.rank != waiting[0]:  # let the first waiting rank print the one line
+                    time.sleep(4 * ABORT_PAUSE_S)
                 self.abort(
                     f"{_ranks(silent)} stopped answering: no word for {self.timeout_s:g} s "
                     f"at {op} #{self._sequence} (dist_timeout); it died, hangs or is far behind",
