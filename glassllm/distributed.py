@@ -54,6 +54,7 @@ from typing import Any, NoReturn
 
 import numpy as np
 
+from glassllm.blas_threads import available_cores, limit_blas_threads
 from glassllm.nn.module import Module
 
 __all__ = [
@@ -110,58 +111,6 @@ def detect_launch(environ: Mapping[str, str] | None = None) -> Launch | None:
             if size >= 1 and 0 <= rank < size:
                 return Launch(f"{launcher} ({size_var}={size})", rank, size)
     return None
-
-
-# ------------------------------------------------------------------------------- BLAS threads
-
-
-def limit_blas_threads(threads: int) -> bool:
-    """Limit this process's BLAS thread pools to ``threads``; True if a pool was limited.
-
-    Works after NumPy is loaded (when the environment variables no longer act): through
-    threadpoolctl when installed (every BLAS and OpenMP runtime it knows), else by calling
-    OpenBLAS's own ``*openblas_set_num_threads*`` in the libraries this process has loaded.
-    """
-    if threads < 1:
-        raise ValueError(f"BLAS threads must be >= 1, got {threads}")
-    try:
-        from threadpoolctl import threadpool_limits
-    except ImportError:
-        return _limit_openblas(threads)
-    threadpool_limits(limits=threads, user_api="blas")
-    return True
-
-
-def _limit_openblas(threads: int) -> bool:
-    import ctypes
-
-    try:
-        with open("/proc/self/maps") as maps:  # Linux: the shared libraries loaded here
-            paths = {line.split()[-1] for line in maps if "openblas" in line.lower()}
-    except OSError:
-        return False
-    done = False
-    for path in sorted(paths):
-        try:
-            lib = ctypes.CDLL(path)
-        except OSError:
-            continue
-        for symbol in ("scipy_openblas_set_num_threads64_", "openblas_set_num_threads64_",
-                       "scipy_openblas_set_num_threads", "openblas_set_num_threads"):
-            setter = getattr(lib, symbol, None)
-            if setter is not None:
-                setter.argtypes = [ctypes.c_int]
-                setter(threads)
-                done = True
-                break
-    return done
-
-
-def _available_cores() -> int:
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:  # not Linux
-        return os.cpu_count() or 1
 
 
 # ------------------------------------------------------------------------------- the world
@@ -233,6 +182,18 @@ class World:
             return [obj]
         self._arrive("allgather_object", 0)
         return self._comm.allgather(obj)
+
+    def check_same(self, settings: Mapping[str, Any], what: str = "configuration") -> None:
+        """ValueError on every rank unless all ranks passed equal ``settings`` (e.g. a run's
+        configuration, checked at the start), naming the first rank that differs and how."""
+        everyone = self.allgather_object(dict(settings))
+        first = everyone[0]
+        for rank, other in enumerate(everyone):
+            if other != first:
+                keys = sorted(k for k in set(first) | set(other) if first.get(k) != other.get(k))
+                shown = "; ".join(f"{k} {other.get(k)!r} (rank 0: {first.get(k)!r})"
+                                  for k in keys[:5])
+                raise ValueError(f"rank {rank} has a different {what}: {shown}")
 
     def barrier(self) -> None:
         if self._comm is not None:
@@ -353,7 +314,7 @@ def init(
     world.local_size = local.Get_size()
     local.Free()
     if blas_threads is None and not any(os.environ.get(name) for name in BLAS_VARIABLES):
-        blas_threads = max(1, _available_cores() // world.local_size)
+        blas_threads = max(1, available_cores() // world.local_size)
     if blas_threads is not None and limit_blas_threads(blas_threads):
         world.blas_threads = blas_threads
     return world

@@ -4,7 +4,8 @@ Run alone (size 1) or under ``mpiexec -n N``. Rank 0 writes the parameters and s
 ``--out`` (.npz). ``--fault`` makes rank ``--fault-rank`` misbehave at step ``--fault-step``:
 ``raise`` an exception, ``kill`` itself with SIGKILL, ``hang`` (sleep for ever), or ``desync``
 (change one weight so that the replica check must catch it) or ``extra-collective`` (call a
-barrier the other ranks do not); ``other-model`` builds a wider model on that rank.
+barrier the other ranks do not); ``other-model`` builds a wider model on that rank,
+``other-config`` asks it for one more step.
 """
 
 from __future__ import annotations
@@ -31,7 +32,8 @@ def main() -> None:
     parser.add_argument("--grad-accum", type=int, default=1)
     parser.add_argument("--timeout", type=float, default=60.0)
     parser.add_argument("--fault", default="none", choices=[
-        "none", "raise", "kill", "hang", "desync", "extra-collective", "other-model"])
+        "none", "raise", "kill", "hang", "desync", "extra-collective", "other-model",
+        "other-config"])
     parser.add_argument("--fault-rank", type=int, default=1)
     parser.add_argument("--fault-step", type=int, default=1)
     parser.add_argument("--out", default=None)
@@ -43,6 +45,10 @@ def main() -> None:
 
     world = distributed.init(timeout_s=args.timeout)
     distributed.check_batch_split(args.batch_size, world.size, args.grad_accum)
+    settings = {"steps": args.steps, "batch_size": args.batch_size, "grad_accum": args.grad_accum}
+    if args.fault == "other-config" and world.rank == args.fault_rank:
+        settings["steps"] += 1
+    world.check_same(settings)
     corpus = tokenize_corpus("builtin", "char", 16, None)
     width = 48 if args.fault == "other-model" and world.rank == args.fault_rank else 32
     config = GPTConfig(vocab_size=corpus.tokenizer.vocab_size, block_size=16, n_layer=2,

@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from glassllm import distributed
+from glassllm import blas_threads, distributed
 
 ROOT = Path(__file__).resolve().parents[1]
 WORKER = ROOT / "tests" / "distributed_worker.py"
@@ -143,15 +143,16 @@ def test_openblas_fallback_sets_the_thread_count_without_threadpoolctl():
         pytest.skip("this NumPy does not use a loaded OpenBLAS")
     before = getters[0]()
     try:
-        assert distributed._limit_openblas(1)
+        assert blas_threads._limit_openblas(1)
         assert [get() for get in getters] == [1] * len(getters)
     finally:
-        distributed._limit_openblas(before)
+        blas_threads._limit_openblas(before)
 
 
-def test_limit_blas_threads_rejects_zero():
-    with pytest.raises(ValueError, match="BLAS threads must be >= 1"):
-        distributed.limit_blas_threads(0)
+def test_blas_threads_doctest():
+    import doctest
+
+    assert doctest.testmod(blas_threads).failed == 0
 
 
 def test_blas_thread_limit_takes_effect_after_numpy_is_loaded():
@@ -283,6 +284,13 @@ def test_resume_with_another_number_of_ranks_continues_the_same_run(mpi, tmp_pat
         if name != "losses":
             assert np.array_equal(whole[name], legs[name]), name
     assert legs["losses"][-1] == whole["losses"][-1]
+
+
+@pytest.mark.mpi
+def test_ranks_with_different_configurations_are_refused_at_the_start(mpi):
+    out, seconds = run_worker(mpi, 2, "--fault", "other-config", "--steps", 3)
+    assert out.returncode != 0 and seconds < 15
+    assert "rank 1 has a different configuration: steps 4 (rank 0: 3)" in out.stderr
 
 
 @pytest.mark.mpi
