@@ -60,9 +60,9 @@ def _limit_openblas(threads: int) -> bool:
     return done
 
 
-def available_cores() -> int:
-    """Cores this process may run on (its CPU affinity where the OS tells it)."""
+def available_cores() -> list[int]:
+    """The cores this process may run on (its CPU affinity; all cores where the OS hides it)."""
     try:
-        return len(os.sched_getaffinity(0))
+        return sorted(os.sched_getaffinity(0))
     except AttributeError:  # not Linux
-        return os.cpu_count() or 1
+        return list(range(os.cpu_count() or 1))

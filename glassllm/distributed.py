@@ -36,8 +36,9 @@ The contract:
   token to every other and waits at most ``timeout_s`` seconds; a rank that died, hangs or called
   another collective is named in one line and the job is aborted (exit status 2).
 * **BLAS threads:** with more than one rank on a machine, each rank's BLAS pool is limited to
-  ``cores // ranks on this machine`` threads unless ``blas_threads`` or one of the standard
-  variables (``OMP_NUM_THREADS``, ``OPENBLAS_NUM_THREADS``, ``MKL_NUM_THREADS``) says otherwise.
+  its share of the cores (its cores divided by the ranks that may run on them) unless
+  ``blas_threads`` or a standard variable (``OMP_NUM_THREADS``, ``OPENBLAS_NUM_THREADS``,
+  ``MKL_NUM_THREADS``) says otherwise.
 """
 
 from __future__ import annotations
@@ -285,8 +286,9 @@ def init(
     With more than one rank: imports mpi4py (``RuntimeError`` naming ``pip install
     'glassllm[mpi]'`` when it is missing or finds no MPI library), installs an exception hook
     that aborts every rank when one raises (``abort_on_exception``), and limits BLAS threads
-    (``blas_threads``; None: ``cores // ranks on this machine``, unless a standard variable is
-    set). ``timeout_s`` bounds the wait of every collective for the slowest rank: make it longer
+    (``blas_threads``; None: this rank's cores divided by the ranks that share them, unless a
+    standard variable is set). ``environ`` replaces ``os.environ`` for the launch detection.
+    ``timeout_s`` bounds the wait of every collective for the slowest rank: make it longer
     than the longest stretch between two collectives (an evaluation plus a checkpoint).
     """
     if not timeout_s > 0:
@@ -310,11 +312,14 @@ def init(
         )
     if abort_on_exception:
         _install_abort_hook(world)
-    local = MPI.COMM_WORLD.Split_type(MPI.COMM_TYPE_SHARED)
+    local = MPI.COMM_WORLD.Split_type(MPI.COMM_TYPE_SHARED)  # the ranks on this machine
     world.local_size = local.Get_size()
+    mine = set(available_cores())
+    sharing = sum(1 for cores in local.allgather(mine) if cores & mine)  # me included
     local.Free()
     if blas_threads is None and not any(os.environ.get(name) for name in BLAS_VARIABLES):
-        blas_threads = max(1, available_cores() // world.local_size)
+        # Ranks the launcher bound to their own cores keep them; ranks that share cores split.
+        blas_threads = max(1, len(mine) // sharing)
     if blas_threads is not None and limit_blas_threads(blas_threads):
         world.blas_threads = blas_threads
     return world

@@ -93,12 +93,22 @@ def main() -> None:
     with no_grad():
         ddp.check_replicas()
     if world.rank == 0:
-        print(f"trained {args.steps} steps on {world.size} ranks; losses {losses}", flush=True)
+        print(f"trained {args.steps} steps on {world.size} ranks; losses {losses}; "
+              f"BLAS threads {world.blas_threads} ({blas_pools()})", flush=True)
         if args.save:
             glassllm.save(args.save, model, optimizer, {"batches": batch_rng.bit_generator.state})
         if args.out:
             np.savez(args.out, losses=np.array(losses),
                      **{name: p.data for name, p in model.named_parameters()})
+
+
+def blas_pools() -> str:
+    try:
+        from threadpoolctl import threadpool_info
+    except ImportError:
+        return "threadpoolctl not installed"
+    return "pools " + ",".join(str(p["num_threads"]) for p in threadpool_info()
+                               if p["user_api"] == "blas")
 
 
 def fault(kind: str, model: GPT, world: distributed.World) -> None:

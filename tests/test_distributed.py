@@ -25,7 +25,9 @@ LAUNCH_VARIABLES = ("PMI_RANK", "PMI_SIZE", "OMPI_COMM_WORLD_RANK", "OMPI_COMM_W
 
 
 def clean_env(**extra: str) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if k not in LAUNCH_VARIABLES}
+    # No launcher of ours, and no BLAS variable: init must pick each rank's thread count.
+    dropped = (*LAUNCH_VARIABLES, *distributed.BLAS_VARIABLES)
+    env = {k: v for k, v in os.environ.items() if k not in dropped}
     env["PYTHONPATH"] = str(ROOT) + os.pathsep + env.get("PYTHONPATH", "")
     # In case the runtime is Open MPI: it refuses root and more ranks than cores otherwise.
     env.update(OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
@@ -292,6 +294,16 @@ def test_ranks_with_different_configurations_are_refused_at_the_start(mpi):
     out, seconds = run_worker(mpi, 2, "--fault", "other-config", "--steps", 3)
     assert out.returncode != 0 and seconds < 15
     assert "rank 1 has a different configuration: steps 4 (rank 0: 3)" in out.stderr
+
+
+@pytest.mark.mpi
+def test_ranks_sharing_the_cores_split_them_for_blas(mpi):
+    out, _ = run_worker(mpi, 2, "--steps", 1)
+    assert out.returncode == 0, out.stderr
+    share = max(1, len(distributed.available_cores()) // 2)  # the launcher binds nothing here
+    assert f"BLAS threads {share} (" in out.stdout
+    if "pools" in out.stdout:
+        assert f"BLAS threads {share} (pools {share})" in out.stdout
 
 
 @pytest.mark.mpi
