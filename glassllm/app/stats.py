@@ -49,6 +49,9 @@ import numpy as np
 
 from glassllm.tensor import Tensor
 
+# The file in out_dir that holds one record per stats step (one JSON object per line).
+STATS_NAME = "stats.jsonl"
+
 
 def rms(array: np.ndarray) -> float:
     """Root mean square of ``array``, accumulated in float64."""
