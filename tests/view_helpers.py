@@ -21,7 +21,7 @@ TEXT = "".join(
     f"def f{i}(x, y):\n    return x * {i} + y  # line {i}\n\n"
     f"class Box{i}:\n    def get(self):\n        return self.value{i % 7}\n\n"
     for i in range(40)
-)
+) + "# <img src=x onerror=window.__xss=1> is text, not markup\n"
 
 
 def make_run(out_dir, steps=60, eval_interval=20, stats_interval=2, seed=0):

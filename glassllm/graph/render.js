@@ -4,9 +4,10 @@
 // Text goes in with textContent only.
 
 const SVG = "http://www.w3.org/2000/svg";
-const NODE_W = 250;
+const CHAR_W = 6.8; // width of one character of the 11px monospace font
+const MIN_W = 120;
 const LINE_H = 15;
-const COL_GAP = 70;
+const COL_GAP = 56;
 const ROW_GAP = 18;
 
 function el(name, attrs, parent) {
@@ -92,7 +93,19 @@ export function drawGraph(container, graph) {
   const { col, columns } = layout(graph);
   const lines = graph.nodes.map(nodeLines);
   const heights = lines.map((l) => (2 + l.value.length + l.grad.length) * LINE_H + 12);
-  const x = (i) => 10 + col[i] * (NODE_W + COL_GAP);
+  const widths = lines.map((l) => {
+    const longest = Math.max(l.head.length, l.shape.length, ...l.value.map((v) => v.length + 5),
+                             ...l.grad.map((v) => v.length + 5));
+    return Math.max(MIN_W, Math.ceil(longest * CHAR_W) + 18);
+  });
+  // Each column as wide as its widest node; columns left to right.
+  const colX = [];
+  let left = 10;
+  columns.forEach((column, c) => {
+    colX[c] = left;
+    left += (column ? Math.max(...column.map((i) => widths[i])) : MIN_W) + COL_GAP;
+  });
+  const x = (i) => colX[col[i]];
   const y = new Array(graph.nodes.length).fill(0);
   let height = 0;
   for (const column of columns) {
@@ -101,11 +114,11 @@ export function drawGraph(container, graph) {
     for (const i of column) { y[i] = top; top += heights[i] + ROW_GAP; }
     height = Math.max(height, top);
   }
-  const width = 20 + columns.length * (NODE_W + COL_GAP) - COL_GAP;
+  const width = left - COL_GAP + 10;
   const svg = el("svg", { width, height, viewBox: `0 0 ${width} ${height}`, class: "graph" });
   const edges = el("g", { class: "edges" }, svg);
   for (const [p, c] of graph.edges) {
-    const x1 = x(p) + NODE_W, y1 = y[p] + LINE_H + 4, x2 = x(c), y2 = y[c] + LINE_H + 4;
+    const x1 = x(p) + widths[p], y1 = y[p] + LINE_H + 4, x2 = x(c), y2 = y[c] + LINE_H + 4;
     const mid = (x1 + x2) / 2;
     el("path", { d: `M${x1},${y1} C${mid},${y1} ${mid},${y2} ${x2},${y2}`, class: "edge" }, edges);
   }
@@ -113,7 +126,7 @@ export function drawGraph(container, graph) {
     const kind = node.op === "leaf" ? "leaf" : node.op === "const" ? "const" : "op";
     const g = el("g", { class: `node ${kind}${i === graph.root ? " root" : ""}`,
                         transform: `translate(${x(i)},${y[i]})`, "data-id": i }, svg);
-    el("rect", { width: NODE_W, height: heights[i], rx: 6 }, g);
+    el("rect", { width: widths[i], height: heights[i], rx: 6 }, g);
     const l = lines[i];
     const rows = [["head", l.head], ["shape", l.shape],
                   ...l.value.map((v, k) => ["value", `${k ? "     " : "data "}${v}`]),

@@ -48,7 +48,7 @@ export function lineChart(container, series, options = {}) {
   if (options.guide !== undefined) ys = ys.concat([options.guide]);
   let [y0, y1] = [Math.min(...ys), Math.max(...ys)];
   if (x1 === x0) x1 = x0 + 1;
-  if (y1 === y0) { y0 -= 0.5; y1 += 0.5; }
+  if (y1 === y0) { const d = Math.abs(y0) * 0.1 || 1; y0 -= d; y1 += d; }
   const margin = (y1 - y0) * 0.05;
   y0 -= margin; y1 += margin;
   const sx = (x) => pad.l + ((x - x0) / (x1 - x0)) * (W - pad.l - pad.r);

@@ -2,7 +2,7 @@
 // /api/inspect pass (glassllm/models/inspect.py: inspect, which records GPT.forward itself).
 
 import { call, clearError } from "./api.js";
-import { el, percent, probColour, signedColour, state, tokenSpan, visible } from "./util.js";
+import { el, percent, probColour, signedColour, state, tokenSpan, visibleAlone } from "./util.js";
 
 const $ = (id) => document.getElementById(id);
 let seen = null; // the /api/inspect answer
@@ -94,7 +94,7 @@ function drawLens() {
   table.replaceChildren();
   const head = el("tr");
   head.appendChild(el("th", {}, ""));
-  seen.tokens.forEach((t) => head.appendChild(el("th", { class: "tokhead" }, visible(t.text))));
+  seen.tokens.forEach((t) => head.appendChild(el("th", { class: "tokhead" }, visibleAlone(t.text))));
   table.appendChild(head);
   seen.lens.rows.forEach((name, r) => {
     const row = el("tr");
@@ -103,7 +103,7 @@ function drawLens() {
       const topIds = seen.lens.top_ids[r][t];
       const topP = seen.lens.top_p[r][t];
       const best = state.vocab[topIds[0]] || { text: String(topIds[0]) };
-      const cell = el("td", { class: "lcell" }, visible(best.text));
+      const cell = el("td", { class: "lcell" }, visibleAlone(best.text));
       cell.style.background = probColour(topP[0]);
       const next = t + 1 < seen.tokens.length ? seen.tokens[t + 1].id : null;
       if (next !== null && topIds[0] === next) cell.classList.add("hit");

@@ -33,6 +33,11 @@ export function visible(text) {
   return text.replace(/\n/g, "⏎").replace(/\t/g, "→");
 }
 
+// The same, with a space shown as ␣ (for a token standing alone, e.g. in a table cell).
+export function visibleAlone(text) {
+  return visible(text).replace(/ /g, "␣");
+}
+
 // The app's shared state: the checkpoint info and the current text as token ids.
 export const state = { info: null, vocab: [], ids: [], promptLength: 0 };
 
