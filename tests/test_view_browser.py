@@ -164,6 +164,23 @@ def test_inspect_attention_lens_and_neurons(page):
         "#mlp-strip .tok", "s => s.map(x => x.style.background)") != colours
 
 
+def test_large_attention_comes_one_layer_at_a_time(page, monkeypatch):
+    from playwright.sync_api import expect
+
+    monkeypatch.setattr(api, "ATTENTION_INLINE", 0)  # as for a model too large to send at once
+    generate(page, "def ", 10)
+    page.click("button[data-tab=inside]")
+    page.click("#inspect")
+    expect(page.locator("#inspect-summary")).to_have_text("14 tokens")
+    # Every thumbnail gets drawn: query 0 attends to key 0 alone, a dark top-left cell.
+    page.wait_for_function("""() => [...document.querySelectorAll('#attn-grid canvas')].every(
+        c => c.getContext('2d').getImageData(1, 1, 1, 1).data[0] < 100)""")
+    page.select_option("#attn-layer", "1")
+    box = page.locator("#attn").bounding_box()
+    page.mouse.click(box["x"] + 5, box["y"] + box["height"] * 5.5 / 14)
+    expect(page.locator("#attn-readout")).to_contain_text("query 5")
+
+
 def test_graph_edit_and_rerun(page):
     from playwright.sync_api import expect
 
@@ -301,3 +318,59 @@ def test_dashboard_only_without_checkpoint(browser, tmp_path, out_dir):
     finally:
         server.shutdown()
         server.server_close()
+
+
+def test_another_site_cannot_use_the_api(browser, server, monkeypatch):
+    """A page served from another origin (another port on 127.0.0.1) cannot call the API."""
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    class OtherSite(BaseHTTPRequestHandler):
+        def do_GET(self):
+            body = b"<!doctype html><title>another site</title>"
+            self.send_response(200)
+            self.send_header("Content-Type", "text/html")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args):
+            pass
+
+    calls = []
+    generate_route = api.ROUTES[("POST", "/api/generate")]
+    monkeypatch.setitem(api.ROUTES, ("POST", "/api/generate"),
+                        (lambda run, body: calls.append(body) or generate_route[0](run, body),
+                         True))
+    other = ThreadingHTTPServer(("127.0.0.1", 0), OtherSite)
+    threading.Thread(target=other.serve_forever, daemon=True).start()
+    try:
+        opened = Page(browser, f"http://127.0.0.1:{other.server_address[1]}/")
+        result = opened.page.evaluate(
+            """async (target) => {
+              const out = {};
+              const body = JSON.stringify({prompt: "def ", max_new_tokens: 1});
+              try {
+                await fetch(target + "api/generate", {method: "POST", body,
+                  headers: {"Content-Type": "application/json"}});
+                out.json = "answered";
+              } catch (e) { out.json = e.name; }
+              try {
+                const r = await fetch(target + "api/generate", {method: "POST", mode: "no-cors",
+                  body, headers: {"Content-Type": "text/plain"}});
+                out.noCors = r.type;
+              } catch (e) { out.noCors = e.name; }
+              try { await fetch(target + "api/info"); out.get = "answered"; }
+              catch (e) { out.get = e.name; }
+              return out;
+            }""",
+            f"http://127.0.0.1:{server.port}/",
+        )
+        opened.context.close()
+    finally:
+        other.shutdown()
+        other.server_close()
+    assert result["json"] == "TypeError"  # the preflight is never granted
+    assert result["get"] == "TypeError"  # no CORS headers: the answer stays unreadable
+    assert result["noCors"] in ("opaque", "TypeError")  # sent blind, and refused by the server
+    assert calls == []  # the model never ran for another site
+    assert [e for e in opened.errors if e.startswith("pageerror")] == []

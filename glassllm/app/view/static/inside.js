@@ -87,6 +87,14 @@ async function drawOverview() {
       grid.appendChild(canvas);
     }
   }
+  if (!seen.attention) {
+    // Too large to send at once: fetch the layers one by one (each is cached for the heatmap).
+    for (let l = 0; l < seen.n_layer; l++) {
+      const heads = await layerAttention(l);
+      if (!heads) return;
+      grid.querySelectorAll(`canvas[data-layer="${l}"]`).forEach((c) => drawHeatmap(c, heads[Number(c.dataset.head)]));
+    }
+  }
 }
 
 function drawLens() {
@@ -107,6 +115,8 @@ function drawLens() {
       cell.style.background = probColour(topP[0]);
       const next = t + 1 < seen.tokens.length ? seen.tokens[t + 1].id : null;
       if (next !== null && topIds[0] === next) cell.classList.add("hit");
+      // Where this stage changed its mind: the top-1 differs from the row above.
+      if (r > 0 && seen.lens.top_ids[r - 1][t][0] !== topIds[0]) cell.classList.add("changed");
       const lines = topIds.map((id, j) => `${state.vocab[id] ? state.vocab[id].repr : id} ${percent(topP[j])}`);
       const pNext = next === null ? "" : `\np(actual next ${seen.tokens[t + 1].repr}) = ${percent(seen.lens.p_next[r][t])}`;
       cell.title = `${name}, after ${token.repr} (position ${t}):\n${lines.join("\n")}${pNext}`;
