@@ -4,7 +4,12 @@ import http.client
 import io
 import json
 import os
+import re
+import signal
+import subprocess
+import sys
 import threading
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -290,3 +295,68 @@ def test_a_bug_is_a_500_and_the_server_keeps_serving(server, monkeypatch, capsys
 def test_port_in_use_and_host_warning(server, out_dir):
     with pytest.raises(ValueError, match=f"port {server.port} is in use; pass --port 0"):
         make_server(out_dir, port=server.port)
+
+
+def test_host_header_rules(out_dir):
+    loopback = make_server(out_dir, port=0)
+    try:
+        port = loopback.port
+        assert loopback.host_allowed(f"127.0.0.1:{port}")
+        assert loopback.host_allowed(f"localhost:{port}")
+        assert not loopback.host_allowed(f"192.168.1.5:{port}")
+        assert not loopback.host_allowed(f"evil.example:{port}")
+        assert not loopback.host_allowed("127.0.0.1:1")
+        assert not loopback.host_allowed("")
+    finally:
+        loopback.server_close()
+    anywhere = make_server(out_dir, host="0.0.0.0", port=0)
+    try:
+        port = anywhere.port
+        assert anywhere.host_allowed(f"192.168.1.5:{port}")
+        assert anywhere.host_allowed(f"[fe80::1]:{port}")
+        assert not anywhere.host_allowed(f"evil.example:{port}")  # a rebinding name
+        assert not anywhere.host_allowed("192.168.1.5:1")
+        assert anywhere.url == f"http://127.0.0.1:{port}/"
+    finally:
+        anywhere.server_close()
+
+
+def view_command(*args, timeout=60):
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(
+        [str(Path(__file__).resolve().parent.parent), os.environ.get("PYTHONPATH", "")])}
+    return subprocess.run([sys.executable, "-m", "glassllm.app.view", *map(str, args)],
+                          capture_output=True, text=True, timeout=timeout, env=env)
+
+
+def test_serve_startup_errors_are_one_line_with_status_2(tmp_path, out_dir):
+    empty = view_command(tmp_path, "--no-browser", "--port", "0")
+    assert empty.returncode == 2
+    assert empty.stderr.strip().splitlines() == [
+        f"glassllm: error: no checkpoint or log in {str(tmp_path)!r} (train first: glassllm train)"
+    ]
+    bogus = tmp_path / "ckpt.safetensors"
+    bogus.write_bytes(b"not a checkpoint at all")
+    broken = view_command(tmp_path, "--no-browser", "--port", "0")
+    assert broken.returncode == 2 and len(broken.stderr.strip().splitlines()) == 1
+    assert broken.stderr.startswith("glassllm: error: ") and "Traceback" not in broken.stderr
+
+
+def test_serve_prints_its_url_and_stops_on_ctrl_c(out_dir):
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parent.parent)}
+    process = subprocess.Popen(
+        [sys.executable, "-m", "glassllm.app.view", str(out_dir), "--no-browser", "--port", "0"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    try:
+        line = process.stdout.readline()
+        match = re.search(r"http://127\.0\.0\.1:(\d+)/", line)
+        assert match, line
+        conn = http.client.HTTPConnection("127.0.0.1", int(match.group(1)), timeout=10)
+        conn.request("GET", "/api/info")
+        assert json.loads(conn.getresponse().read())["checkpoint"]["iteration"] == 60
+        conn.close()
+        process.send_signal(signal.SIGINT)
+        out, err = process.communicate(timeout=20)
+    finally:
+        process.kill()
+    assert process.returncode == 0, err
+    assert "stopped" in out and "Traceback" not in err

@@ -374,3 +374,20 @@ def test_another_site_cannot_use_the_api(browser, server, monkeypatch):
     assert result["noCors"] in ("opaque", "TypeError")  # sent blind, and refused by the server
     assert calls == []  # the model never ran for another site
     assert [e for e in opened.errors if e.startswith("pageerror")] == []
+
+
+@pytest.mark.parametrize("temperature, top_k", [(1.0, 46), (0.7, 3), (2.0, 1), (0.3, 5)])
+def test_page_reshapes_the_distribution_as_the_sampler_does(page, temperature, top_k):
+    """The sliders' softmax(logits / T) over the top-k equals GPT._probabilities (ties kept)."""
+    import numpy as np
+
+    from glassllm.models import GPT
+
+    logits = np.random.default_rng(top_k).normal(size=46).astype(np.float32)
+    logits[[3, 7]] = logits.max()  # a tie at the top
+    logits[[10, 11, 12]] = np.sort(logits)[-4]  # ties around the k-th
+    mine = page.evaluate(
+        "async ([z, t, k]) => (await import('/sample.js')).probabilities(z, t, k)",
+        [logits.tolist(), temperature, top_k])
+    expected = GPT._probabilities(logits[None].astype(np.float64), temperature, top_k)[0]
+    np.testing.assert_allclose(mine, expected, rtol=1e-12, atol=1e-15)

@@ -18,6 +18,7 @@ Security for a local tool that reads model files (each rule is tested):
 from __future__ import annotations
 
 import errno
+import ipaddress
 import json
 import math
 import sys
@@ -101,6 +102,24 @@ class ViewServer(ThreadingHTTPServer):
         names = {host, *LOOPBACK} if host in LOOPBACK else {host}
         self.allowed_hosts = {f"{name}:{self.port}" for name in names if ":" not in name}
         self.allowed_hosts |= {f"[{name}]:{self.port}" for name in names if ":" in name}
+        self.loopback_only = host in LOOPBACK
+
+    def host_allowed(self, header: str) -> bool:
+        """Whether a request's Host header names this server. Names are allow-listed (a DNS
+        rebinding attack comes with its own domain name); on a non-loopback address, which the
+        user chose, any IP literal with the right port is accepted too."""
+        if header in self.allowed_hosts:
+            return True
+        if self.loopback_only:
+            return False
+        name, _, port = header.rpartition(":")
+        if port != str(self.port):
+            return False
+        try:
+            ipaddress.ip_address(name.strip("[]"))
+        except ValueError:
+            return False
+        return True
 
     @property
     def url(self) -> str:
@@ -169,7 +188,7 @@ class Handler(BaseHTTPRequestHandler):
             self._error(500, "internal error (see the terminal)")
 
     def _route(self, method: str) -> None:
-        if self.headers.get("Host", "") not in self.server.allowed_hosts:
+        if not self.server.host_allowed(self.headers.get("Host", "")):
             self.close_connection = True
             raise ApiError(403, "unexpected Host header; open the address the viewer printed")
         if self.headers.get("Sec-Fetch-Site") == "cross-site":
