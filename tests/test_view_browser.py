@@ -251,7 +251,10 @@ def test_dashboard_follows_the_log(browser, out_dir, tmp_path):
             log.write(json.dumps({"iter": 80, "train_loss": 0.2, "val_loss": 0.3, "lr": 1e-3})
                       + "\n")
         expect(page.locator("#train-status")).to_contain_text("5 evaluations", timeout=10_000)
-        expect(page.locator("#chart-loss circle.val")).to_have_count(5)
+        make_run(copy, steps=4, eval_interval=2)  # the run writes a new checkpoint
+        os.utime(copy / "ckpt.safetensors", ns=(1, 10**18))  # a new stamp on a coarse clock
+        expect(page.locator("#info")).to_contain_text("checkpoint updated to step 4",
+                                                      timeout=10_000)
         page.uncheck("#smooth")
         expect(page.locator("#chart-grad path.line")).to_have_count(1)
         opened.context.close()

@@ -41,6 +41,20 @@ async function start() {
     $("inspect").disabled = true;
     showTab("training");
   }
+  setInterval(followCheckpoint, 5000);
+}
+
+// A run training in another terminal rewrites its checkpoint: say so when the server reloads it.
+async function followCheckpoint() {
+  const info = await call("/api/info");
+  if (!info || !info.checkpoint) return;
+  const before = state.info && state.info.checkpoint;
+  if (before && JSON.stringify(before.stamp) === JSON.stringify(info.checkpoint.stamp)) return;
+  state.info = info;
+  state.vocab = info.checkpoint.vocab;
+  $("generate").disabled = false;
+  $("inspect").disabled = false;
+  $("info").textContent = `${describe(info)} · checkpoint updated to step ${info.checkpoint.iteration}`;
 }
 
 start();
