@@ -341,10 +341,12 @@ def test_serve_startup_errors_are_one_line_with_status_2(tmp_path, out_dir):
     assert broken.stderr.startswith("glassllm: error: ") and "Traceback" not in broken.stderr
 
 
-def test_serve_prints_its_url_and_stops_on_ctrl_c(out_dir):
+@pytest.mark.parametrize("host", ["127.0.0.1", "0.0.0.0"])
+def test_serve_prints_its_url_and_stops_on_ctrl_c(out_dir, host):
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parent.parent)}
     process = subprocess.Popen(
-        [sys.executable, "-m", "glassllm.app.view", str(out_dir), "--no-browser", "--port", "0"],
+        [sys.executable, "-m", "glassllm.app.view", str(out_dir), "--no-browser", "--port", "0",
+         "--host", host],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
     try:
         line = process.stdout.readline()
@@ -360,3 +362,16 @@ def test_serve_prints_its_url_and_stops_on_ctrl_c(out_dir):
         process.kill()
     assert process.returncode == 0, err
     assert "stopped" in out and "Traceback" not in err
+    warned = "warning: listening on 0.0.0.0: anyone who can reach this machine" in err
+    assert warned == (host == "0.0.0.0")
+
+
+def test_a_browser_opens_only_with_a_display(monkeypatch):
+    from glassllm.app.view import server as view_server
+
+    monkeypatch.setattr(view_server.sys, "platform", "linux")
+    monkeypatch.delenv("DISPLAY", raising=False)
+    monkeypatch.delenv("WAYLAND_DISPLAY", raising=False)
+    assert view_server.has_display() is False
+    monkeypatch.setenv("DISPLAY", ":0")
+    assert view_server.has_display() is True

@@ -21,6 +21,7 @@ import errno
 import ipaddress
 import json
 import math
+import os
 import sys
 import threading
 import traceback
@@ -281,7 +282,7 @@ def serve(
     what = "dashboard only, no checkpoint yet" if server.run.model is None else (
         f"checkpoint {server.run.checkpoint_path}")
     print(f"glassllm view: {server.url}  ({what}; Ctrl-C stops)", flush=True)
-    if open_browser:
+    if open_browser and has_display():
         threading.Thread(target=_open, args=(server.url,), daemon=True).start()
     try:
         server.serve_forever()
@@ -289,6 +290,14 @@ def serve(
         print("\nglassllm view: stopped", flush=True)
     finally:
         server.server_close()
+
+
+def has_display() -> bool:
+    """Whether a graphical browser can open: always on macOS and Windows, elsewhere only with an
+    X or Wayland display (without one, webbrowser may start a text browser in this terminal)."""
+    if sys.platform in ("darwin", "win32"):
+        return True
+    return bool(os.environ.get("DISPLAY") or os.environ.get("WAYLAND_DISPLAY"))
 
 
 def _open(url: str) -> None:
