@@ -382,7 +382,7 @@ def test_another_site_cannot_use_the_api(browser, server, monkeypatch):
 
 @pytest.mark.parametrize("temperature, top_k", [(1.0, 46), (0.7, 3), (2.0, 1), (0.3, 5)])
 def test_page_reshapes_the_distribution_as_the_sampler_does(page, temperature, top_k):
-    """The sliders' softmax(logits / T) over the top-k equals generation.probabilities (ties kept)."""
+    """The sliders' softmax(logits / T) over the top-k equals generation.probabilities."""
     import numpy as np
 
 
