@@ -24,17 +24,32 @@ REPO = Path(__file__).resolve().parents[1]
 posix_only = pytest.mark.skipif(os.name != "posix", reason="FIFOs, devices and sockets are POSIX")
 
 
-def run_cli(*args: str, timeout: float = 60.0, **env_vars: str) -> subprocess.CompletedProcess:
-    """``python -m glassllm ARGS`` as a user runs it, with this tree on the path; a run that
-    blocks (e.g. opening a FIFO) fails the test at ``timeout`` instead of hanging it."""
+# A child reading an endless file must fail its test, not take the machine's memory with it.
+CHILD_ADDRESS_SPACE = 8 << 30
+
+
+def _cap_memory() -> None:
+    import resource
+
+    resource.setrlimit(resource.RLIMIT_AS, (CHILD_ADDRESS_SPACE, CHILD_ADDRESS_SPACE))
+
+
+def run_python(*args: str, timeout: float = 60.0, **env_vars: str) -> subprocess.CompletedProcess:
+    """``python ARGS`` with this tree on the path and its memory capped; a run that blocks (e.g.
+    opening a FIFO) fails the test at ``timeout`` instead of hanging it."""
     env = {**os.environ, "PYTHONPATH": str(REPO), **env_vars}
     try:
         return subprocess.run(
-            [sys.executable, "-m", "glassllm", *args],
-            capture_output=True, text=True, timeout=timeout, env=env,
+            [sys.executable, *args], capture_output=True, text=True, timeout=timeout, env=env,
+            preexec_fn=_cap_memory,
         )
     except subprocess.TimeoutExpired:
-        pytest.fail(f"glassllm {' '.join(args)} was still running after {timeout} s")
+        pytest.fail(f"python {' '.join(args)} was still running after {timeout} s")
+
+
+def run_cli(*args: str, **env_vars: str) -> subprocess.CompletedProcess:
+    """``python -m glassllm ARGS`` as a user runs it (see `run_python`)."""
+    return run_python("-m", "glassllm", *args, **env_vars)
 
 
 def assert_one_line_refusal(result: subprocess.CompletedProcess, *fragments: str) -> None:
@@ -92,16 +107,22 @@ def test_a_fifo_without_a_writer_is_refused_without_blocking(tmp_path):
 def test_a_device_is_refused_before_it_is_read(device):
     if not os.path.exists(device):
         pytest.skip(f"{device} does not exist here")
-    with pytest.raises(DataError, match=rf"^data file '{device}' is a character device, not a"):
-        load_text(device)
+    # In a child: a reader without a limit would read /dev/zero until memory runs out.
+    code = "import sys; from glassllm.data import load_text; load_text(sys.argv[1])"
+    result = run_python("-c", code, device)
+    assert result.returncode == 1
+    last = result.stderr.strip().splitlines()[-1]
+    assert last == f"glassllm.data.corpus.DataError: data file '{device}' is a character device, " \
+        "not a regular file", result.stderr[-500:]
 
 
 @posix_only
 def test_a_symlink_to_a_device_is_judged_by_what_it_points_to(tmp_path):
     link = tmp_path / "corpus.txt"
     link.symlink_to("/dev/zero")
-    with pytest.raises(DataError, match="is a character device"):
-        load_text(str(link))
+    code = "import sys; from glassllm.data import load_text; load_text(sys.argv[1])"
+    result = run_python("-c", code, str(link))
+    assert "is a character device, not a regular file" in result.stderr, result.stderr[-500:]
 
 
 @posix_only
