@@ -12,12 +12,14 @@ from glassllm.data.batches import (
 )
 from glassllm.data.corpus import (
     CORPUS_NAMES,
+    MAX_CORPUS_BYTES,
     SHAKESPEARE_SHA256,
     SHAKESPEARE_URL,
     DataError,
     builtin_text,
     cache_dir,
     load_text,
+    max_corpus_bytes,
     read_text_file,
     shakespeare_text,
 )
@@ -34,6 +36,7 @@ from glassllm.data.tokenizers import (
 
 __all__ = [
     "CORPUS_NAMES",
+    "MAX_CORPUS_BYTES",
     "SHAKESPEARE_SHA256",
     "SHAKESPEARE_URL",
     "TOKENIZER_KINDS",
@@ -50,6 +53,7 @@ __all__ = [
     "check_long_enough",
     "get_batch",
     "load_text",
+    "max_corpus_bytes",
     "read_text_file",
     "sequential_batches",
     "shakespeare_text",

@@ -81,7 +81,7 @@ def shakespeare_text(cache: Path | None = None, url: str | None = None) -> str:
     """
     path = (cache or cache_dir()) / "tinyshakespeare.txt"
     try:  # the cached copy is untrusted too: bounded, then checked like a download
-        data = read_regular_file(str(path), MAX_DOWNLOAD_BYTES, "cached file")
+        data = _read_regular_file(str(path), MAX_DOWNLOAD_BYTES, "cached file")
     except DataError:  # absent, not a regular file, too large: download again
         data = None
     if data is not None and _sha256(data) == SHAKESPEARE_SHA256:
@@ -157,7 +157,7 @@ def read_text_file(path: str | os.PathLike[str], max_bytes: int | None = None) -
     """
     name = os.fspath(path)
     limit = max_corpus_bytes() if max_bytes is None else max_bytes
-    raw = read_regular_file(name, limit, "data file")
+    raw = _read_regular_file(name, limit, "data file")
     if not raw:
         raise DataError(f"data file {name!r} is empty")
     nul = raw.find(b"\0")
@@ -192,7 +192,7 @@ def _not_regular(mode: int) -> str | None:
     return next((kind for test, kind in _NOT_REGULAR if test(mode)), "not a regular file")
 
 
-def read_regular_file(path: str, limit: int, what: str) -> bytes:
+def _read_regular_file(path: str, limit: int, what: str) -> bytes:
     """The bytes of the regular file ``path``, refused with a :class:`DataError` (whose message
     starts with ``what`` and the path) when it is missing, not a regular file, unreadable, or
     larger than ``limit`` bytes. Never reads more than ``limit + 1`` bytes; never blocks on a
