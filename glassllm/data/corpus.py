@@ -203,8 +203,8 @@ def _read_regular_file(path: str, limit: int, what: str) -> bytes:
     try:
         info = os.stat(path)  # follows a symlink: the file it points to must qualify
     except FileNotFoundError:
-        hint = " (built-in corpora: builtin, shakespeare)" if what == "data file" else ""
-        raise DataError(f"{label} not found{hint}") from None
+        names = " (built-in corpora: builtin, shakespeare)" if what == "data file" else ""
+        raise DataError(f"{label} not found{names}") from None
     except OSError as err:
         raise DataError(f"cannot read {label}: {err.strerror or err}") from None
     _check_regular(label, info, limit, hint)
