@@ -9,6 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+import glassllm.data.tokenizers
 from glassllm.data import (
     ByteTokenizer,
     CharTokenizer,

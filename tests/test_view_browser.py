@@ -39,6 +39,11 @@ def browser():
     executable = shutil.which("chromium") or shutil.which("chromium-browser")
     if executable is None:
         _missing("chromium is not installed (apt-get install -y chromium)")
+    from playwright.sync_api import expect
+
+    # A loaded 2-core machine can take seconds to answer: wait for the page as long as a person
+    # would, not Playwright's 5 s default (a wait ends as soon as its condition holds).
+    expect.set_options(timeout=30_000)
     with sync_playwright() as playwright:
         browser = playwright.chromium.launch(executable_path=executable, args=CHROMIUM_ARGS)
         yield browser
@@ -70,6 +75,7 @@ class Page:
     def __init__(self, browser, url):
         self.context = browser.new_context(viewport={"width": 1280, "height": 900})
         self.page = self.context.new_page()
+        self.page.set_default_timeout(30_000)
         self.errors = []
         self.page.on("pageerror", lambda e: self.errors.append(f"pageerror: {e}"))
         self.page.on("console", lambda m: m.type == "error" and self.errors.append(
