@@ -23,8 +23,8 @@ import sys
 import typing
 from collections.abc import Sequence
 
-from glassllm.app.config import DEFAULT_OUT_DIR, SampleConfig, TrainConfig
-from glassllm.app.options import add_options, given_options
+# why: nothing heavy (NumPy, the library) is imported at the top of this module: main's Ctrl-C
+# handling starts before those imports, which take most of a start-up.
 
 EXIT_BAD_INPUT = 2
 EXIT_INTERRUPTED = 130  # 128 + SIGINT, what a shell reports for a Ctrl-C'd program
@@ -65,6 +65,9 @@ _SAMPLE_SMALLER = "a smaller --num-samples or --max-new-tokens"
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from glassllm.app.config import SampleConfig, TrainConfig
+    from glassllm.app.options import add_options
+
     parser = _Parser(
         prog="glassllm",
         description="Train a tiny GPT on text with a NumPy autograd engine, and sample from it.",
@@ -96,6 +99,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _run_train(args: argparse.Namespace) -> int:
+    from glassllm.app.config import DEFAULT_OUT_DIR, TrainConfig
+    from glassllm.app.options import given_options
     from glassllm.app.run_state import read_for_resume
     from glassllm.app.train import Trainer, TrainingDiverged
 
@@ -131,6 +136,8 @@ def _run_train(args: argparse.Namespace) -> int:
 
 
 def _run_sample(args: argparse.Namespace) -> int:
+    from glassllm.app.config import SampleConfig
+    from glassllm.app.options import given_options
     from glassllm.app.sample import SampleJob
 
     try:
