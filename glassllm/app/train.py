@@ -25,9 +25,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import shlex
-import signal
 import sys
-import threading
 import time
 import typing
 from collections.abc import Callable
@@ -46,17 +44,17 @@ from glassllm.app.config import (
     TrainConfig,
 )
 from glassllm.app.plot import plot_losses
+from glassllm.app.run_log import EvalRecord, kept_log
 from glassllm.app.run_state import (
-    EvalRecord,
     GeneratorStates,
     RunState,
     SavedRun,
     check_out_dir,
-    kept_log,
     load_trained_model,
     read_checkpoint_metadata,
     resume_config,
 )
+from glassllm.app.stopping import StopOnCtrlC, TrainingDiverged
 from glassllm.checkpoint import load
 from glassllm.data import TokenSplits, get_batch, tokenize_corpus
 from glassllm.models import GPT, GPTConfig
@@ -86,10 +84,6 @@ FINAL_SAMPLE_TEMPERATURE = 0.8  # nanoGPT's sample.py default
 # ------------------------------------------------------------------------------------ training
 
 
-class TrainingDiverged(ValueError):
-    """A loss, learning rate or weight is NaN or infinite: the run stopped without saving it."""
-
-
 @dataclasses.dataclass
 class TrainResult:
     """What one call of :meth:`Trainer.fit` did."""
@@ -102,37 +96,6 @@ class TrainResult:
     interrupted: bool
     sample: str | None  # the text sampled at the end (None when interrupted or sample_tokens=0)
     elapsed_s: float  # training wall time in total (across resumes)
-
-
-class _StopOnCtrlC:
-    """First Ctrl-C: ask the loop to stop after the current step. Second: abort at once.
-
-    Signal handlers can only be installed from the main thread; elsewhere Ctrl-C keeps Python's
-    default behaviour.
-    """
-
-    def __init__(self) -> None:
-        self.requested = False
-        self._previous: Any = None
-
-    def __enter__(self) -> _StopOnCtrlC:
-        if threading.current_thread() is threading.main_thread():
-            self._previous = signal.signal(signal.SIGINT, self._handle)
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        if self._previous is not None:
-            signal.signal(signal.SIGINT, self._previous)
-
-    def _handle(self, signum: int, frame: object) -> None:
-        if self.requested:
-            raise KeyboardInterrupt
-        self.requested = True
-        print(
-            "\nCtrl-C: stopping after this step and saving a checkpoint (Ctrl-C again to abort)",
-            file=sys.stderr,
-            flush=True,
-        )
 
 
 class Trainer:
@@ -380,7 +343,7 @@ class Trainer:
         try:
             # NaN and overflow are caught as values (TrainingDiverged), not warned about
             with (
-                _StopOnCtrlC() as stop,
+                StopOnCtrlC() as stop,
                 np.errstate(over="ignore", invalid="ignore", divide="ignore"),
             ):
                 while True:
