@@ -60,6 +60,13 @@ def _set(path):
     return mutate
 
 
+def _deep(depth):
+    value = []
+    for _ in range(depth):
+        value = [value]
+    return value
+
+
 # (where, value, fragment of the message): each a value a hostile or damaged file could hold.
 BAD_VALUES = [
     (("model_config", "n_layer"), "x", "model_config"),
@@ -79,11 +86,14 @@ BAD_VALUES = [
     (("rng",), [], "rng must be a JSON object"),
     (("tokenizer",), {"type": "bpe"}, "tokenizer: unknown tokenizer type"),
     (("data_sha256",), 5, "data_sha256 must be a text"),
+    # found by tests/test_fuzz_checkpoint.py (each escaped as OverflowError or RecursionError)
+    (("train_config", "warmup_iters"), 10**400, "warmup_iters must be in [0, 1000000000], got a"),
+    (("elapsed_s",), _deep(5000), "elapsed_s must be a number, got a deeply nested value"),
 ]
 
 
 @pytest.mark.parametrize("where, value, fragment", BAD_VALUES, ids=[
-    ".".join(w) + f"={v!r}"[:20] for w, v, _ in BAD_VALUES])  # fmt: skip
+    ".".join(w) + "=" + glassllm.app.options.shown(v, 20) for w, v, _ in BAD_VALUES])  # fmt: skip
 def test_from_metadata_names_the_file_and_the_field(trained, where, value, fragment):
     metadata = copy.deepcopy(trained.metadata())
     _set(where)(metadata, value)
@@ -91,6 +101,14 @@ def test_from_metadata_names_the_file_and_the_field(trained, where, value, fragm
         RunState.from_metadata(metadata, "runs/ckpt.safetensors")
     message = str(info.value)
     assert "'runs/ckpt.safetensors'" in message and fragment in message, message
+
+
+def test_an_integer_learning_rate_too_large_for_the_warm_up_is_a_problem_not_a_crash():
+    problems = TrainConfig(lr=10**308, warmup_iters=5).problems(label=lambda n: f"c.{n}")
+    assert problems == [
+        "c.lr (1e+308) is too large for a warm-up of 5 steps (lr x warmup_iters must stay below "
+        "1.8e+308)"
+    ]
 
 
 def test_missing_required_entries_are_named(trained):

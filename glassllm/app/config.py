@@ -124,7 +124,7 @@ class TrainConfig:
                 f"{label('warmup_iters')} ({self.warmup_iters})"
             )
         elif self.warmup_iters <= MAX_STEPS and not math.isfinite(
-            self.lr * max(self.warmup_iters, 1)
+            float(self.lr) * max(self.warmup_iters, 1)
         ):
             # why: the warm-up computes lr * (step + 1) before dividing, which overflows here
             problems.append(
