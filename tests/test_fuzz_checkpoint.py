@@ -28,8 +28,8 @@ RAW = "\u0000raw:"  # a JSON string value starting with this is replaced by the 
 
 # Values a hostile or damaged file could hold where another was expected.
 HOSTILE_VALUES = [
-    None, True, False, 0, -1, 1, 2**63, 10**308, 10**400, -(10**30), 1.5, -0.0, 1e308, 5e-324, "", "x",
-    "1", "\u00e9\u20ac", [], [1, 2], {}, {"a": 1}, [[[]]], "x" * 10_000, list(range(1000)),
+    None, True, False, 0, -1, 1, 2**63, 10**308, 10**400, -(10**30), 1.5, -0.0, 1e308, 5e-324,
+    "", "x", "1", "\u00e9\u20ac", [], [1, 2], {}, {"a": 1}, [[[]]], "x" * 10_000, list(range(1000)),
     RAW + "NaN", RAW + "Infinity", RAW + "-Infinity", RAW + "1e999", RAW + "1" + "0" * 5000,
     RAW + "[" * 100_000 + "]" * 100_000, RAW + '{"a":' * 50_000 + "1" + "}" * 50_000,
 ]  # fmt: skip

@@ -157,6 +157,17 @@ def test_a_file_whose_digest_entry_is_damaged_is_not_trusted(trained, tmp_path, 
         load_trained_model(path)
 
 
+def test_a_damaged_layout_name_is_called_corrupted_too(trained, tmp_path, capsys):
+    """The layout entry is checked with the digest: a flipped byte there is damage, not "a
+    layout this glassllm cannot read" alone."""
+    data = (trained / CHECKPOINT_NAME).read_bytes()
+    assert data.count(b"glassllm-checkpoint-1") == 1
+    path = tmp_path / "o" / CHECKPOINT_NAME
+    path.parent.mkdir()
+    path.write_bytes(data.replace(b"glassllm-checkpoint-1", b"glassllm-checkpoint-7"))
+    _both_commands(trained, tmp_path, capsys, path, "has layout", "or the file is corrupted")
+
+
 @pytest.mark.parametrize(
     "mutate, fragment",
     [
