@@ -419,6 +419,24 @@ def test_ctrl_c_while_starting_a_real_process_is_never_a_traceback(tmp_path):
     assert done.returncode == 130 and done.stderr.strip() == "glassllm: interrupted", done.stderr
 
 
+def test_the_command_imports_no_library_before_main_handles_ctrl_c():
+    """What runs before main (``import glassllm``, ``glassllm.app``, ``python -m glassllm``'s
+    package) loads neither NumPy nor the library, so a Ctrl-C during start-up reaches main's
+    handler: the library's imports, most of a start-up, happen inside main."""
+    script = (
+        "import sys\n"
+        "import glassllm, glassllm.app, glassllm.app.cli\n"
+        "heavy = [m for m in ('numpy', 'safetensors', 'glassllm.tensor') if m in sys.modules]\n"
+        "print(heavy)\n"
+        "from glassllm import Tensor, no_grad\n"
+        "print(Tensor.__module__, no_grad.__module__)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", script], env=env(), capture_output=True,
+                          text=True, timeout=120)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines() == ["[]", "glassllm.tensor glassllm.autograd"]
+
+
 def test_output_the_terminal_cannot_encode_is_escaped(tmp_path):
     """PYTHONIOENCODING=ascii and a non-ASCII corpus: the run finishes with status 0 and the
     sample is printed with backslash escapes; sampling from it too."""
