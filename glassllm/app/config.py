@@ -141,7 +141,10 @@ class SampleConfig:
     """What ``glassllm sample`` is asked for; ``--top-k 5`` sets ``top_k``."""
 
     checkpoint: str = option(
-        str(Path(DEFAULT_OUT_DIR) / CHECKPOINT_NAME), "checkpoint file", metavar="PATH"
+        str(Path(DEFAULT_OUT_DIR) / CHECKPOINT_NAME),
+        "a glassllm checkpoint file, or a Hugging Face GPT-2 directory (config.json, "
+        "model.safetensors and tokenizer files) or its model.safetensors",
+        metavar="PATH",
     )
     prompt: str = option(
         "\n",

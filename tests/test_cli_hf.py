@@ -1,0 +1,211 @@
+"""The glassllm command with Hugging Face models: ``sample --checkpoint DIR`` and ``export``."""
+
+from __future__ import annotations
+
+import importlib
+import json
+import os
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from glassllm.app.cli import main
+from glassllm.app.train import CHECKPOINT_NAME
+
+FIXTURE = Path(__file__).parent / "fixtures" / "hf_gpt2_tiny"
+EXPECTED = Path(__file__).parent / "fixtures" / "hf_gpt2_tiny.expected.npz"
+TEXT = "".join(f"line {i}: the quick brown fox jumps over the lazy dog.\n" for i in range(60))
+TINY = ["--n-layer", "1", "--n-head", "2", "--n-embd", "16", "--block-size", "16",
+        "--batch-size", "4", "--max-iters", "3", "--eval-interval", "2", "--eval-iters", "1",
+        "--sample-tokens", "0", "--warmup-iters", "1"]  # fmt: skip
+
+
+def require(module: str):
+    """The module, or a skip when it is not installed (a failure under CI=true)."""
+    if os.environ.get("CI", "").lower() == "true":
+        return importlib.import_module(module)
+    return pytest.importorskip(module, reason=f"{module} is not installed")
+
+
+def run(argv, capsys):
+    try:
+        status = main([str(a) for a in argv])
+    except SystemExit as exit_:
+        status = exit_.code
+    captured = capsys.readouterr()
+    return status, captured.out, captured.err
+
+
+def assert_one_line_error(status, err, *fragments):
+    assert status == 2
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("glassllm: error: "), err
+    for fragment in fragments:
+        assert fragment in lines[0], (fragment, lines[0])
+
+
+# ------------------------------------------------------------------------------ sample
+
+
+@pytest.mark.parametrize("path", [FIXTURE, FIXTURE / "model.safetensors"])
+@pytest.mark.parametrize("explain", [False, True])
+def test_sample_a_hugging_face_model_gives_transformers_greedy_ids(path, explain, capsys):
+    require("tokenizers")
+    from glassllm.hf import find_tokenizer
+
+    tokenizer = find_tokenizer(FIXTURE)
+    expected = np.load(EXPECTED)
+    for row, greedy in zip(expected["input_ids"], expected["greedy_ids"], strict=True):
+        prompt = tokenizer.decode(row.tolist())
+        assert tokenizer.encode(prompt) == row.tolist()  # the prompt is those very ids
+        new = len(greedy) - len(row)
+        argv = ["sample", "--checkpoint", path, "--prompt", prompt, "--top-k", "1",
+                "--num-samples", "1", "--max-new-tokens", new]  # fmt: skip
+        status, out, err = run([*argv, "--explain"] if explain else argv, capsys)
+        assert status == 0, err
+        assert out.endswith(tokenizer.decode(greedy.tolist()) + "\n---------------\n")
+        if explain:
+            steps = out.splitlines()[1 : 1 + new]
+            tokens = [line.split()[1] for line in steps]
+            assert tokens == [tokenizer.token_repr(int(i)).split()[0] for i in greedy[len(row) :]]
+            assert all("100.0%" in line for line in steps)  # top-k 1: certain
+
+
+def test_sample_a_hugging_face_model_without_tokenizer_files(tmp_path, capsys):
+    copy = tmp_path / "gpt2"
+    copy.mkdir()
+    for name in ("config.json", "model.safetensors"):
+        shutil.copy(FIXTURE / name, copy / name)
+    status, _, err = run(["sample", "--checkpoint", copy], capsys)
+    assert_one_line_error(status, err, str(copy), "no tokenizer.json or vocab.json + merges.txt")
+
+
+@pytest.mark.parametrize(
+    "setup, fragment",
+    [
+        (lambda d: None, "no config.json"),
+        (lambda d: (d / "config.json").write_text('{"model_type": "llama"}'), "'llama'"),
+        (lambda d: ((d / "config.json").write_text('{"model_type": "gpt2"}'),
+                    (d / "pytorch_model.bin").write_bytes(b"x")), "no pickle"),
+    ],
+)  # fmt: skip
+def test_sample_from_a_directory_that_is_no_gpt2(tmp_path, capsys, setup, fragment):
+    setup(tmp_path)
+    status, _, err = run(["sample", "--checkpoint", tmp_path], capsys)
+    assert_one_line_error(status, err, fragment)
+
+
+# ------------------------------------------------------------------------------ export
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory):
+    """A tiny char-level run, bias off: its checkpoint path."""
+    root = tmp_path_factory.mktemp("run")
+    (root / "tiny.txt").write_text(TEXT)
+    status = main(["train", *TINY, "--data", str(root / "tiny.txt"), "--out-dir", str(root)])
+    assert status == 0
+    return root / CHECKPOINT_NAME
+
+
+def _export(checkpoint, out_dir, capsys, *extra):
+    return run(["export", "--checkpoint", checkpoint, "--format", "hf", "--out-dir", out_dir,
+                *extra], capsys)  # fmt: skip
+
+
+def test_export_loads_in_transformers_with_the_same_logits(trained, tmp_path, capsys):
+    torch = require("torch")
+    transformers = require("transformers")
+    from glassllm.app.sample import open_model
+
+    status, out, err = _export(trained, tmp_path / "hf", capsys)
+    assert status == 0, err
+    assert str(tmp_path / "hf") in out and len(out.strip().splitlines()) == 1
+    model, tokenizer, _ = open_model(trained)
+    theirs = transformers.AutoModelForCausalLM.from_pretrained(tmp_path / "hf").eval()
+    their_tokenizer = transformers.AutoTokenizer.from_pretrained(tmp_path / "hf")
+    text = "lazy dog.\nline"
+    ids = tokenizer.encode(text)
+    assert their_tokenizer(text)["input_ids"] == ids
+    with torch.no_grad():
+        their_logits = theirs(torch.tensor([ids])).logits.numpy()
+    np.testing.assert_allclose(their_logits, model([ids])[0].data, atol=1e-5, rtol=0)
+    # ... and glassllm reads its own export back: sampling from it is sampling from the run.
+    for checkpoint in (trained, tmp_path / "hf"):
+        argv = ["sample", "--checkpoint", checkpoint, "--prompt", "line", "--num-samples", "1"]
+        status, out, err = run([*argv, "--max-new-tokens", "10"], capsys)
+        assert status == 0, err
+        if checkpoint == trained:
+            first = out
+    assert out == first
+
+
+def test_export_refuses_a_non_empty_directory_unless_overwrite(trained, tmp_path, capsys):
+    require("tokenizers")
+    out_dir = tmp_path / "hf"
+    status, _, err = _export(trained, out_dir, capsys)
+    assert status == 0, err
+    (out_dir / "stale.txt").write_text("from before")
+    status, _, err = _export(trained, out_dir, capsys)
+    assert_one_line_error(status, err, str(out_dir), "not empty", "--overwrite")
+    assert (out_dir / "stale.txt").exists()
+    status, _, err = _export(trained, out_dir, capsys, "--overwrite")
+    assert status == 0, err
+    assert not (out_dir / "stale.txt").exists()
+    assert json.loads((out_dir / "config.json").read_text())["model_type"] == "gpt2"
+    assert [p.name for p in tmp_path.iterdir()] == ["hf"]  # nothing left beside it
+
+
+def test_overwrite_replaces_only_a_model_directory(trained, tmp_path, capsys, monkeypatch):
+    require("tokenizers")
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / "keep.txt").write_text("mine")
+    status, _, err = _export(trained, mine, capsys, "--overwrite")
+    assert_one_line_error(status, err, str(mine), "no config.json")
+    assert [p.name for p in mine.iterdir()] == ["keep.txt"]
+    (mine / "config.json").write_text("{}")
+    monkeypatch.chdir(mine)
+    status, _, err = _export(trained, mine, capsys, "--overwrite")
+    assert_one_line_error(status, err, "holds the working directory")
+    monkeypatch.chdir(tmp_path)
+    shutil.copy(trained, mine / CHECKPOINT_NAME)
+    status, _, err = _export(mine / CHECKPOINT_NAME, mine, capsys, "--overwrite")
+    assert_one_line_error(status, err, "holds the checkpoint being exported")
+    assert sorted(p.name for p in mine.iterdir()) == [CHECKPOINT_NAME, "config.json", "keep.txt"]
+
+
+def test_export_a_hugging_face_directory_again(tmp_path, capsys):
+    require("tokenizers")
+    from glassllm.hf import load_pretrained
+
+    status, _, err = _export(FIXTURE, tmp_path / "copy", capsys)
+    assert status == 0, err
+    (a, _), (b, _) = load_pretrained(FIXTURE), load_pretrained(tmp_path / "copy")
+    for (name, p), (_, q) in zip(a.named_parameters(), b.named_parameters(), strict=True):
+        assert np.array_equal(p.data, q.data), name
+
+
+@pytest.mark.parametrize(
+    "argv, fragments",
+    [
+        (["--format", "hf"], ["--out-dir"]),
+        (["--checkpoint", "nowhere.safetensors", "--out-dir", "x"], ["nowhere", "not found"]),
+        (["--out-dir", "x", "--format", "onnx"], ["--format", "onnx"]),
+    ],
+)
+def test_export_errors_are_one_line(tmp_path, capsys, monkeypatch, argv, fragments):
+    monkeypatch.chdir(tmp_path)
+    status, _, err = run(["export", *argv], capsys)
+    assert_one_line_error(status, err, *fragments)
+    assert not (tmp_path / "x").exists()
+
+
+def test_export_onto_a_file(trained, tmp_path, capsys):
+    target = tmp_path / "file"
+    target.write_text("x")
+    status, _, err = _export(trained, target, capsys)
+    assert_one_line_error(status, err, str(target), "not a directory")
+    assert target.read_text() == "x"
