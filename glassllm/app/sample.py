@@ -87,6 +87,11 @@ def open_model(path: str | Path) -> tuple[GPT, Tokenizer, RunState | None]:
     with a message for the user; a Hugging Face model without tokenizer files is one."""
     from glassllm.hf import is_pretrained_path, load_pretrained
 
+    if Path(path).is_dir() and not (Path(path) / "config.json").is_file():
+        raise ValueError(
+            f"checkpoint {str(path)!r} is a directory, but not a Hugging Face model directory "
+            "(no config.json); give a checkpoint file or a directory with config.json"
+        )
     if is_pretrained_path(path):
         model, tokenizer = load_pretrained(path, require_tokenizer=True)
         assert tokenizer is not None
