@@ -16,7 +16,8 @@ from pathlib import Path
 from typing import Any
 
 from glassllm.app.options import field_problems, option, type_problems
-from glassllm.data import TOKENIZER_KINDS
+from glassllm.data import MIN_BPE_VOCAB_SIZE, TOKENIZER_KINDS, MissingDependencyError
+from glassllm.data.bpe import DEFAULT_BPE_VOCAB_SIZE, import_tokenizers
 
 # The files a run writes in out_dir, and what each is (for messages).
 CHECKPOINT_NAME = "ckpt.safetensors"
@@ -50,7 +51,18 @@ class TrainConfig:
         if_empty="data must name a corpus or a file",
     )
     tokenizer: str = option(
-        "char", "'char' (one token per character) or 'byte' (UTF-8 bytes)", choices=TOKENIZER_KINDS
+        "char",
+        "'char' (one token per character), 'byte' (UTF-8 bytes) or 'bpe' (a byte-level BPE of "
+        "--vocab-size tokens, learned deterministically on the training split only and stored "
+        "in the checkpoint; needs pip install 'glassllm[hf]')",
+        choices=TOKENIZER_KINDS,
+    )
+    vocab_size: int | None = option(
+        None,
+        f"tokens of the BPE vocabulary, with --tokenizer bpe only (default: "
+        f"{DEFAULT_BPE_VOCAB_SIZE}); a short text may give fewer",
+        min=MIN_BPE_VOCAB_SIZE,
+        note=" (256 bytes + <|endoftext|>)",
     )
     batch_size: int = option(12, "blocks per step", min=1)
     # optimisation
@@ -90,6 +102,16 @@ class TrainConfig:
             return problems  # relations between fields mean nothing with a field of a wrong type
         if self.n_head >= 1 and self.n_embd % self.n_head != 0:
             problems.append(f"n_embd ({self.n_embd}) must be divisible by n_head ({self.n_head})")
+        if self.vocab_size is not None and self.tokenizer != "bpe":
+            problems.append(
+                f"vocab_size ({self.vocab_size}) is for the 'bpe' tokenizer only, not "
+                f"{self.tokenizer!r}"
+            )
+        if self.tokenizer == "bpe":
+            try:
+                import_tokenizers()
+            except MissingDependencyError as err:
+                problems.append(str(err))
         if self.lr_decay_iters is not None and self.lr_decay_iters < self.warmup_iters:
             problems.append(
                 f"lr_decay_iters ({self.lr_decay_iters}) must be >= warmup_iters "

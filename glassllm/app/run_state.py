@@ -65,6 +65,7 @@ FIXED_ON_RESUME = (
     "bias",
     "data",
     "tokenizer",
+    "vocab_size",
     "seed",
 )
 
