@@ -209,3 +209,81 @@ def test_export_onto_a_file(trained, tmp_path, capsys):
     status, _, err = _export(trained, target, capsys)
     assert_one_line_error(status, err, str(target), "not a directory")
     assert target.read_text() == "x"
+
+
+# ------------------------------------------------------------------------------ BPE training
+
+
+def _train(argv, tmp_path, capsys, *extra):
+    (tmp_path / "tiny.txt").write_text(TEXT)
+    return run(["train", *TINY, "--data", tmp_path / "tiny.txt", "--out-dir", tmp_path / "o",
+                *argv, *extra], capsys)  # fmt: skip
+
+
+def test_bpe_train_sample_resume(tmp_path, capsys, monkeypatch):
+    require("tokenizers")
+    from glassllm.app.run_state import SavedRun
+    from glassllm.data import BPETokenizer, train_bpe
+
+    status, out, err = _train(["--tokenizer", "bpe", "--vocab-size", "300"], tmp_path, capsys)
+    assert status == 0, err
+    checkpoint = tmp_path / "o" / CHECKPOINT_NAME
+    state = SavedRun.read(checkpoint).state
+    assert isinstance(state.tokenizer, BPETokenizer)
+    assert state.config.tokenizer == "bpe" and state.config.vocab_size == 300
+    # Learned on the training split's text only, deterministically: the first 90% of characters.
+    expected = train_bpe(TEXT[: int(len(TEXT) * 0.9)], 300)
+    assert state.tokenizer.to_json() == expected.to_json()
+    assert 257 < state.model_config.vocab_size == state.tokenizer.vocab_size <= 300
+    records = [json.loads(line) for line in (tmp_path / "o" / "log.jsonl").read_text().splitlines()]
+    assert all(r["val_bpc"] < r["val_loss"] / np.log(2) for r in records)  # > 1 character/token
+
+    def retrained(*args, **kwargs):
+        raise AssertionError("the BPE was trained again")
+
+    monkeypatch.setattr("glassllm.data.tokenizers.train_bpe", retrained)
+    argv = ["sample", "--checkpoint", checkpoint, "--num-samples", "1", "--max-new-tokens", "5"]
+    status, out, err = run([*argv, "--explain"], capsys)
+    assert status == 0, err
+    assert out.startswith("sample 1: step, token, probability")
+    status, out, err = _train(["--resume", "--max-iters", "5"], tmp_path, capsys)
+    assert status == 0, err
+    assert "resuming at step 3" in out
+    assert SavedRun.read(checkpoint).state.tokenizer.to_json() == expected.to_json()
+    status, _, err = _train(["--resume", "--max-iters", "6", "--vocab-size", "400"], tmp_path,
+                            capsys)  # fmt: skip
+    assert_one_line_error(status, err, "cannot change vocab_size=400")
+
+
+def test_bits_per_character_of_a_char_run_is_the_loss_in_bits(tmp_path, capsys):
+    status, out, err = _train([], tmp_path, capsys)
+    assert status == 0, err
+    records = [json.loads(line) for line in (tmp_path / "o" / "log.jsonl").read_text().splitlines()]
+    for r in records:
+        assert r["train_bpc"] == pytest.approx(r["train_loss"] / np.log(2), rel=1e-12)
+        assert r["val_bpc"] == pytest.approx(r["val_loss"] / np.log(2), rel=1e-12)
+    last = records[-1]
+    assert f"val loss {last['val_loss']:.4f} ({last['val_bpc']:.3f} bits/char)" in out
+
+
+@pytest.mark.parametrize(
+    "argv, fragments",
+    [
+        (["--vocab-size", "300"], ["vocab_size (300) is for the 'bpe' tokenizer only"]),
+        (["--tokenizer", "byte", "--vocab-size", "300"], ["not 'byte'"]),
+        (["--tokenizer", "bpe", "--vocab-size", "256"], ["vocab_size must be at least 257"]),
+    ],
+)
+def test_bad_vocab_sizes(tmp_path, capsys, argv, fragments):
+    status, _, err = _train(argv, tmp_path, capsys)
+    assert_one_line_error(status, err, *fragments)
+    assert not (tmp_path / "o").exists()
+
+
+def test_bpe_without_the_tokenizers_package(tmp_path, capsys, monkeypatch):
+    import sys
+
+    monkeypatch.setitem(sys.modules, "tokenizers", None)  # import tokenizers -> ImportError
+    status, _, err = _train(["--tokenizer", "bpe"], tmp_path, capsys)
+    assert_one_line_error(status, err, "pip install 'glassllm[hf]'")
+    assert not (tmp_path / "o").exists()
