@@ -184,6 +184,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--target", type=float, default=1.90, help="full-val loss to reach")
     parser.add_argument("--out", default="shakespeare", help="JSON name under bench/results/")
     parser.add_argument(
+        "--tokenizer",
+        choices=["char", "bpe"],
+        default="char",
+        help="bpe: a byte-level BPE learned on the training split's text (as glassllm train)",
+    )
+    parser.add_argument("--vocab-size", type=int, default=512, help="of the bpe tokenizer")
+    parser.add_argument(
         "--framework",
         choices=["glassllm", "torch", "nanogpt"],
         default="glassllm",
@@ -209,14 +216,30 @@ def main(argv: list[str] | None = None) -> int:
     import _steps
     import numpy as np
 
-    from glassllm.data import CharTokenizer, get_batch, split_train_val
+    from glassllm.data import (
+        CharTokenizer,
+        bits_per_character,
+        characters_per_token,
+        get_batch,
+        split_train_val,
+        train_bpe,
+    )
     from glassllm.models import GPTConfig
     from glassllm.optim import cosine_with_warmup
 
     tuned = _steps.tune_allocator(not args.untuned)
     text = load_text(args.data)
-    tokenizer = CharTokenizer.from_text(text)
-    train_data, val_data = split_train_val(tokenizer.encode_array(text))
+    if args.tokenizer == "bpe":  # the text split 90/10 first, merges learned on the 90%
+        cut = int(len(text) * 0.9)
+        tokenizer = train_bpe(text[:cut], args.vocab_size)
+        train_data = tokenizer.encode_array(text[:cut])
+        val_data = tokenizer.encode_array(text[cut:])
+    else:
+        tokenizer = CharTokenizer.from_text(text)
+        train_data, val_data = split_train_val(tokenizer.encode_array(text))
+    # Losses also in bits per character, which compare across tokenizers.
+    cpt = {"train": characters_per_token(tokenizer, train_data),
+           "val": characters_per_token(tokenizer, val_data)}  # fmt: skip
     config = GPTConfig(
         vocab_size=tokenizer.vocab_size,
         block_size=64,
@@ -254,10 +277,11 @@ def main(argv: list[str] | None = None) -> int:
                 )
                 for split, data in (("train", train_data), ("val", val_data))
             }
-            log.append({"iter": it, **est})
+            log.append({"iter": it, **est, "val_bpc": bits_per_character(est["val"], cpt["val"])})
             print(
                 f"step {it}: train loss {est['train']:.4f}, val loss {est['val']:.4f} "
-                f"(nanoGPT-style {args.eval_iters}-batch estimate)",
+                f"({log[-1]['val_bpc']:.3f} bits/char; nanoGPT-style {args.eval_iters}-batch "
+                "estimate)",
                 flush=True,
             )
         if it == args.max_iters:
@@ -289,6 +313,10 @@ def main(argv: list[str] | None = None) -> int:
         "allocator_tuned": tuned,
         "final_train_loss_full": train_loss,
         "final_val_loss_full": val_loss,
+        "tokenizer": args.tokenizer if args.tokenizer == "char" else f"bpe-{tokenizer.vocab_size}",
+        "characters_per_token": cpt,
+        "final_train_bpc_full": bits_per_character(train_loss, cpt["train"]),
+        "final_val_bpc_full": bits_per_character(val_loss, cpt["val"]),
         "target_val_loss": args.target,
         "reached": val_loss <= args.target,
         "wall_s_training_loop": train_wall,
@@ -298,7 +326,9 @@ def main(argv: list[str] | None = None) -> int:
     }
     print(
         f"final loss over the whole split: train {train_loss:.4f}, val {val_loss:.4f} "
-        f"(target <= {args.target}: {'reached' if result['reached'] else 'NOT reached'})"
+        f"(target <= {args.target}: {'reached' if result['reached'] else 'NOT reached'}); "
+        f"bits per character: train {result['final_train_bpc_full']:.3f}, "
+        f"val {result['final_val_bpc_full']:.3f}"
     )
     print(
         f"training loop {train_wall:.1f} s ({result['ms_per_iter']:.1f} ms per iteration), "
