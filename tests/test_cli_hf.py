@@ -73,6 +73,14 @@ def test_sample_a_hugging_face_model_gives_transformers_greedy_ids(path, explain
             assert all("100.0%" in line for line in steps)  # top-k 1: certain
 
 
+def test_sample_a_hugging_face_model_without_the_tokenizers_package(capsys, monkeypatch):
+    import sys
+
+    monkeypatch.setitem(sys.modules, "tokenizers", None)  # import tokenizers -> ImportError
+    status, _, err = run(["sample", "--checkpoint", FIXTURE], capsys)
+    assert_one_line_error(status, err, "pip install 'glassllm[hf]'")
+
+
 def test_sample_a_hugging_face_model_without_tokenizer_files(tmp_path, capsys):
     copy = tmp_path / "gpt2"
     copy.mkdir()
@@ -100,13 +108,18 @@ def test_sample_from_a_directory_that_is_no_gpt2(tmp_path, capsys, setup, fragme
 # ------------------------------------------------------------------------------ export
 
 
-@pytest.fixture(scope="module")
-def trained(tmp_path_factory):
-    """A tiny char-level run, bias off: its checkpoint path."""
+RUNS = {"char": [], "bpe-bias": ["--tokenizer", "bpe", "--vocab-size", "300", "--bias"]}
+
+
+@pytest.fixture(scope="module", params=list(RUNS))
+def trained(request, tmp_path_factory):
+    """A tiny run's checkpoint path: char-level with bias off, or BPE with bias on."""
+    if "bpe" in request.param:
+        require("tokenizers")
     root = tmp_path_factory.mktemp("run")
     (root / "tiny.txt").write_text(TEXT)
-    status = main(["train", *TINY, "--data", str(root / "tiny.txt"), "--out-dir", str(root)])
-    assert status == 0
+    argv = ["train", *TINY, *RUNS[request.param], "--data", str(root / "tiny.txt")]
+    assert main([*argv, "--out-dir", str(root)]) == 0
     return root / CHECKPOINT_NAME
 
 
