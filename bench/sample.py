@@ -1,17 +1,16 @@
 """Tokens per second of generation: glassllm with its key/value cache, without it, and PyTorch the
 nanoGPT way (no cache: the whole cropped context through the model for every token).
 
-    python bench/sample.py                        # block_size 64 and 256, 3 rounds
-    python bench/sample.py --block-sizes 256 --rounds 5
+    python bench/sample.py                        # tiny size at block_size 64 and 256, 3 rounds
+    python bench/sample.py --size mid --block-sizes 256 --rounds 5
 
-Model: the nanoGPT CPU shape (n_layer=4, n_head=4, n_embd=128, vocab 65), random weights, one
-sequence (batch 1), temperature 1, no top-k, starting from a one-token prompt. Two regimes per
-block size, timed token by token:
+Random weights, one sequence (batch 1), temperature 1, no top-k, from a one-token prompt. Two
+regimes per block size, timed token by token:
 - fill: the first block_size - 1 tokens, while the context grows to block_size (the cache's home
   ground: one new position per token instead of the whole context);
 - slide: the next block_size tokens, with the context cropped to the last block_size. With learned
-  absolute positions a sliding window moves every token's position, so glassllm's cache is
-  refilled from the whole window each token: this regime costs what uncached generation costs.
+  absolute positions a sliding window moves every token's position, so the cache is refilled from
+  the whole window each token.
 Each side runs in its own process, alternating, with the same thread count.
 """
 
@@ -20,150 +19,111 @@ from __future__ import annotations
 import argparse
 import sys
 import time
-from pathlib import Path
+from typing import Any
 
-import _harness as H
+import common as C
+import numpy as np
 
-SCRIPT = Path(__file__).resolve()
 SIDES = ("glassllm-cache", "glassllm-nocache", "torch")
+DEFAULT_SIDES = SIDES
 
 
-def token_times_glassllm(
-    block_size: int, use_cache: bool, new_tokens: int, seed: int
-) -> list[float]:
-    import _steps
-    import numpy as np
-
-    model = _steps.glassllm_model({**H.NANOGPT_CPU, "block_size": block_size}, seed)
-    prompt = np.zeros((1, 1), dtype=np.int64)
-    rng = np.random.default_rng(seed)
-    for _ in model.generate_stream(prompt, 8, rng=rng, use_cache=use_cache):  # warm-up
-        pass
-    stamps = [time.perf_counter()]
-    for _ in model.generate_stream(prompt, new_tokens, rng=rng, use_cache=use_cache):
-        stamps.append(time.perf_counter())
-    return [b - a for a, b in zip(stamps, stamps[1:], strict=False)]
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--size", default="tiny", choices=list(C.SIZES))
+    parser.add_argument("--block-sizes", type=int, nargs="+", default=[64, 256])
+    parser.add_argument("--seed", type=int, default=0)
 
 
-def token_times_torch(block_size: int, new_tokens: int, seed: int) -> list[float]:
-    import torch
-    from torch.nn import functional as F
-    from torch_gpt import TorchGPT, TorchGPTConfig
-
-    torch.manual_seed(seed)
-    model = TorchGPT(TorchGPTConfig(**{**H.NANOGPT_CPU, "block_size": block_size})).eval()
-    generator = torch.Generator().manual_seed(seed)
-    model.generate(torch.zeros((1, 1), dtype=torch.long), 8, generator=generator)  # warm-up
-    idx = torch.zeros((1, 1), dtype=torch.long)
-    times = []
-    with torch.no_grad():
-        for _ in range(new_tokens):  # nanoGPT's generate, one token per iteration, timed
-            start = time.perf_counter()
-            idx_cond = idx if idx.size(1) <= block_size else idx[:, -block_size:]
-            logits, _ = model(idx_cond)
-            probs = F.softmax(logits[:, -1, :], dim=-1)
-            idx = torch.cat((idx, torch.multinomial(probs, 1, generator=generator)), dim=1)
-            times.append(time.perf_counter() - start)
-    return times
-
-
-def worker(args: argparse.Namespace) -> None:
+def token_times(args: argparse.Namespace, block_size: int) -> list[float]:
+    """Seconds of each of 2 * block_size - 1 tokens, after an untimed warm-up of 8 tokens."""
+    config = C.model_config(args.size, block_size=block_size)
     if args.worker == "torch":
-        H.set_torch_threads(args.threads)
-    else:
-        import _steps
+        import torch
+        from torch_gpt import TorchGPT, TorchGPTConfig
 
-        _steps.tune_allocator()
+        torch.manual_seed(args.seed)
+        model = TorchGPT(TorchGPTConfig(**config)).eval()
+        generator = torch.Generator().manual_seed(args.seed)
+        idx = torch.zeros((1, 1), dtype=torch.long)
+        model.generate(idx, 8, generator=generator)
+        tokens = [time.perf_counter()]
+        for _ in range(2 * block_size - 1):  # nanoGPT's generate, one token per call
+            idx = model.generate(idx, 1, generator=generator)
+            tokens.append(time.perf_counter())
+    else:
+        from glassllm.models import GPT, GPTConfig
+
+        model = GPT(GPTConfig(**config), rng=np.random.default_rng(args.seed))
+        rng, use_cache = np.random.default_rng(args.seed), args.worker == "glassllm-cache"
+        prompt = np.zeros((1, 1), dtype=np.int64)
+        for _ in model.generate_stream(prompt, 8, rng=rng, use_cache=use_cache):
+            pass
+        stream = model.generate_stream(prompt, 2 * block_size - 1, rng=rng, use_cache=use_cache)
+        tokens = [time.perf_counter()] + [time.perf_counter() for _ in stream]
+    return [b - a for a, b in zip(tokens, tokens[1:], strict=False)]
+
+
+def worker(args: argparse.Namespace) -> dict[str, Any]:
+    if args.worker == "torch":
+        C.set_torch_threads(args.threads)
+    else:
+        from glassllm.app.allocator import tune_allocator
+
+        tune_allocator()
     out = {}
     for block_size in args.block_sizes:
-        new_tokens = 2 * block_size - 1
-        if args.worker == "torch":
-            times = token_times_torch(block_size, new_tokens, args.seed)
-        else:
-            times = token_times_glassllm(
-                block_size, args.worker == "glassllm-cache", new_tokens, args.seed
-            )
+        times = token_times(args, block_size)
         fill, slide = times[: block_size - 1], times[block_size - 1 :]
-        out[str(block_size)] = {
-            "fill_tokens_per_s": len(fill) / sum(fill),
-            "slide_tokens_per_s": len(slide) / sum(slide),
-        }
-    first = out[str(args.block_sizes[0])]
-    H.emit({"by_block_size": out, "tokens_per_s": first["fill_tokens_per_s"]})
+        out[str(block_size)] = {"fill": len(fill) / sum(fill), "slide": len(slide) / sum(slide)}
+    return {"tokens_per_s": out}
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
-    parser.add_argument("--threads", type=int, default=2)
-    parser.add_argument("--block-sizes", type=int, nargs="+", default=[64, 256])
-    parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--sides", default=",".join(SIDES))
-    parser.add_argument(
-        "--write-results", action="store_true", help="also refresh bench/RESULTS.md"
-    )
-    parser.add_argument("--worker", choices=SIDES, help=argparse.SUPPRESS)
-    args = parser.parse_args(argv)
-    if args.worker:
-        worker(args)
-        return 0
-
-    common = [
-        "--threads",
-        str(args.threads),
-        "--seed",
-        str(args.seed),
-        "--block-sizes",
-        *map(str, args.block_sizes),
-    ]
-    runners = {
-        side: (lambda side=side: H.run_worker(SCRIPT, ["--worker", side, *common], args.threads))
-        for side in args.sides.split(",")
-    }
-    results = H.alternate(runners, args.rounds)
+def parent(args: argparse.Namespace) -> dict[str, dict[str, Any]]:
+    results = C.alternate(args, args.threads[0])
     table: dict[str, dict[str, dict[str, float]]] = {}
     for side, runs in results.items():
         for bs in map(str, args.block_sizes):
             table.setdefault(bs, {})[side] = {
-                regime: H.median([r["by_block_size"][bs][f"{regime}_tokens_per_s"] for r in runs])
+                regime: C.median([r["tokens_per_s"][bs][regime] for r in runs])
                 for regime in ("fill", "slide")
             }
+    payload = {
+        "config": C.model_config(args.size),
+        "threads": args.threads[0],
+        "rounds": args.rounds,
+        "tokens_per_s": table,
+    }
+    return {args.size: payload}
+
+
+def render(runs: dict[str, Any]) -> str:
+    """RESULTS.md's block: tokens per second per block size, regime and side."""
+    run = next(iter(runs.values()))
+    headers = ["block_size", "regime", "glassllm with cache tok/s", "glassllm no cache tok/s"]
+    headers += ["PyTorch nanoGPT (no cache) tok/s", "cache / PyTorch"]
     rows = []
-    for bs, sides in table.items():
+    for bs, sides in run["tokens_per_s"].items():
         for regime in ("fill", "slide"):
             row = [bs, regime, *(sides.get(s, {}).get(regime, "-") for s in SIDES)]
             both = "glassllm-cache" in sides and "torch" in sides
             row.append(sides["glassllm-cache"][regime] / sides["torch"][regime] if both else "-")
             rows.append(row)
-    H.print_table(
+    return "\n".join(
         [
-            "block_size",
-            "regime",
-            "glassllm cache tok/s",
-            "glassllm no cache tok/s",
-            "torch (nanoGPT) tok/s",
-            "cache / torch",
-        ],
-        rows,
+            C.machine_line(run["machine"]),
+            "",
+            f"{C.fmt_dict(run['config'])}; batch 1, {run['threads']} threads, median of "
+            f"{run['rounds']} alternating rounds. *fill*: the first block_size - 1 tokens from a "
+            "one-token prompt; *slide*: the next block_size tokens with the context cropped to "
+            "block_size (learned positions shift, so the cache is refilled each token).",
+            "",
+            C.table(headers, rows),
+        ]
     )
-    path = H.write_json(
-        "sample",
-        {
-            "config": H.NANOGPT_CPU,
-            "threads": args.threads,
-            "rounds": args.rounds,
-            "tokens_per_s": table,
-            "per_round": results,
-        },
-    )
-    print(f"wrote {path}")
-    if args.write_results:
-        import report
 
-        report.main([])
-    return 0
+
+def main(argv: list[str] | None = None) -> int:
+    return C.main(sys.modules[__name__], argv)
 
 
 if __name__ == "__main__":

@@ -1,24 +1,29 @@
-"""The PyTorch reference GPT the benchmarks race against: nanoGPT's model.py at this size.
+"""The PyTorch reference GPT that the tests and the benchmarks hold glassllm to: nanoGPT's model.py.
 
-Same architecture as ``glassllm.models.GPT`` (token + learned position embeddings, pre-LayerNorm
-blocks of fused-qkv causal self-attention and a 4x MLP with tanh-GELU, final LayerNorm, output head
-tied to the token embedding, no biases, no dropout), written the way nanoGPT writes it, so the
-PyTorch side is what a nanoGPT user actually runs on a CPU: ``F.scaled_dot_product_attention`` with
-``is_causal=True``, AdamW without ``fused`` (nanoGPT enables it only on CUDA), ``clip_grad_norm_``.
+Same architecture as ``glassllm.models.GPT``: token + learned position embeddings, pre-LayerNorm
+blocks of fused-qkv causal self-attention and a 4x MLP, final LayerNorm, output head tied to the
+token embedding, no dropout; biases optional (``bias``, nanoGPT's flag). Written the way nanoGPT
+writes it, so the PyTorch side is what a nanoGPT user runs on a CPU: AdamW without ``fused``
+(nanoGPT enables it only on CUDA), ``clip_grad_norm_``, generation without a key/value cache.
 
-One deliberate difference from nanoGPT: GELU is the tanh approximation (nanoGPT's ``nn.GELU()`` is
-exact erf), because glassllm's GPT uses tanh and the benchmarks check that both models compute the
-same loss from the same weights (``copy_from_glassllm``).
+Two choices, each one field of :class:`TorchGPTConfig`:
 
-Parameter names follow nanoGPT (``transformer.h.0.attn.c_attn.weight``); ``glassllm_names`` maps
-them onto glassllm's flat names. glassllm stores Linear weights (in, out), PyTorch (out, in): copies
-transpose them.
+* ``attention``: ``"sdpa"``, ``F.scaled_dot_product_attention(is_causal=True)`` (PyTorch's fastest
+  eager path, nanoGPT's "flash" branch), or ``"manual"``, the scores, causal mask, softmax and
+  weighted sum written out (nanoGPT's branch for PyTorch without flash attention).
+* ``gelu``: ``"tanh"`` (glassllm's GPT uses the tanh approximation, so both models compute the same
+  loss from the same weights) or ``"none"`` (the exact erf GELU of nanoGPT's ``nn.GELU()``).
+
+Parameter names follow nanoGPT (``transformer.h.0.attn.c_attn.weight``); :func:`torch_name` maps
+glassllm's names onto them. glassllm stores Linear weights (in, out), PyTorch (out, in):
+:func:`copy_from_glassllm` transposes them.
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import torch
@@ -33,27 +38,28 @@ class TorchGPTConfig:
     n_layer: int
     n_head: int
     n_embd: int
-    gelu: str = "tanh"  # nanoGPT: "none" (exact erf)
+    bias: bool = False
+    gelu: str = "tanh"  # or "none": exact erf, nanoGPT's nn.GELU()
+    attention: str = "sdpa"  # or "manual"
 
-
-class LayerNorm(nn.Module):
-    """LayerNorm without bias (nanoGPT: PyTorch's LayerNorm takes no bias=False before 2.1)."""
-
-    def __init__(self, ndim: int) -> None:
-        super().__init__()
-        self.weight = nn.Parameter(torch.ones(ndim))
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return F.layer_norm(x, self.weight.shape, self.weight, None, 1e-5)
+    @classmethod
+    def like(cls, config: Any, **choices: Any) -> TorchGPTConfig:
+        """The twin of a glassllm ``GPTConfig`` (or of a dict with its fields)."""
+        fields = config if isinstance(config, dict) else config.to_dict()
+        names = ("vocab_size", "block_size", "n_layer", "n_head", "n_embd", "bias")
+        return cls(**{k: fields[k] for k in names if k in fields}, **choices)
 
 
 class CausalSelfAttention(nn.Module):
     def __init__(self, config: TorchGPTConfig) -> None:
         super().__init__()
-        self.c_attn = nn.Linear(config.n_embd, 3 * config.n_embd, bias=False)
-        self.c_proj = nn.Linear(config.n_embd, config.n_embd, bias=False)
-        self.n_head = config.n_head
-        self.n_embd = config.n_embd
+        if config.attention not in ("sdpa", "manual"):
+            raise ValueError(f"attention must be 'sdpa' or 'manual', not {config.attention!r}")
+        self.c_attn = nn.Linear(config.n_embd, 3 * config.n_embd, bias=config.bias)
+        self.c_proj = nn.Linear(config.n_embd, config.n_embd, bias=config.bias)
+        self.n_head, self.n_embd, self.attention = config.n_head, config.n_embd, config.attention
+        causal = torch.tril(torch.ones(config.block_size, config.block_size, dtype=torch.bool))
+        self.register_buffer("causal", causal.view(1, 1, config.block_size, config.block_size))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         B, T, C = x.size()
@@ -61,7 +67,12 @@ class CausalSelfAttention(nn.Module):
         k = k.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)  # (B, nh, T, hs)
         q = q.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)  # (B, nh, T, hs)
         v = v.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)  # (B, nh, T, hs)
-        y = F.scaled_dot_product_attention(q, k, v, attn_mask=None, dropout_p=0.0, is_causal=True)
+        if self.attention == "sdpa":
+            y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        else:
+            att = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(k.size(-1)))
+            att = att.masked_fill(~self.causal[:, :, :T, :T], float("-inf"))
+            y = F.softmax(att, dim=-1) @ v  # (B, nh, T, hs)
         y = y.transpose(1, 2).contiguous().view(B, T, C)  # (B, T, C)
         return self.c_proj(y)
 
@@ -69,9 +80,9 @@ class CausalSelfAttention(nn.Module):
 class MLP(nn.Module):
     def __init__(self, config: TorchGPTConfig) -> None:
         super().__init__()
-        self.c_fc = nn.Linear(config.n_embd, 4 * config.n_embd, bias=False)
+        self.c_fc = nn.Linear(config.n_embd, 4 * config.n_embd, bias=config.bias)
         self.gelu = nn.GELU(approximate=config.gelu)
-        self.c_proj = nn.Linear(4 * config.n_embd, config.n_embd, bias=False)
+        self.c_proj = nn.Linear(4 * config.n_embd, config.n_embd, bias=config.bias)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.c_proj(self.gelu(self.c_fc(x)))
@@ -80,9 +91,9 @@ class MLP(nn.Module):
 class Block(nn.Module):
     def __init__(self, config: TorchGPTConfig) -> None:
         super().__init__()
-        self.ln_1 = LayerNorm(config.n_embd)
+        self.ln_1 = nn.LayerNorm(config.n_embd, bias=config.bias)
         self.attn = CausalSelfAttention(config)
-        self.ln_2 = LayerNorm(config.n_embd)
+        self.ln_2 = nn.LayerNorm(config.n_embd, bias=config.bias)
         self.mlp = MLP(config)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -99,7 +110,7 @@ class TorchGPT(nn.Module):
                 wte=nn.Embedding(config.vocab_size, config.n_embd),
                 wpe=nn.Embedding(config.block_size, config.n_embd),
                 h=nn.ModuleList([Block(config) for _ in range(config.n_layer)]),
-                ln_f=LayerNorm(config.n_embd),
+                ln_f=nn.LayerNorm(config.n_embd, bias=config.bias),
             )
         )
         self.lm_head = nn.Linear(config.n_embd, config.vocab_size, bias=False)
@@ -113,6 +124,8 @@ class TorchGPT(nn.Module):
     def _init_weights(module: nn.Module) -> None:
         if isinstance(module, (nn.Linear, nn.Embedding)):
             torch.nn.init.normal_(module.weight, mean=0.0, std=0.02)
+        if isinstance(module, nn.Linear) and module.bias is not None:
+            torch.nn.init.zeros_(module.bias)
 
     def forward(
         self, idx: torch.Tensor, targets: torch.Tensor | None = None
@@ -129,8 +142,7 @@ class TorchGPT(nn.Module):
                 logits.view(-1, logits.size(-1)), targets.view(-1), ignore_index=-1
             )
             return logits, loss
-        # nanoGPT inference: the head on the last position only.
-        return self.lm_head(x[:, [-1], :]), None
+        return self.lm_head(x[:, [-1], :]), None  # inference: the head on the last position only
 
     def configure_optimizer(
         self, lr: float, weight_decay: float, betas: tuple[float, float]
@@ -145,68 +157,61 @@ class TorchGPT(nn.Module):
 
     @torch.no_grad()
     def generate(
-        self,
-        idx: torch.Tensor,
-        max_new_tokens: int,
-        temperature: float = 1.0,
-        top_k: int | None = None,
-        generator: torch.Generator | None = None,
+        self, idx: torch.Tensor, max_new_tokens: int, generator: torch.Generator | None = None
     ) -> torch.Tensor:
-        """nanoGPT's generate: no key/value cache, the whole (cropped) context every token."""
+        """nanoGPT's generate at temperature 1 without top-k: no key/value cache, the whole
+        (cropped) context through the model for every token."""
         for _ in range(max_new_tokens):
-            idx_cond = (
-                idx if idx.size(1) <= self.config.block_size else idx[:, -self.config.block_size :]
-            )
-            logits, _ = self(idx_cond)
-            logits = logits[:, -1, :] / temperature
-            if top_k is not None:
-                v, _ = torch.topk(logits, min(top_k, logits.size(-1)))
-                logits[logits < v[:, [-1]]] = -float("Inf")
-            probs = F.softmax(logits, dim=-1)
-            idx_next = torch.multinomial(probs, num_samples=1, generator=generator)
-            idx = torch.cat((idx, idx_next), dim=1)
+            logits, _ = self(idx[:, -self.config.block_size :])
+            probs = F.softmax(logits[:, -1, :], dim=-1)
+            idx = torch.cat((idx, torch.multinomial(probs, 1, generator=generator)), dim=1)
         return idx
 
 
-def glassllm_names(n_layer: int) -> dict[str, str]:
-    """nanoGPT parameter name -> glassllm GPT parameter name (the tied head appears once: wte)."""
-    names = {
-        "transformer.wte.weight": "wte.weight",
-        "transformer.wpe.weight": "wpe.weight",
-        "transformer.ln_f.weight": "ln_f.weight",
-    }
-    for i in range(n_layer):
-        t, g = f"transformer.h.{i}.", f"blocks.{i}."
-        names |= {
-            t + "ln_1.weight": g + "ln_1.weight",
-            t + "attn.c_attn.weight": g + "attn.qkv.weight",
-            t + "attn.c_proj.weight": g + "attn.proj.weight",
-            t + "ln_2.weight": g + "ln_2.weight",
-            t + "mlp.c_fc.weight": g + "mlp.fc.weight",
-            t + "mlp.c_proj.weight": g + "mlp.proj.weight",
-        }
-    return names
-
-
+_RENAMES = (
+    ("blocks.", "h."),
+    ("attn.qkv", "attn.c_attn"),
+    ("attn.proj", "attn.c_proj"),
+    ("mlp.fc", "mlp.c_fc"),
+    ("mlp.proj", "mlp.c_proj"),
+)
 # Weights that are Linear layers on both sides: (in, out) in glassllm, (out, in) in PyTorch.
-_LINEAR_SUFFIXES = ("c_attn.weight", "c_proj.weight", "c_fc.weight")
+_LINEAR_WEIGHTS = ("c_attn.weight", "c_proj.weight", "c_fc.weight")
+
+
+def torch_name(glassllm_name: str) -> str:
+    """glassllm GPT parameter name -> nanoGPT's (the tied head is listed once, as the wte)."""
+    for ours, theirs in _RENAMES:
+        glassllm_name = glassllm_name.replace(ours, theirs)
+    return "transformer." + glassllm_name
+
+
+def to_torch_layout(name: str, array: np.ndarray) -> np.ndarray:
+    """A glassllm parameter (or its gradient) in PyTorch's layout, given the nanoGPT name."""
+    return array.T if name.endswith(_LINEAR_WEIGHTS) else array
 
 
 def copy_from_glassllm(model: TorchGPT, glassllm_state: dict[str, np.ndarray]) -> None:
-    """Load glassllm GPT weights (``{name: ndarray}``, e.g. ``state_dict()``) into ``model``."""
-    ours = dict(model.named_parameters())  # the tied lm_head.weight is listed once, as wte
-    names = glassllm_names(model.config.n_layer)
-    missing = sorted(set(names.values()) - set(glassllm_state))
-    if missing:
-        raise KeyError(f"glassllm state lacks {missing}")
+    """Load glassllm GPT weights (``{name: ndarray}``) into ``model``, which must have every one
+    of them and no other parameter."""
+    ours = dict(model.named_parameters())
+    names = {torch_name(name): name for name in glassllm_state}
+    if set(names) != set(ours):
+        raise KeyError(f"parameters differ: {sorted(set(names) ^ set(ours))}")
     with torch.no_grad():
-        for torch_name, glass_name in names.items():
-            array = np.asarray(glassllm_state[glass_name])
-            if torch_name.endswith(_LINEAR_SUFFIXES):
-                array = array.T
-            target = ours[torch_name]
+        for name, target in ours.items():
+            array = to_torch_layout(name, np.asarray(glassllm_state[names[name]]))
             if tuple(array.shape) != tuple(target.shape):
-                raise ValueError(
-                    f"{glass_name} {array.shape} does not fit {torch_name} {tuple(target.shape)}"
-                )
-            target.copy_(torch.from_numpy(np.ascontiguousarray(array, dtype=np.float32)))
+                raise ValueError(f"{names[name]} {array.shape} does not fit {name} {target.shape}")
+            target.copy_(torch.from_numpy(np.ascontiguousarray(array)).to(target.dtype))
+
+
+def twin(glassllm_model: Any, **choices: Any) -> TorchGPT:
+    """A TorchGPT with the glassllm GPT's configuration and weights (dtype: float32, or float64
+    when the glassllm model is float64). ``choices``: ``attention``, ``gelu``."""
+    state = {name: p.data for name, p in glassllm_model.named_parameters()}
+    model = TorchGPT(TorchGPTConfig.like(glassllm_model.config, **choices))
+    if next(iter(state.values())).dtype == np.float64:
+        model = model.double()
+    copy_from_glassllm(model, state)
+    return model

@@ -1,293 +1,212 @@
-"""Milliseconds per nanoGPT training step: glassllm vs PyTorch at equal threads, paired rounds.
+"""Milliseconds per training step: glassllm's Trainer vs PyTorch at equal threads, paired rounds.
 
-    python bench/train_step.py                     # threads 2 and 1, 5 rounds each
-    python bench/train_step.py --threads 2 --rounds 7 --steps 30
-    python bench/train_step.py --glassllm-env MALLOC_MMAP_THRESHOLD_=1000000000   # try a lever
+    python bench/train_step.py                          # tiny size, threads 2 and 1, 5 rounds
+    python bench/train_step.py --size tiny small mid --threads 2 --sides glassllm,torch,torch-manual
+    python bench/train_step.py --threads 2 --rounds 1 --profile 30   # + cProfile of glassllm's step
 
-Configuration: nanoGPT's shakespeare_char on a CPU (n_layer=4, n_head=4, n_embd=128,
-block_size=64, batch_size=12, vocab 65, float32, AdamW, grad clip 1.0, no dropout, no bias).
-A step = forward with loss, backward, clip, AdamW step, zero grad (data loading not timed).
+A step is ``Trainer.train_step`` (the step ``glassllm train`` takes: a random batch, the learning
+rate of the schedule, forward with loss, backward, clip the gradient norm to 1.0, AdamW, zero grad)
+and, on the PyTorch side, the same in nanoGPT's model (bench/torch_gpt.py) on the same data. Sizes:
+common.SIZES (batch 12, vocab 65, float32, no dropout, no bias). Sides: ``glassllm`` (allocator
+tuned, as the command does), ``glassllm-untuned`` (glibc's defaults), ``torch`` (fused attention,
+``F.scaled_dot_product_attention``), ``torch-manual`` (attention written out).
 
-Each round starts one fresh process per side (glassllm, then torch), each warms up and times
-``--steps`` steps and reports the median; the headline ratio is the median over rounds of the
-per-round ratio glassllm/torch (see _harness for why). Also printed: achieved matmul GFLOP/s of a
-step against a large np.matmul measured in the same run, and the "BLAS floor": the same step's
-matrix products alone in NumPy, preallocated. Before timing, one process checks that both
-models, given the same weights, compute the same loss and gradients.
+Each round starts one fresh process per side; each warms up, times ``--steps`` steps and reports
+the median; the ratio glassllm / torch is the median of per-round ratios. Also reported: matmul
+GFLOP/s of a step against a large np.matmul, and the "BLAS floor" (the step's matrix products
+alone in NumPy, preallocated). Before timing, one process checks that both models, given the same
+weights and batch, compute the same loss and gradients.
 """
 
 from __future__ import annotations
 
 import argparse
+import cProfile
+import io
+import pstats
 import sys
+import tempfile
 from pathlib import Path
+from typing import Any
 
-import _harness as H
+import common as C
+import numpy as np
 
-SCRIPT = Path(__file__).resolve()
+SIDES = ("glassllm", "glassllm-untuned", "torch", "torch-manual", "matmul", "check")
+DEFAULT_SIDES = ("glassllm", "torch")
 
 
-def worker(args: argparse.Namespace) -> None:
-    import numpy as np  # noqa: F401  (thread count already fixed by the environment)
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.set_defaults(threads=[2, 1], rounds=5)
+    parser.add_argument("--size", nargs="+", default=["tiny"], choices=list(C.SIZES))
+    parser.add_argument("--steps", type=int, default=20, help="timed steps per process")
+    parser.add_argument("--warmup", type=int, default=5)
+    parser.add_argument("--matmul-n", type=int, default=2048, help="n of the n³ GFLOP/s probe")
+    parser.add_argument("--no-check", action="store_true", help="skip the loss/gradient check")
+    parser.add_argument("--profile", type=int, default=0, metavar="N", help="cProfile's top N")
 
-    config = dict(H.NANOGPT_CPU)
+
+def worker(args: argparse.Namespace) -> dict[str, Any]:
+    size = args.size[0]
     if args.worker == "matmul":
-        import _steps
-
-        rate = H.matmul_rate_gflops(args.matmul_n)
-        floor = _steps.matmul_floor(config, H.BATCH_SIZE)
-        floor_s = H.median(H.time_calls(floor, repeats=50, warmup=5))
-        H.emit({"matmul_gflops": rate, "matmul_n": args.matmul_n, "floor_ms": floor_s * 1e3})
-        return
-    if args.worker == "check":
-        H.emit(equivalence_check(config))
-        return
-
-    import _steps
-
-    tuned = False
-    if args.worker == "torch":
-        H.set_torch_threads(args.threads)
-        _, _, step = _steps.torch_step(config)
-    else:
-        tuned = _steps.tune_allocator(args.worker == "glassllm")
-        _, _, step = _steps.glassllm_step(config)
-    batches = _steps.random_batches(
-        args.warmup + args.steps, H.BATCH_SIZE, config["block_size"], config["vocab_size"]
-    )
-    for x, y in batches[: args.warmup]:
-        step(x, y)
-    phases: dict[str, list[float]] = {p: [] for p in _steps.PHASES}
-    totals, losses = [], []
-    faults_before = H.page_faults()[0]
-    for x, y in batches[args.warmup :]:
-        t = step(x, y)
-        for p in _steps.PHASES:
-            phases[p].append(t[p])
-        totals.append(sum(t[p] for p in _steps.PHASES))
-        losses.append(t["loss"])
-    faults = (H.page_faults()[0] - faults_before) / args.steps
-    H.emit(
-        {
-            "median_ms": H.median(totals) * 1e3,
-            "min_ms": min(totals) * 1e3,
-            "phases_ms": {p: H.median(v) * 1e3 for p, v in phases.items()},
-            "minor_faults_per_step": faults,
-            "last_loss": losses[-1],
-            "allocator_tuned": tuned,
+        return matmul_rates(C.model_config(size), args.matmul_n)
+    with tempfile.TemporaryDirectory() as tmp:
+        trainer = C.glassllm_trainer(Path(tmp), size, tuned=args.worker == "glassllm")
+        if args.worker == "check":
+            return equivalence(trainer)
+        if args.worker.startswith("torch"):
+            C.set_torch_threads(args.threads)
+            attention = "manual" if args.worker == "torch-manual" else "sdpa"
+            step = C.torch_step(trainer, attention=attention)[1]
+        else:
+            step = trainer.train_step
+        C.time_calls(step, repeats=0, warmup=args.warmup)
+        faults = C.minor_faults()
+        times = C.time_calls(step, repeats=args.steps)
+        out = {
+            "median_ms": C.median(times) * 1e3,
+            "minor_faults_per_step": (C.minor_faults() - faults) / args.steps,
         }
-    )
+        if args.profile and args.worker.startswith("glassllm"):
+            profiler = cProfile.Profile()
+            profiler.runcall(C.time_calls, step, repeats=args.steps)
+            text = io.StringIO()
+            pstats.Stats(profiler, stream=text).sort_stats("tottime").print_stats(args.profile)
+            out["profile"] = text.getvalue()
+        return out
 
 
-def equivalence_check(config: dict[str, int]) -> dict[str, float]:
-    """Same weights, same batch: loss and every gradient must agree (float32 tolerance)."""
-    import _steps
-    import numpy as np
+def equivalence(trainer: Any) -> dict[str, Any]:
+    """Same weights, same batch: the loss and every gradient must agree (float32 tolerance)."""
     import torch
-    from torch_gpt import TorchGPT, TorchGPTConfig, copy_from_glassllm, glassllm_names
+    from torch_gpt import to_torch_layout, torch_name, twin
 
-    model = _steps.glassllm_model(config, seed=1)
-    reference = TorchGPT(TorchGPTConfig(**config))
-    copy_from_glassllm(reference, {n: p.data for n, p in model.named_parameters()})
-    ((x, y),) = _steps.random_batches(
-        1, H.BATCH_SIZE, config["block_size"], config["vocab_size"], 1
-    )
+    from glassllm.data import get_batch
+
+    cfg, model = trainer.config, trainer.model
+    reference = twin(model)
+    x, y = get_batch(trainer.corpus.train, cfg.block_size, cfg.batch_size, trainer.batch_rng)
     _, loss = model(x, y)
     loss.backward()
-    _, ref_loss = reference(torch.from_numpy(x), torch.from_numpy(y))
+    _, ref_loss = reference(torch.from_numpy(x.copy()), torch.from_numpy(y.copy()))
     ref_loss.backward()
-    ours = dict(model.named_parameters())
+    reference_params = dict(reference.named_parameters())
     worst = 0.0
-    for torch_name, p in reference.named_parameters():
-        g = p.grad.numpy()
-        glass_grad = ours[glassllm_names(config["n_layer"])[torch_name]].grad
-        if torch_name.endswith(("c_attn.weight", "c_proj.weight", "c_fc.weight")):
-            glass_grad = glass_grad.T
-        scale = float(np.abs(g).max()) or 1.0
-        worst = max(worst, float(np.abs(glass_grad - g).max()) / scale)
-    loss_diff = abs(float(loss.data) - float(ref_loss.detach()))
-    if loss_diff > 1e-4 or worst > 1e-3:
-        raise AssertionError(
-            f"glassllm and torch disagree: loss {float(loss.data)} vs {float(ref_loss)}, "
-            f"worst relative gradient difference {worst:.2e}"
-        )
-    return {
-        "loss_glassllm": float(loss.data),
-        "loss_torch": float(ref_loss.detach()),
-        "loss_abs_diff": loss_diff,
-        "grad_max_rel_diff": worst,
-        "grad_dtypes": sorted({str(p.grad.dtype) for p in ours.values()}),
-    }
+    for name, p in model.named_parameters():
+        g = to_torch_layout(torch_name(name), reference_params[torch_name(name)].grad.numpy())
+        worst = max(worst, float(np.abs(p.grad - g).max() / (np.abs(g).max() or 1.0)))
+    ours, theirs = float(loss.data), float(ref_loss.detach())
+    if abs(ours - theirs) > 1e-4 or worst > 1e-3:
+        raise AssertionError(f"loss {ours} vs {theirs}, worst gradient difference {worst:.1e}")
+    return {"loss_glassllm": ours, "loss_torch": theirs, "grad_max_rel_diff": worst}
+
+
+def matmul_rates(config: dict[str, int], n: int) -> dict[str, float]:
+    """GFLOP/s of one n³ float32 np.matmul, and the milliseconds of the step's matrix products
+    alone (forward and backward, transposes folded into the shapes, operands preallocated)."""
+    rng = np.random.default_rng(0)
+    a, b = (rng.standard_normal((n, n), dtype=np.float32) for _ in range(2))
+    rate = 2.0 * n**3 / min(C.time_calls(lambda: np.matmul(a, b), repeats=7, warmup=2)) / 1e9
+    N, T, E, V = C.BATCH_SIZE * config["block_size"], config["block_size"], config["n_embd"], 65
+    BH, hs = C.BATCH_SIZE * config["n_head"], config["n_embd"] // config["n_head"]
+
+    def linear(i: int, o: int) -> list:  # y = x W, dx = g Wᵀ, dW = xᵀ g
+        return [((N, i), (i, o)), ((N, o), (o, i)), ((i, N), (N, o))]
+
+    # attention: q kᵀ, P v; backward dP = dy vᵀ, dv = Pᵀ dy, dq = dS k, dk = dSᵀ q
+    attention = [((BH, T, hs), (BH, hs, T)), ((BH, T, T), (BH, T, hs))] * 3
+    layer = linear(E, 3 * E) + attention + linear(E, E) + linear(E, 4 * E) + linear(4 * E, E)
+    shapes = layer * config["n_layer"] + linear(E, V)
+    operands = [
+        (rng.standard_normal(s, dtype=np.float32), rng.standard_normal(t, dtype=np.float32))
+        for s, t in shapes
+    ]
+    floor = C.median(C.time_calls(lambda: [a @ b for a, b in operands], repeats=30, warmup=3))
+    return {"matmul_gflops": rate, "floor_ms": floor * 1e3}
+
+
+def parent(args: argparse.Namespace) -> dict[str, dict[str, Any]]:
+    runs = {}
+    for size in args.size:
+        config = C.model_config(size)
+        flops = C.gpt_matmul_flops_per_step(C.BATCH_SIZE, **config)
+        payload: dict[str, Any] = {
+            "config": {**config, "batch_size": C.BATCH_SIZE},
+            "flops_per_step": flops,
+            "rounds": args.rounds,
+            "steps": args.steps,
+            "by_threads": {},
+        }
+        if not args.no_check and any(s.startswith("torch") for s in args.sides):
+            payload["equivalence"] = C.run_side(args, "check", 1, "--size", size)
+            print(f"{size}: same weights and batch: {C.fmt_dict(payload['equivalence'])}")
+        for threads in args.threads:
+            print(f"{size}, {threads} threads", flush=True)
+            rates = [C.run_side(args, "matmul", threads, "--size", size)]
+            results = C.alternate(args, threads, "--size", size)
+            rates.append(C.run_side(args, "matmul", threads, "--size", size))
+            entry: dict[str, Any] = {
+                "matmul_gflops": max(r["matmul_gflops"] for r in rates),
+                "floor_ms": min(r["floor_ms"] for r in rates),
+                "sides": {},
+                "ratios": {},
+            }
+            for side, rounds in results.items():
+                ms = [r["median_ms"] for r in rounds]
+                entry["sides"][side] = {
+                    "median_ms": C.median(ms),
+                    "per_round_ms": ms,
+                    "gflops": flops / (C.median(ms) / 1e3) / 1e9,
+                    "minor_faults_per_step": C.median([r["minor_faults_per_step"] for r in rounds]),
+                }
+                for r in rounds:
+                    print(r.get("profile", ""), end="")
+            if "glassllm" in results:
+                mine = entry["sides"]["glassllm"]["per_round_ms"]
+                for side in (s for s in results if s.startswith("torch")):
+                    entry["ratios"][side] = C.paired_ratio(
+                        mine, entry["sides"][side]["per_round_ms"]
+                    )
+            payload["by_threads"][str(threads)] = entry
+        runs[size] = payload
+    return runs
+
+
+def render(runs: dict[str, Any]) -> str:
+    """RESULTS.md's block: per size, the check and one row per threads and side."""
+    headers = ["threads", "side", "ms/step", "glassllm / side (paired)", "GFLOP/s"]
+    headers += ["np.matmul n³ GFLOP/s", "BLAS floor ms", "minor faults/step"]
+    lines = []
+    for size, run in runs.items():
+        lines += [
+            C.machine_line(run["machine"]),
+            "",
+            f"Size {size} ({C.fmt_dict(run['config'])}): {run['rounds']} alternating rounds x "
+            f"{run['steps']} timed steps per process; matmul FLOPs per step "
+            f"{run['flops_per_step'] / 1e9:.3f} GFLOP.",
+            "",
+        ]
+        if "equivalence" in run:
+            eq = run["equivalence"]
+            lines += [
+                f"Same weights, same batch: loss {eq['loss_glassllm']:.6f} (glassllm) vs "
+                f"{eq['loss_torch']:.6f} (torch), worst gradient difference "
+                f"{eq['grad_max_rel_diff']:.1e} of the largest entry.",
+                "",
+            ]
+        rows, per_round = [], []
+        for threads, e in run["by_threads"].items():
+            for side, v in e["sides"].items():
+                row = [threads, side, v["median_ms"], e["ratios"].get(side, "-"), v["gflops"]]
+                rows.append(row + [e["matmul_gflops"], e["floor_ms"], v["minor_faults_per_step"]])
+                ms = ", ".join(f"{x:.1f}" for x in v["per_round_ms"])
+                per_round.append(f"{threads} threads {side} {ms}")
+        lines += [C.table(headers, rows), "", "Per round, ms: " + "; ".join(per_round) + ".", ""]
+    return "\n".join(lines).rstrip()
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
-    parser.add_argument("--threads", type=int, nargs="+", default=[2, 1])
-    parser.add_argument("--rounds", type=int, default=5)
-    parser.add_argument("--steps", type=int, default=20, help="timed steps per process")
-    parser.add_argument("--warmup", type=int, default=5)
-    parser.add_argument("--matmul-n", type=int, default=2048)
-    parser.add_argument(
-        "--sides",
-        default="glassllm,torch",
-        help="comma list of glassllm (allocator tuned as the glassllm command does), "
-        "glassllm-untuned (glibc defaults), torch",
-    )
-    parser.add_argument(
-        "--glassllm-env",
-        action="append",
-        default=[],
-        metavar="KEY=VALUE",
-        help="extra environment for the glassllm processes (e.g. malloc tuning)",
-    )
-    parser.add_argument("--no-check", action="store_true", help="skip the loss/gradient check")
-    parser.add_argument("--out", default="train_step", help="JSON name under bench/results/")
-    parser.add_argument(
-        "--write-results", action="store_true", help="also refresh bench/RESULTS.md"
-    )
-    parser.add_argument(
-        "--worker",
-        choices=["glassllm", "glassllm-untuned", "torch", "matmul", "check"],
-        help=argparse.SUPPRESS,
-    )
-    args = parser.parse_args(argv)
-    if args.worker:
-        args.threads = args.threads[0]
-        worker(args)
-        return 0
-
-    sides = args.sides.split(",")
-    glass_env = dict(item.split("=", 1) for item in args.glassllm_env)
-    common = ["--steps", str(args.steps), "--warmup", str(args.warmup)]
-    payload: dict = {
-        "config": {**H.NANOGPT_CPU, "batch_size": H.BATCH_SIZE},
-        "flops_per_step": H.gpt_matmul_flops_per_step(H.BATCH_SIZE, **H.NANOGPT_CPU),
-        "rounds": args.rounds,
-        "steps": args.steps,
-        "glassllm_env": glass_env,
-        "by_threads": {},
-    }
-    if not args.no_check and "glassllm" in sides and "torch" in sides:
-        check = H.run_worker(SCRIPT, ["--worker", "check"], threads=1)
-        payload["equivalence"] = check
-        print(
-            f"equivalence: loss {check['loss_glassllm']:.6f} (glassllm) vs "
-            f"{check['loss_torch']:.6f} (torch); worst gradient difference "
-            f"{check['grad_max_rel_diff']:.1e} of the largest entry; "
-            f"grad dtypes {check['grad_dtypes']}"
-        )
-
-    flops = payload["flops_per_step"]["step"]
-    rows = []
-    for threads in args.threads:
-        print(f"threads={threads}")
-        matmul = H.run_worker(
-            SCRIPT,
-            ["--worker", "matmul", "--threads", str(threads), "--matmul-n", str(args.matmul_n)],
-            threads,
-        )
-        runners = {
-            side: (
-                lambda side=side, threads=threads: H.run_worker(
-                    SCRIPT,
-                    ["--worker", side, "--threads", str(threads), *common],
-                    threads,
-                    glass_env if side.startswith("glassllm") else None,
-                )
-            )
-            for side in sides
-        }
-        results = H.alternate(runners, args.rounds)
-        matmul_end = H.run_worker(
-            SCRIPT,
-            ["--worker", "matmul", "--threads", str(threads), "--matmul-n", str(args.matmul_n)],
-            threads,
-        )
-        peak = max(matmul["matmul_gflops"], matmul_end["matmul_gflops"])
-        entry = {
-            "matmul_gflops": peak,
-            "floor_ms": min(matmul["floor_ms"], matmul_end["floor_ms"]),
-            "sides": {},
-        }
-        for side, runs in results.items():
-            ms = [r["median_ms"] for r in runs]
-            entry["sides"][side] = {
-                "median_ms": H.median(ms),
-                "per_round_ms": ms,
-                "gflops": flops / (H.median(ms) / 1e3) / 1e9,
-                "phases_ms": {
-                    p: H.median([r["phases_ms"][p] for r in runs]) for p in runs[0]["phases_ms"]
-                },
-                "minor_faults_per_step": H.median([r["minor_faults_per_step"] for r in runs]),
-            }
-        if "glassllm" in results and "torch" in results:
-            g = [r["median_ms"] for r in results["glassllm"]]
-            t = [r["median_ms"] for r in results["torch"]]
-            entry["ratio_paired"] = H.paired_ratio(g, t)
-            entry["ratio_per_round"] = [a / b for a, b in zip(g, t, strict=False)]
-        payload["by_threads"][str(threads)] = entry
-        rows.append(entry)
-
-    print()
-    print(f"step matmul FLOPs: {flops / 1e9:.3f} GFLOP")
-    H.print_table(
-        [
-            "threads",
-            "glassllm ms",
-            "torch ms",
-            "ratio (paired)",
-            "glassllm GFLOP/s",
-            "torch GFLOP/s",
-            "np.matmul GFLOP/s",
-            "BLAS floor ms",
-        ],
-        [
-            [
-                t,
-                e["sides"].get("glassllm", {}).get("median_ms", "-"),
-                e["sides"].get("torch", {}).get("median_ms", "-"),
-                e.get("ratio_paired", "-"),
-                e["sides"].get("glassllm", {}).get("gflops", "-"),
-                e["sides"].get("torch", {}).get("gflops", "-"),
-                e["matmul_gflops"],
-                e["floor_ms"],
-            ]
-            for t, e in payload["by_threads"].items()
-        ],
-    )
-    print()
-    H.print_table(
-        [
-            "threads",
-            "side",
-            "step ms",
-            "forward ms",
-            "backward ms",
-            "clip ms",
-            "optimizer ms",
-            "minor faults/step",
-        ],
-        [
-            [
-                t,
-                s,
-                v["median_ms"],
-                *(v["phases_ms"][p] for p in ("forward", "backward", "clip", "optimizer")),
-                v["minor_faults_per_step"],
-            ]
-            for t, e in payload["by_threads"].items()
-            for s, v in e["sides"].items()
-        ],
-    )
-    path = H.write_json(args.out, payload)
-    print(f"\nwrote {path}")
-    if args.write_results:
-        import report
-
-        report.main([])
-    return 0
+    return C.main(sys.modules[__name__], argv)
 
 
 if __name__ == "__main__":

@@ -25,8 +25,12 @@ parser.add_argument("--top-k", type=int, default=None)
 parser.add_argument("--seed", type=int, default=0)
 args = parser.parse_args()
 
-# Model (in eval mode), tokenizer and metadata, from the file alone.
-model, tokenizer, metadata = load_trained_model(args.checkpoint)
+# Model (in eval mode), tokenizer and metadata, from the file alone: the file is verified (its
+# digest) and every metadata value checked before anything is built from it.
+try:
+    model, tokenizer, metadata = load_trained_model(args.checkpoint)
+except (ValueError, OSError) as error:  # missing, damaged, or not a glassllm GPT checkpoint
+    parser.error(str(error))
 print(f"{args.checkpoint}: step {metadata.get('iteration')}, {model.config}")
 
 try:

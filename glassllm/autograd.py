@@ -88,12 +88,15 @@ def topological_order(root: Tensor) -> list[Tensor]:
     return order
 
 
-def run_backward(root: Tensor, seed: np.ndarray) -> None:
+def run_backward(root: Tensor, seed: np.ndarray, retain_intermediate_grads: bool = True) -> None:
     """Propagate ``seed`` (d loss / d root) through the graph below ``root``.
 
     Leaves (nodes without a backward function) accumulate into ``.grad``
     across calls; every intermediate's ``.grad`` is replaced by this
-    traversal's value (``None`` where nothing reached it). Contributions are
+    traversal's value (``None`` where nothing reached it), or by ``None`` when
+    ``retain_intermediate_grads`` is false: each intermediate gradient is then
+    freed once its VJP has run, so the step's peak holds the activations and
+    only the gradients still in flight, not every gradient at once. Contributions are
     added with out-of-place ``+`` because a VJP may return the very array it
     received (``add`` does), so two nodes can legitimately share one array.
 
@@ -106,8 +109,9 @@ def run_backward(root: Tensor, seed: np.ndarray) -> None:
     reached: list[tuple[Tensor, np.ndarray | None]] = []
     for node in reversed(order):
         grad = pending.pop(id(node), None)
-        reached.append((node, grad))
-        if grad is None or node._backward is None:
+        is_leaf = node._backward is None
+        reached.append((node, grad if retain_intermediate_grads or is_leaf else None))
+        if grad is None or is_leaf:
             continue
         contributions = node._backward(grad)
         if len(contributions) != len(node.parents):

@@ -70,12 +70,16 @@ class Checkpoint:
     the ``optim.``-prefixed optimizer state); ``metadata`` is the dict `save` was given (``{}``
     when none). ``optimizer`` is the file's optimizer entry as saved (class name, parameter
     groups, scalar state), or None for a file saved without an optimizer; `load` reads it.
+    ``verified`` is True when the file carried a digest and it matched; False only for a file
+    without one (a plain safetensors file, or one whose digest entry was removed or damaged):
+    a caller that requires integrity, as the ``glassllm`` program does, refuses such a file.
     """
 
     path: str
     tensors: dict[str, np.ndarray]
     metadata: dict[str, Any]
     optimizer: Any = None
+    verified: bool = False
 
 
 def save(
@@ -147,18 +151,28 @@ def read(path: PathLike) -> Checkpoint:
     """
     path = _existing_file(path)
     tensors, header = _read(path)
+    verified = _DIGEST_KEY in header
+    intact = not verified or header[_DIGEST_KEY] == _digest(tensors, header)
     fmt = header.get(_FORMAT_KEY)
     if fmt is not None and fmt != FORMAT:
         raise CheckpointError(
-            f"checkpoint {path} has layout {fmt!r}; this glassllm reads {FORMAT!r}"
+            f"checkpoint {path} has layout {_short(fmt)}; this glassllm reads {FORMAT!r}"
+            + ("" if intact else " (or the file is corrupted: its digest does not match)")
         )
-    if _DIGEST_KEY in header and header[_DIGEST_KEY] != _digest(tensors, header):
+    if not intact:
         raise CheckpointError(
             f"checkpoint {path} is corrupted: its contents do not match the digest stored in it"
         )
     metadata = _metadata_dict(header, path)
     optimizer = _json_entry(header, _OPTIMIZER_KEY, path, default=None)
-    return Checkpoint(path=path, tensors=tensors, metadata=metadata, optimizer=optimizer)
+    return Checkpoint(
+        path=path, tensors=tensors, metadata=metadata, optimizer=optimizer, verified=verified
+    )
+
+
+def _short(value: Any, limit: int = 60) -> str:
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 def load(
@@ -242,9 +256,7 @@ def _json_entry(header: Mapping[str, str], key: str, path: str, default: Any) ->
     if key not in header:
         return default
     try:
-        return json.loads(
-            header[key], parse_constant=_refuse_constant, parse_float=_finite_float
-        )
+        return json.loads(header[key], parse_constant=_refuse_constant, parse_float=_finite_float)
     except RecursionError:
         raise CheckpointError(
             f"checkpoint {path}: metadata entry {key!r} is nested too deeply"

@@ -136,12 +136,13 @@ class Tensor:
         return f"Tensor({body}, {', '.join(extras)})"
 
     # ------------------------------------------------------------- backward
-    def backward(self, grad: Any = None) -> None:
+    def backward(self, grad: Any = None, retain_intermediate_grads: bool = True) -> None:
         """Accumulate d(self)/d(leaf) into every leaf's ``.grad``.
 
         ``grad`` is the seed dL/d(self); ``None`` means ones, i.e. the gradient of
         the sum of the entries. It must have the output's shape. An output that
-        does not require grad does nothing.
+        does not require grad does nothing. ``retain_intermediate_grads=False`` clears
+        every intermediate's ``.grad`` and frees each as soon as it is passed on (training).
         """
         if not self.requires_grad:
             return
@@ -156,7 +157,7 @@ class Tensor:
                 )
             if np.issubdtype(self.data.dtype, np.inexact):
                 seed = seed.astype(self.data.dtype, copy=False)
-        autograd.run_backward(self, seed)
+        autograd.run_backward(self, seed, retain_intermediate_grads)
 
     # ------------------------------------------------------------ arithmetic
     def _operand(self, other: Any) -> Tensor:

@@ -3,27 +3,29 @@
 from __future__ import annotations
 
 import re
-import subprocess
-import sys
 from pathlib import Path
 
+import pytest
+
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
-TEXT = "".join(f"line {i}: the quick brown fox jumps over the lazy dog.\n" for i in range(60))
 TINY_GPT = ["--n-layer", "1", "--n-head", "2", "--n-embd", "16", "--block-size", "16",
             "--batch-size", "4", "--max-iters", "30", "--eval-interval", "10", "--eval-iters",
             "2", "--warmup-iters", "5", "--lr", "1e-2", "--log-interval", "10"]  # fmt: skip
 
 
-def run_example(name, *args, cwd=None):
-    done = subprocess.run(
-        [sys.executable, str(EXAMPLES / name), *map(str, args)],
-        capture_output=True, text=True, timeout=300, cwd=cwd,
-    )  # fmt: skip
-    assert done.returncode == 0, done.stderr
-    return done.stdout
+@pytest.fixture
+def run_example(run_python):
+    """``run_example(name, *args)``: run examples/<name>, assert it succeeded, return stdout."""
+
+    def run(name, *args, cwd=None):
+        done = run_python(EXAMPLES / name, *args, cwd=cwd)
+        assert done.returncode == 0, done.stderr
+        return done.stdout
+
+    return run
 
 
-def test_train_mlp_learns_the_spirals():
+def test_train_mlp_learns_the_spirals(run_example):
     out = run_example("train_mlp.py", "--steps", "300")
     accuracy = float(re.findall(r"accuracy ([\d.]+)%", out)[-1])
     assert accuracy > 90.0, out
@@ -33,9 +35,8 @@ def test_train_mlp_learns_the_spirals():
     assert "A" in out and "b" in out  # the decision map
 
 
-def test_train_tiny_gpt_then_sample(tmp_path):
-    data = tmp_path / "tiny.txt"
-    data.write_text(TEXT)
+def test_train_tiny_gpt_then_sample(text_file, tmp_path, run_example, run_python):
+    data = text_file
     out_dir = tmp_path / "out"
     out = run_example("train_tiny_gpt.py", "--data", data, "--out-dir", out_dir, *TINY_GPT)
     evaluations = re.findall(r"step (\d+): train loss ([\d.]+), val loss ([\d.]+)", out)
@@ -50,28 +51,20 @@ def test_train_tiny_gpt_then_sample(tmp_path):
     assert out.splitlines()[-1].startswith("the") or "\nthe" in out
 
     # A prompt character the model never saw: argparse's one-line error, not a traceback.
-    done = subprocess.run(
-        [sys.executable, str(EXAMPLES / "sample.py"), str(checkpoint), "--prompt", "Zé"],
-        capture_output=True, text=True, timeout=120,
-    )  # fmt: skip
+    done = run_python(EXAMPLES / "sample.py", checkpoint, "--prompt", "Zé", timeout=120)
     assert done.returncode == 2
     assert "Traceback" not in done.stderr and "'Z'" in done.stderr, done.stderr
 
     # The example's checkpoint is a full citizen: the glassllm command samples from it too.
-    done = subprocess.run(
-        [sys.executable, "-m", "glassllm", "sample", "--checkpoint", str(checkpoint),
-         "--num-samples", "1", "--max-new-tokens", "5", "--explain"],
-        capture_output=True, text=True, timeout=120,
-    )  # fmt: skip
+    argv = ["sample", "--checkpoint", checkpoint, "--num-samples", "1", "--max-new-tokens", "5"]
+    done = run_python("-m", "glassllm", *argv, "--explain", timeout=120)
     assert done.returncode == 0, done.stderr
     assert done.stdout.count("%  |") == 5
 
 
-def test_train_tiny_gpt_grad_clip_zero_turns_clipping_off(tmp_path):
+def test_train_tiny_gpt_grad_clip_zero_turns_clipping_off(text_file, tmp_path, run_example):
     """--grad-clip 0 means no clipping, as in nanoGPT and `glassllm train` (not: zero gradients)."""
-    data = tmp_path / "tiny.txt"
-    data.write_text(TEXT)
-    out = run_example("train_tiny_gpt.py", "--data", data, "--out-dir", tmp_path / "out",
+    out = run_example("train_tiny_gpt.py", "--data", text_file, "--out-dir", tmp_path / "out",
                       *TINY_GPT, "--grad-clip", "0")  # fmt: skip
     evaluations = re.findall(r"step (\d+): train loss ([\d.]+), val loss ([\d.]+)", out)
     assert float(evaluations[-1][1]) < float(evaluations[0][1]) - 0.5, out

@@ -329,3 +329,47 @@ def test_gpt_graph_dies_with_its_loss_by_reference_counting_alone():
     finally:
         if was_enabled:
             gc.enable()
+
+
+def _chain_recording_whether_downstream_grads_are_alive(retain: bool) -> tuple[list, Tensor]:
+    """x -> a -> b -> loss with custom ops; b's VJP records whether the gradient that loss's
+    VJP handed to b is still alive when a's VJP runs (it is, if the engine retains it)."""
+    seen: list = []
+    x = Tensor(np.array([1.0, 2.0]), requires_grad=True)
+
+    def op(parent: Tensor, factor: float, record: bool) -> Tensor:
+        def backward(g: np.ndarray) -> tuple:
+            if record:  # the first op in the chain: runs last in the traversal
+                seen.append(refs[-1]() is not None)  # the gradient b received
+            else:
+                refs.append(weakref.ref(g))
+            return (g * factor,)
+
+        return Tensor.from_op(parent.data * factor, (parent,), backward)
+
+    refs: list = []
+    a = op(x, 2.0, record=True)
+    b = op(a, 3.0, record=False)
+    loss = op(b, 5.0, record=False)
+    loss.backward(np.ones(2), retain_intermediate_grads=retain)
+    return seen, a
+
+
+@pytest.mark.parametrize("retain", [True, False])
+def test_retain_intermediate_grads_false_frees_them_during_the_traversal(retain):
+    seen, a = _chain_recording_whether_downstream_grads_are_alive(retain)
+    assert seen == [retain]  # with False, b's incoming gradient is gone before a's VJP runs
+    assert (a.grad is not None) == retain
+
+
+def test_retain_intermediate_grads_false_gives_the_same_leaf_grads():
+    x = Tensor(np.array([0.5, -1.0, 2.0], dtype=np.float32), requires_grad=True)
+    grads = []
+    for retain in (True, False):
+        x.grad = None
+        h = x * x
+        out = (h * h + h).sum()
+        out.backward(retain_intermediate_grads=retain)
+        grads.append(x.grad.copy())
+        assert (h.grad is not None) == retain and (out.grad is not None) == retain
+    np.testing.assert_array_equal(grads[0], grads[1])

@@ -60,30 +60,40 @@ def _set(path):
     return mutate
 
 
+def _deep(depth):
+    value = []
+    for _ in range(depth):
+        value = [value]
+    return value
+
+
 # (where, value, fragment of the message): each a value a hostile or damaged file could hold.
 BAD_VALUES = [
     (("model_config", "n_layer"), "x", "model_config"),
     (("model_config", "vocab_size"), 7, "vocabulary of 7"),
     (("model_config", "n_embd"), 32, "model_config.n_embd (32) disagrees with train_config"),
     (("train_config", "beta2"), [1, 2], "train_config.beta2 must be a number"),
-    (("train_config", "eval_iters"), 0, "train_config.eval_iters must be at least 1"),
+    (("train_config", "eval_iters"), 0, "train_config.eval_iters must be in [1, 100000], got 0"),
     (("train_config", "lr"), 10**400, "train_config.lr must be a finite number"),
     (("train_config", "n_layer"), True, "train_config.n_layer must be an integer"),
     (("train_config", "no_such_field"), 1, "unknown TrainConfig fields"),
     (("best_val_loss",), "low", "best_val_loss must be a number or null"),
     (("elapsed_s",), {}, "elapsed_s must be a number"),
-    (("iteration",), -1, "iteration must be >= 0"),
+    (("iteration",), -1, "iteration must be in [0, 1000000000], got -1"),
     (("iteration",), 1.5, "iteration must be an integer"),
     (("last_eval_iteration",), "3", "last_eval_iteration must be an integer or null"),
     (("rng", "batches"), {"bit_generator": "PCG64", "state": 7}, "rng.batches"),
     (("rng",), [], "rng must be a JSON object"),
     (("tokenizer",), {"type": "wordpiece"}, "tokenizer: unknown tokenizer type"),
     (("data_sha256",), 5, "data_sha256 must be a text"),
+    # found by tests/test_fuzz_checkpoint.py (each escaped as OverflowError or RecursionError)
+    (("train_config", "warmup_iters"), 10**400, "warmup_iters must be in [0, 1000000000], got a"),
+    (("elapsed_s",), _deep(5000), "elapsed_s must be a number, got a deeply nested value"),
 ]
 
 
 @pytest.mark.parametrize("where, value, fragment", BAD_VALUES, ids=[
-    ".".join(w) + f"={v!r}"[:20] for w, v, _ in BAD_VALUES])  # fmt: skip
+    ".".join(w) + "=" + glassllm.app.options.shown(v, 20) for w, v, _ in BAD_VALUES])  # fmt: skip
 def test_from_metadata_names_the_file_and_the_field(trained, where, value, fragment):
     metadata = copy.deepcopy(trained.metadata())
     _set(where)(metadata, value)
@@ -91,6 +101,14 @@ def test_from_metadata_names_the_file_and_the_field(trained, where, value, fragm
         RunState.from_metadata(metadata, "runs/ckpt.safetensors")
     message = str(info.value)
     assert "'runs/ckpt.safetensors'" in message and fragment in message, message
+
+
+def test_an_integer_learning_rate_too_large_for_the_warm_up_is_a_problem_not_a_crash():
+    problems = TrainConfig(lr=10**308, warmup_iters=5).problems(label=lambda n: f"c.{n}")
+    assert problems == [
+        "c.lr (1e+308) is too large for a warm-up of 5 steps (lr x warmup_iters must stay below "
+        "1.8e+308)"
+    ]
 
 
 def test_missing_required_entries_are_named(trained):
@@ -154,17 +172,17 @@ def test_help_shows_each_option_range(capsys):
     with pytest.raises(SystemExit):
         main(["train", "--help"])
     out = " ".join(capsys.readouterr().out.split())
-    assert "--n-layer N transformer blocks (at least 1; default: 4)" in out
+    assert "--n-layer N transformer blocks (in [1, 1024]; default: 4)" in out
     assert "--beta2 X AdamW beta2 (in [0, 1); default: 0.99)" in out
     assert "--lr X peak learning rate (> 0; default: 0.001)" in out
     with pytest.raises(SystemExit):
         main(["sample", "--help"])
     out = " ".join(capsys.readouterr().out.split())
-    assert "(at least 1; default: all)" in out and "(> 0; default: 0.8)" in out
+    assert "(in [1, 1000000000]; default: all)" in out and "(> 0; default: 0.8)" in out
 
 
 def test_sample_config_rules_are_the_command_lines():
-    with pytest.raises(ValueError, match="num-samples must be at least 1, got 0"):
+    with pytest.raises(ValueError, match=r"num-samples must be in \[1, 10000\], got 0"):
         SampleConfig(num_samples=0).validate()
     with pytest.raises(ValueError, match="top-k must be an integer or null, got 'x'"):
         SampleConfig(top_k="x").validate()

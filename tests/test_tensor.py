@@ -3,16 +3,12 @@ absent, reflected operators, dtype rules, no_grad, repr and custom operations.""
 
 from __future__ import annotations
 
-import doctest
-import importlib
 import threading
 import types
 
 import numpy as np
 import pytest
 
-import glassllm
-import glassllm.rng
 from glassllm import Tensor, gradcheck, is_grad_enabled, no_grad
 
 # ----------------------------------------------------------------- construction
@@ -300,23 +296,6 @@ def _referents(t: Tensor) -> list:
 # ----------------------------------------------------------- custom operations
 
 
-@pytest.mark.parametrize(
-    "module_name",
-    ["glassllm", "glassllm.tensor", "glassllm.autograd", "glassllm.gradcheck", "glassllm.rng"],
-)
-def test_engine_docstring_examples_run(module_name):
-    """Includes the user-defined op worked example in the Tensor module docstring."""
-    module = importlib.import_module(module_name)
-    saved_generator = glassllm.rng._default_generator  # the rng example reseeds it
-    try:
-        result = doctest.testmod(module, optionflags=doctest.NORMALIZE_WHITESPACE)
-    finally:
-        glassllm.rng._default_generator = saved_generator
-    assert result.failed == 0
-    if module_name == "glassllm.tensor":
-        assert result.attempted >= 3
-
-
 def test_custom_op_with_two_parents_via_constructor():
     """The seed's mechanism: Tensor(data, parents, backward, requires_grad)."""
 
@@ -601,3 +580,51 @@ def test_sigmoid_is_accurate_in_the_negative_tail(dtype):
     tail = x.data <= 0
     np.testing.assert_allclose(x.grad[tail], (truth * (1.0 - truth))[tail], rtol=rtol)
     assert y.dtype == dtype and x.grad.dtype == dtype
+
+
+# ----------------------------------------------------------- the engine contract's examples
+# The three code examples of shared/seed/000_*.txt, copied character for character: a change to
+# the engine that breaks the documented behaviour breaks one of these.
+
+
+def test_seed_example_backward_accumulates_and_seed_gradient():
+    import numpy as np
+
+    from glassllm import Tensor
+
+    x = Tensor([3.0], requires_grad=True)
+    y = x * x + x
+    y.backward()
+    np.testing.assert_allclose(x.grad, [7.0])
+    y.backward()
+    np.testing.assert_allclose(x.grad, [14.0])
+    x.grad = None
+    y.backward(np.array([2.0]))
+    np.testing.assert_allclose(x.grad, [14.0])
+
+
+def test_seed_example_broadcasting_and_max_ties():
+    import numpy as np
+
+    from glassllm import Tensor
+
+    x = Tensor(np.ones((2, 3)), requires_grad=True)
+    bias = Tensor([1.0, 2.0, 3.0], requires_grad=True)
+    (x + bias).sum().backward()
+    np.testing.assert_allclose(bias.grad, [2.0, 2.0, 2.0])
+    np.testing.assert_allclose(x.grad, np.ones((2, 3)))
+    ties = Tensor([2.0, 2.0, 1.0], requires_grad=True)
+    ties.max().backward()
+    np.testing.assert_allclose(ties.grad, [0.5, 0.5, 0.0])
+
+
+def test_seed_example_no_grad():
+    from glassllm import Tensor, no_grad
+
+    x = Tensor([3.0], requires_grad=True)
+    with no_grad():
+        y = x * 2
+        assert not y.requires_grad
+        y.backward()
+    assert x.grad is None
+    assert (x * 2).requires_grad

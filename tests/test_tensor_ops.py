@@ -416,11 +416,6 @@ def test_float32_stays_float32(case: Case) -> None:
         assert x.grad.shape == x.shape
 
 
-@pytest.fixture(scope="module")
-def torch() -> Any:
-    return pytest.importorskip("torch")
-
-
 @pytest.mark.parametrize(
     "dtype,rtol,atol",
     [(np.float32, 1e-5, 1e-6), (np.float64, 1e-10, 1e-12)],

@@ -8,18 +8,24 @@ with the field's type, help showing its range and default. Bad input (a missing 
 impossible configuration, a broken checkpoint, ...) ends with one line on stderr,
 ``glassllm: error: ...``, and exit status 2, never a traceback. A traceback means a bug.
 
-Exit status: 0 done, 2 bad input, 130 stopped by Ctrl-C (after saving a checkpoint).
+Exit status: 0 done, 2 bad input (or a training run that diverged), 130 stopped by Ctrl-C
+(during training: after saving a checkpoint; before: at once, with one line).
+
+Text the program prints that the terminal's encoding cannot show (a sample of a non-ASCII corpus
+under ``PYTHONIOENCODING=ascii``) is written with backslash escapes, never an error.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import io
 import sys
 import typing
 from collections.abc import Sequence
 
-from glassllm.app.config import DEFAULT_OUT_DIR, SampleConfig, TrainConfig
-from glassllm.app.options import add_options, given_options
+# why: nothing heavy (NumPy, the library) is imported at the top of this module: main's Ctrl-C
+# handling starts before those imports, which take most of a start-up.
 
 EXIT_BAD_INPUT = 2
 EXIT_INTERRUPTED = 130  # 128 + SIGINT, what a shell reports for a Ctrl-C'd program
@@ -44,12 +50,14 @@ def _fail(message: str) -> int:
 _INPUT_ERRORS = (ValueError, OSError, MemoryError, OverflowError)
 
 
-def _describe(err: BaseException, smaller: str) -> str:
-    """The message of an error from _INPUT_ERRORS; ``smaller``: options that shrink the job."""
+def _describe(err: BaseException, smaller: str | None) -> str:
+    """The message of an error from _INPUT_ERRORS; ``smaller``: options that shrink the job
+    (None when the options are not the cause, e.g. reading a checkpoint)."""
+    hint = "" if smaller is None else f"; try {smaller}"
     if isinstance(err, MemoryError):
-        return f"not enough memory ({str(err) or 'MemoryError'}); try {smaller}"
+        return f"not enough memory ({str(err) or 'MemoryError'}){hint}"
     if isinstance(err, OverflowError):
-        return f"a number is too large to compute with ({err}); try {smaller}"
+        return f"a number is too large to compute with ({err}){hint}"
     return str(err) or type(err).__name__
 
 
@@ -58,6 +66,9 @@ _SAMPLE_SMALLER = "a smaller --num-samples or --max-new-tokens"
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from glassllm.app.config import SampleConfig, TrainConfig
+    from glassllm.app.options import add_options
+
     parser = _Parser(
         prog="glassllm",
         description="Train a tiny GPT on text with a NumPy autograd engine, and sample from it.",
@@ -99,13 +110,22 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _run_train(args: argparse.Namespace) -> int:
+    from glassllm.app.config import DEFAULT_OUT_DIR, TrainConfig
+    from glassllm.app.options import given_options
     from glassllm.app.run_state import read_for_resume
-    from glassllm.app.train import Trainer
+    from glassllm.app.train import Trainer, TrainingDiverged
 
     given = given_options(args, TrainConfig)
-    try:
-        if args.resume:  # the checkpoint is read once, for the configuration and the state
+    saved = None
+    if args.resume:  # the checkpoint is read once, for the configuration and the state
+        try:
             saved = read_for_resume(given.get("out_dir", DEFAULT_OUT_DIR))
+        except BrokenPipeError:
+            raise
+        except _INPUT_ERRORS as err:  # the file's fault, not the options'
+            return _fail(_describe(err, None))
+    try:
+        if saved is not None:
             trainer = Trainer(saved.resume_config(given), resume=saved)
         else:
             trainer = Trainer(TrainConfig(**given))
@@ -117,6 +137,8 @@ def _run_train(args: argparse.Namespace) -> int:
         result = trainer.fit()  # Ctrl-C: fit saves a checkpoint and returns interrupted
     except BrokenPipeError:
         raise
+    except TrainingDiverged as err:  # says where, and that the last checkpoint is kept
+        return _fail(str(err))
     except _INPUT_ERRORS as err:  # e.g. the disk filled up; the last checkpoint is intact
         return _fail(
             f"training stopped at step {trainer.iteration}: {_describe(err, _TRAIN_SMALLER)}"
@@ -125,6 +147,8 @@ def _run_train(args: argparse.Namespace) -> int:
 
 
 def _run_sample(args: argparse.Namespace) -> int:
+    from glassllm.app.config import SampleConfig
+    from glassllm.app.options import given_options
     from glassllm.app.sample import SampleJob
 
     try:
@@ -139,18 +163,46 @@ def _run_sample(args: argparse.Namespace) -> int:
 
 def _run_export(args: argparse.Namespace) -> int:
     from glassllm.app.export import ExportConfig, export
+    from glassllm.app.options import given_options
 
     try:
         export(ExportConfig(**given_options(args, ExportConfig)), sys.stdout)
     except BrokenPipeError:
         raise
     except _INPUT_ERRORS as err:
-        return _fail(_describe(err, "a smaller model"))
+        return _fail(_describe(err, None))
     return 0
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``glassllm`` console script and ``python -m glassllm``."""
+    try:  # from the first statement: a Ctrl-C at any moment is one line and status 130
+        with _escaping_unencodable_output():
+            return _main(argv)
+    except KeyboardInterrupt:
+        print("\nglassllm: interrupted", file=sys.stderr)
+        return EXIT_INTERRUPTED
+
+
+@contextlib.contextmanager
+def _escaping_unencodable_output() -> typing.Iterator[None]:
+    """While the command runs, stdout and stderr write a character their encoding lacks as a
+    backslash escape (``\\xe9``) instead of raising UnicodeEncodeError."""
+    restore = []
+    for stream in (sys.stdout, sys.stderr):
+        if isinstance(stream, io.TextIOWrapper) and stream.errors == "strict":
+            with contextlib.suppress(ValueError, io.UnsupportedOperation):
+                stream.reconfigure(errors="backslashreplace")
+                restore.append(stream)
+    try:
+        yield
+    finally:
+        for stream in restore:
+            with contextlib.suppress(ValueError, io.UnsupportedOperation):
+                stream.reconfigure(errors="strict")
+
+
+def _main(argv: Sequence[str] | None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     if args.command is None:
@@ -166,9 +218,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.command == "export":
             return _run_export(args)
         return _run_sample(args)
-    except KeyboardInterrupt:
-        print("\nglassllm: interrupted", file=sys.stderr)
-        return EXIT_INTERRUPTED
     except BrokenPipeError:  # e.g. `glassllm sample | head`: the reader left, nothing to report
         sys.stderr.close()
         return 0

@@ -11,6 +11,8 @@ changed only by the options given again (see `glassllm.app.run_state`).
 from __future__ import annotations
 
 import dataclasses
+import math
+import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -26,6 +28,20 @@ PLOT_NAME = "loss.png"
 OUT_FILES = {CHECKPOINT_NAME: "checkpoint", LOG_NAME: "log", PLOT_NAME: "loss plot"}
 DEFAULT_OUT_DIR = "out"
 
+# Upper bounds of the options (shown by --help): far beyond what a NumPy GPT can train, and low
+# enough that no value within them makes a run endless or a model larger than any machine
+# holds, whether it was typed or read from a checkpoint.
+MAX_LAYERS = 1024
+MAX_HEADS = 1024
+MAX_WIDTH = 65_536  # n_embd: GPT-3's is 12,288
+MAX_CONTEXT = 65_536  # block_size: one attention matrix of this many positions is 16 GiB
+MAX_BATCH = 65_536
+MAX_STEPS = 1_000_000_000  # steps, warm-up, decay and evaluation intervals
+MAX_EVAL_BATCHES = 100_000  # eval_iters (nanoGPT evaluates 200)
+MAX_NEW_TOKENS = 1_000_000  # sample_tokens, max_new_tokens
+MAX_SAMPLES = 10_000
+MAX_VOCAB = 1_000_000_000  # top_k
+
 
 @dataclasses.dataclass
 class TrainConfig:
@@ -37,10 +53,10 @@ class TrainConfig:
     """
 
     # model
-    n_layer: int = option(4, "transformer blocks", min=1)
-    n_head: int = option(4, "attention heads per block (must divide n_embd)", min=1)
-    n_embd: int = option(128, "width of the residual stream", min=1)
-    block_size: int = option(64, "context length in tokens", min=1)
+    n_layer: int = option(4, "transformer blocks", min=1, max=MAX_LAYERS)
+    n_head: int = option(4, "attention heads per block (must divide n_embd)", min=1, max=MAX_HEADS)
+    n_embd: int = option(128, "width of the residual stream", min=1, max=MAX_WIDTH)
+    block_size: int = option(64, "context length in tokens", min=1, max=MAX_CONTEXT)
     dropout: float = option(0.0, "dropout probability (0 for small models)", min=0.0, below=1.0)
     bias: bool = option(False, "biases in Linear and LayerNorm layers")
     # data
@@ -64,14 +80,17 @@ class TrainConfig:
         min=MIN_BPE_VOCAB_SIZE,
         note=" (256 bytes + <|endoftext|>)",
     )
-    batch_size: int = option(12, "blocks per step", min=1)
+    batch_size: int = option(12, "blocks per step", min=1, max=MAX_BATCH)
     # optimisation
-    max_iters: int = option(2000, "training steps", min=0)
+    max_iters: int = option(2000, "training steps", min=0, max=MAX_STEPS)
     lr: float = option(1e-3, "peak learning rate", above=0.0)
     min_lr: float = option(1e-4, "learning-rate floor at the end of the cosine decay", min=0.0)
-    warmup_iters: int = option(100, "steps of linear learning-rate warmup", min=0)
+    warmup_iters: int = option(100, "steps of linear learning-rate warmup", min=0, max=MAX_STEPS)
     lr_decay_iters: int | None = option(
-        None, "step where the cosine decay reaches min_lr (default: max_iters)"
+        None,
+        "step where the cosine decay reaches min_lr (default: max_iters)",
+        min=0,
+        max=MAX_STEPS,
     )
     weight_decay: float = option(0.1, "AdamW weight decay on matrices", min=0.0)
     beta1: float = option(0.9, "AdamW beta1", min=0.0, below=1.0)
@@ -83,8 +102,12 @@ class TrainConfig:
         note=" (0 turns clipping off)",
     )
     # evaluation, checkpoints, reproducibility
-    eval_interval: int = option(250, "steps between evaluations and checkpoints", min=1)
-    eval_iters: int = option(20, "batches per split in each evaluation", min=1)
+    eval_interval: int = option(
+        250, "steps between evaluations and checkpoints", min=1, max=MAX_STEPS
+    )
+    eval_iters: int = option(
+        20, "batches per split in each evaluation", min=1, max=MAX_EVAL_BATCHES
+    )
     seed: int = option(1337, "seed of every random generator of the run", min=0)
     out_dir: str = option(
         DEFAULT_OUT_DIR,
@@ -92,7 +115,9 @@ class TrainConfig:
         metavar="DIR",
         if_empty="out_dir must name a directory ('.' for the current one)",
     )
-    sample_tokens: int = option(300, "tokens sampled at the end of training (0: none)", min=0)
+    sample_tokens: int = option(
+        300, "tokens sampled at the end of training (0: none)", min=0, max=MAX_NEW_TOKENS
+    )
 
     def problems(self, label: Callable[[str], str] = str) -> list[str]:
         """Every field that cannot work, one message each (empty: the configuration is valid);
@@ -101,10 +126,13 @@ class TrainConfig:
         if type_problems(self):
             return problems  # relations between fields mean nothing with a field of a wrong type
         if self.n_head >= 1 and self.n_embd % self.n_head != 0:
-            problems.append(f"n_embd ({self.n_embd}) must be divisible by n_head ({self.n_head})")
+            problems.append(
+                f"{label('n_embd')} ({self.n_embd}) must be divisible by {label('n_head')} "
+                f"({self.n_head})"
+            )
         if self.vocab_size is not None and self.tokenizer != "bpe":
             problems.append(
-                f"vocab_size ({self.vocab_size}) is for the 'bpe' tokenizer only, not "
+                f"{label('vocab_size')} ({self.vocab_size}) is for the 'bpe' tokenizer only, not "
                 f"{self.tokenizer!r}"
             )
         if self.tokenizer == "bpe":
@@ -114,8 +142,16 @@ class TrainConfig:
                 problems.append(str(err))
         if self.lr_decay_iters is not None and self.lr_decay_iters < self.warmup_iters:
             problems.append(
-                f"lr_decay_iters ({self.lr_decay_iters}) must be >= warmup_iters "
-                f"({self.warmup_iters})"
+                f"{label('lr_decay_iters')} ({self.lr_decay_iters}) must be >= "
+                f"{label('warmup_iters')} ({self.warmup_iters})"
+            )
+        elif self.warmup_iters <= MAX_STEPS and not math.isfinite(
+            float(self.lr) * max(self.warmup_iters, 1)
+        ):
+            # why: the warm-up computes lr * (step + 1) before dividing, which overflows here
+            problems.append(
+                f"{label('lr')} ({self.lr:g}) is too large for a warm-up of {self.warmup_iters} "
+                f"steps (lr x warmup_iters must stay below {sys.float_info.max:.3g})"
             )
         return problems
 
@@ -173,11 +209,11 @@ class SampleConfig:
         "text to continue (default: a newline)",
         if_empty="the prompt is empty; give at least one character",
     )
-    num_samples: int = option(3, "independent samples", min=1)
-    max_new_tokens: int = option(300, "tokens to generate per sample", min=0)
+    num_samples: int = option(3, "independent samples", min=1, max=MAX_SAMPLES)
+    max_new_tokens: int = option(300, "tokens to generate per sample", min=0, max=MAX_NEW_TOKENS)
     temperature: float = option(0.8, "> 1 flattens, < 1 sharpens the distribution", above=0.0)
     top_k: int | None = option(
-        None, "sample only among the k most likely tokens (default: all)", min=1
+        None, "sample only among the k most likely tokens (default: all)", min=1, max=MAX_VOCAB
     )
     seed: int = option(1337, "seed of the sampling generator", min=0)
     explain: bool = option(

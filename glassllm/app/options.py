@@ -103,12 +103,24 @@ def _type_problem(value: Any, kind: type, optional: bool) -> str | None:
             except OverflowError:  # an int beyond float's range
                 ok = False
             if not ok:
-                return f"must be a finite number, got {value!r}"
+                return f"must be a finite number, got {shown(value)}"
     else:
         ok = isinstance(value, kind)
     if ok:
         return None
-    return f"must be {_TYPE_WORDS[kind]}{' or null' if optional else ''}, got {value!r}"
+    return f"must be {_TYPE_WORDS[kind]}{' or null' if optional else ''}, got {shown(value)}"
+
+
+def shown(value: Any, limit: int = 60) -> str:
+    """``repr(value)`` for a message, cut to ``limit`` characters; safe for any value a JSON
+    file can hold (a value nested too deeply to print is "a deeply nested value")."""
+    try:
+        text = repr(value) if not isinstance(value, int) or abs(value) < 10**limit else "..."
+    except (RecursionError, ValueError):  # ValueError: an int too long to print
+        return "a deeply nested value" if not isinstance(value, int) else "a huge integer"
+    if text == "...":
+        return "a huge integer"
+    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 # ---------------------------------------------------------------------------------- ranges
@@ -177,7 +189,7 @@ def field_problems(config: Any, label: Callable[[str], str] = str) -> list[str]:
             problems.append(rules["if_empty"])
         elif kind is not bool and not _in_range(value, rules):
             problems.append(
-                f"{name} must be {describe_range(rules)}{rules.get('note', '')}, got {value!r}"
+                f"{name} must be {describe_range(rules)}{rules.get('note', '')}, got {shown(value)}"
             )
     return problems
 

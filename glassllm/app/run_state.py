@@ -6,9 +6,12 @@ model and the optimizer, and metadata that `RunState` writes (`RunState.to_metad
 metadata lacks ``format = "glassllm.gpt"`` holds "another model".
 
 Reading a checkpoint (`SavedRun.read`) takes the file in once (`glassllm.checkpoint.read`, which
-verifies its digest before the metadata is decoded), then checks every value of the metadata,
-type and range, with the rules the command line applies to the same options, before anything
-is built from it. A bad value is a `CheckpointError` naming the file and the field.
+verifies its digest before the metadata is decoded; a file without a digest is refused), then
+checks every value of the metadata, type and range, with the rules the command line applies to
+the same options, then checks the model's shape against the file's own tensors (so a model
+built from the metadata is no larger than the file) and that no tensor holds NaN or infinity,
+all before anything is built from it. Any failure is a `CheckpointError` naming the file and
+the field; nothing else escapes, whatever the file holds.
 
 Resuming (``glassllm train --resume``), in order:
 
@@ -26,13 +29,14 @@ Resuming (``glassllm train --resume``), in order:
    ones saved in the file are those of the checkpoint's configuration, and step 2 decided which
    of them change);
 4. the log keeps the records up to the checkpoint's last evaluation (`kept_log`) and drops any
-   that a crash left after it.
+   that a crash left after it; the checkpoint carries its evaluation's record
+   (``last_eval_record``), which restores the log's last line when a kill came between the
+   checkpoint's rename and the log's append. Checkpoint and log agree after any kill.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import json
 import os
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -44,10 +48,12 @@ import glassllm
 from glassllm.app.config import (
     CHECKPOINT_NAME,
     DEFAULT_OUT_DIR,
+    MAX_STEPS,
     OUT_FILES,
     TrainConfig,
 )
 from glassllm.app.options import field_problems
+from glassllm.app.run_log import EvalRecord
 from glassllm.checkpoint import Checkpoint, CheckpointError, load, read
 from glassllm.data import Tokenizer, tokenizer_from_dict
 from glassllm.models import GPT, GPTConfig
@@ -130,10 +136,13 @@ class RunState:
 
     model_config: GPTConfig
     tokenizer: Tokenizer
-    iteration: int = dataclasses.field(default=0, metadata={"min": 0})  # steps done
+    iteration: int = dataclasses.field(default=0, metadata={"min": 0, "max": MAX_STEPS})
     best_val_loss: float | None = None  # lowest validation loss of any evaluation
     # the step of the last evaluation (its record is the log's last kept line on resume)
-    last_eval_iteration: int | None = dataclasses.field(default=None, metadata={"min": 0})
+    last_eval_iteration: int | None = dataclasses.field(
+        default=None, metadata={"min": 0, "max": MAX_STEPS}
+    )
+    last_eval_record: EvalRecord | None = None  # that evaluation's log record
     elapsed_s: float = dataclasses.field(default=0.0, metadata={"min": 0.0})  # training time
     config: TrainConfig | None = None
     data_sha256: str | None = None  # of the training text, to warn when it changed
@@ -148,6 +157,9 @@ class RunState:
             "iteration": self.iteration,
             "best_val_loss": self.best_val_loss,
             "last_eval_iteration": self.last_eval_iteration,
+            "last_eval_record": (
+                None if self.last_eval_record is None else self.last_eval_record.to_dict()
+            ),
             "elapsed_s": self.elapsed_s,
             "train_config": None if self.config is None else self.config.to_dict(),
             "model_config": self.model_config.to_dict(),
@@ -161,12 +173,12 @@ class RunState:
         """The state in a checkpoint's ``metadata``, every value checked; ``path`` names the
         file in messages. Missing optional entries take their defaults.
 
-        Raises ValueError for a file of another model and `CheckpointError` (a ValueError)
-        naming the file and each bad field for anything else.
+        Raises `CheckpointError` (a ValueError) naming the file and each bad field, or saying
+        that the file holds another model; never anything else, whatever ``metadata`` holds.
         """
         path = str(path)
         if not isinstance(metadata, Mapping) or metadata.get("format") != CHECKPOINT_FORMAT:
-            raise ValueError(
+            raise CheckpointError(
                 f"{path!r} is not a glassllm GPT checkpoint (its metadata has no "
                 f"format={CHECKPOINT_FORMAT!r}): it holds another model"
             )
@@ -187,6 +199,7 @@ class RunState:
         tokenizer = parsed("tokenizer", tokenizer_from_dict, required=True)
         config = parsed("train_config", TrainConfig.from_dict)
         rng = parsed("rng", GeneratorStates.from_dict)
+        record = parsed("last_eval_record", EvalRecord.from_dict)
         if "iteration" not in metadata:
             problems.append("no 'iteration'")
         if config is not None:
@@ -213,11 +226,29 @@ class RunState:
             for name in ("iteration", "best_val_loss", "last_eval_iteration", "elapsed_s",
                          "data_sha256", "glassllm_version")
         }  # fmt: skip
-        state = cls(model_config, tokenizer, config=config, rng=rng, **scalars)
+        state = cls(
+            model_config, tokenizer, config=config, rng=rng, last_eval_record=record, **scalars
+        )
         problems = field_problems(state)
+        if not problems:
+            problems = state._relation_problems()
         if problems:
             raise _invalid(path, problems)
         return state
+
+    def _relation_problems(self) -> list[str]:
+        """What contradicts itself between the fields (each of the right type already)."""
+        problems = []
+        last, record = self.last_eval_iteration, self.last_eval_record
+        if last is not None and last > self.iteration:
+            problems.append(
+                f"last_eval_iteration ({last}) is beyond the iteration ({self.iteration})"
+            )
+        if record is not None and record.iter != last:
+            problems.append(
+                f"last_eval_record.iter ({record.iter}) is not the last_eval_iteration ({last})"
+            )
+        return problems
 
 
 def _invalid(path: str, problems: list[str]) -> CheckpointError:
@@ -249,7 +280,19 @@ class SavedRun:
         if not path.is_file():
             raise ValueError(f"checkpoint {str(path)!r} is not a regular file")
         checkpoint = read(path)  # CheckpointError (a ValueError): unreadable or corrupted
-        return cls(checkpoint, RunState.from_metadata(checkpoint.metadata, path))
+        if not checkpoint.verified:  # every file glassllm writes has a digest
+            raise CheckpointError(
+                f"checkpoint {str(path)!r} is corrupted or incomplete: it carries no digest "
+                "(glassllm.sha256), so its contents cannot be verified"
+            )
+        state = RunState.from_metadata(checkpoint.metadata, path)
+        problems = _tensor_problems(state.model_config, checkpoint.tensors)
+        if problems:
+            raise CheckpointError(
+                f"checkpoint {str(path)!r} does not hold the model its metadata describes: "
+                + "; ".join(problems)
+            )
+        return cls(checkpoint, state)
 
     def model(self) -> GPT:
         """A GPT of the checkpoint's shape holding its weights, in eval mode (ready to sample)."""
@@ -311,6 +354,38 @@ class SavedRun:
             )
 
 
+def _tensor_problems(config: GPTConfig, tensors: Mapping[str, np.ndarray]) -> list[str]:
+    """What is wrong with the checkpoint's tensors for a GPT of ``config``, checked from names
+    and shapes alone before any model is built, so that a model built from ``config`` is no
+    larger than the file: the embeddings fix the vocabulary, context and width, the block names
+    the depth. Any tensor with a NaN or an infinity (a run that diverged) is a problem too.
+    (`glassllm.load` then checks every name and shape against the built model.)"""
+    problems = []
+    for name, rows, what in (
+        ("wte.weight", config.vocab_size, "vocab_size"),
+        ("wpe.weight", config.block_size, "block_size"),
+    ):
+        shape = tensors[name].shape if name in tensors else None
+        if shape != (rows, config.n_embd):
+            problems.append(
+                f"{name} has shape {shape}, where model_config ({what} {rows}, n_embd "
+                f"{config.n_embd}) needs {(rows, config.n_embd)}"
+            )
+    blocks = {name.split(".")[1] for name in tensors if name.startswith("blocks.")}
+    if blocks != {str(i) for i in range(config.n_layer)}:
+        problems.append(
+            f"it has {len(blocks)} transformer blocks, where model_config.n_layer is "
+            f"{config.n_layer}"
+        )
+    for name, array in tensors.items():
+        if array.dtype.kind in "fc" and not np.isfinite(array).all():
+            problems.append(
+                f"{name} holds NaN or infinite values (the run diverged before it was saved)"
+            )
+            break
+    return problems
+
+
 def read_for_resume(out_dir: str | os.PathLike[str]) -> SavedRun:
     """The checkpoint of the run in ``out_dir``, read for ``--resume`` (messages say so)."""
     path = Path(out_dir) / CHECKPOINT_NAME
@@ -364,24 +439,6 @@ def check_out_dir(out_dir: str | os.PathLike[str]) -> None:
             )
         if name != CHECKPOINT_NAME and path.exists() and not os.access(path, os.W_OK):
             raise ValueError(f"the {what} {str(path)!r} is not writable")
-
-
-def kept_log(log_path: str | os.PathLike[str], last_eval_iteration: int | None) -> str:
-    """The lines of a resumed run's log to keep: the records up to the checkpoint's last
-    evaluation, in order. Later records (a crash wrote them after the checkpoint) and garbled
-    lines are dropped; a missing log keeps nothing."""
-    log_path = Path(log_path)
-    if not log_path.is_file():
-        return ""
-    last = -1 if last_eval_iteration is None else last_eval_iteration
-    kept = []
-    for line in log_path.read_text(errors="replace").splitlines():
-        try:
-            if json.loads(line)["iter"] <= last:
-                kept.append(line + "\n")
-        except (ValueError, KeyError, TypeError):
-            continue
-    return "".join(kept)
 
 
 # ---------------------------------------------------------------------------- for sampling

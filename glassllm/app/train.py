@@ -12,6 +12,8 @@ followed by a checkpoint. Differences from nanoGPT, and why:
   loss improves: it is what ``--resume`` continues from, and it holds the state of every random
   generator, so a resumed run reproduces an uninterrupted one bit for bit.
 * Ctrl-C finishes the current step, saves a checkpoint and stops (a second Ctrl-C aborts at once).
+* A loss, learning rate or weight that is not finite stops the run (`TrainingDiverged`) before
+  anything is saved or logged: the last checkpoint, and the log, stay as they were.
 
 Files in ``out_dir``: ``ckpt.safetensors`` (model, optimizer, and JSON metadata: iteration, best
 validation loss, configuration, tokenizer (a BPE's whole ``tokenizer.json``), generator states),
@@ -23,12 +25,11 @@ validation loss, configuration, tokenizer (a BPE's whole ``tokenizer.json``), ge
 from __future__ import annotations
 
 import dataclasses
-import json
+import math
 import shlex
-import signal
 import sys
-import threading
 import time
+import typing
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -45,16 +46,17 @@ from glassllm.app.config import (
     TrainConfig,
 )
 from glassllm.app.plot import plot_losses
+from glassllm.app.run_log import EvalRecord, kept_log
 from glassllm.app.run_state import (
     GeneratorStates,
     RunState,
     SavedRun,
     check_out_dir,
-    kept_log,
     load_trained_model,
     read_checkpoint_metadata,
     resume_config,
 )
+from glassllm.app.stopping import StopOnCtrlC, TrainingDiverged
 from glassllm.checkpoint import load
 from glassllm.data import (
     TokenSplits,
@@ -74,6 +76,7 @@ __all__ = [
     "TrainConfig",
     "TrainResult",
     "Trainer",
+    "TrainingDiverged",
     "load_trained_model",
     "plot_losses",
     "read_checkpoint_metadata",
@@ -101,37 +104,6 @@ class TrainResult:
     interrupted: bool
     sample: str | None  # the text sampled at the end (None when interrupted or sample_tokens=0)
     elapsed_s: float  # training wall time in total (across resumes)
-
-
-class _StopOnCtrlC:
-    """First Ctrl-C: ask the loop to stop after the current step. Second: abort at once.
-
-    Signal handlers can only be installed from the main thread; elsewhere Ctrl-C keeps Python's
-    default behaviour.
-    """
-
-    def __init__(self) -> None:
-        self.requested = False
-        self._previous: Any = None
-
-    def __enter__(self) -> _StopOnCtrlC:
-        if threading.current_thread() is threading.main_thread():
-            self._previous = signal.signal(signal.SIGINT, self._handle)
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        if self._previous is not None:
-            signal.signal(signal.SIGINT, self._previous)
-
-    def _handle(self, signum: int, frame: object) -> None:
-        if self.requested:
-            raise KeyboardInterrupt
-        self.requested = True
-        print(
-            "\nCtrl-C: stopping after this step and saving a checkpoint (Ctrl-C again to abort)",
-            file=sys.stderr,
-            flush=True,
-        )
 
 
 class Trainer:
@@ -193,6 +165,7 @@ class Trainer:
         self.iteration = 0
         self.best_val_loss: float | None = None
         self.last_eval_iteration: int | None = None
+        self.last_eval_record: EvalRecord | None = None
         self.elapsed_s = 0.0
         if saved is not None:
             self._restore(saved)
@@ -222,6 +195,7 @@ class Trainer:
         self.iteration = state.iteration
         self.best_val_loss = state.best_val_loss
         self.last_eval_iteration = state.last_eval_iteration
+        self.last_eval_record = state.last_eval_record
         self.elapsed_s = float(state.elapsed_s)
         if state.data_sha256 != self.corpus.sha256:
             print(
@@ -240,6 +214,7 @@ class Trainer:
             iteration=self.iteration,
             best_val_loss=self.best_val_loss,
             last_eval_iteration=self.last_eval_iteration,
+            last_eval_record=self.last_eval_record,
             elapsed_s=self.elapsed_s,
             config=self.config,
             data_sha256=self.corpus.sha256,
@@ -251,6 +226,11 @@ class Trainer:
         return self.run_state().to_metadata()
 
     def save_checkpoint(self) -> Path:
+        """Write the checkpoint (atomically); `TrainingDiverged` instead if a weight is not
+        finite, so that the last good checkpoint stays."""
+        for name, param in self.model.named_parameters():
+            if not np.isfinite(param.data).all():
+                self._diverged(f"the weights {name} hold NaN or infinite values")
         glassllm.save(self.checkpoint_path, self.model, self.optimizer, self.metadata())
         return self.checkpoint_path
 
@@ -258,7 +238,9 @@ class Trainer:
         """A fresh run starts an empty log; a resumed one keeps the records up to its checkpoint
         (dropping any a crash left behind after it). Written with the first evaluation, together
         with its checkpoint: a run that fails before then leaves an old log as it was."""
-        kept = kept_log(self.log_path, self.last_eval_iteration) if self.resumed else ""
+        kept = ""
+        if self.resumed:
+            kept = kept_log(self.log_path, self.last_eval_iteration, self.last_eval_record)
         self._log_head: str | None = kept
 
     def evaluate(self) -> dict[str, float]:
@@ -296,17 +278,33 @@ class Trainer:
         cfg = self.config
         if lr is None:
             lr = self.learning_rate(self.iteration)
+        if not math.isfinite(lr):
+            self._diverged(f"the learning rate is {lr}")
         for group in self.optimizer.param_groups:
             group["lr"] = lr
         x, y = get_batch(self.corpus.train, cfg.block_size, cfg.batch_size, self.batch_rng)
         _, loss = self.model(x, y)  # (B, T) -> scalar mean cross-entropy
+        loss_value = float(loss.data)
+        if not math.isfinite(loss_value):  # before the update: the weights stay as they were
+            self._diverged(f"the training loss is {loss_value}")
         loss.backward()
         if cfg.grad_clip > 0.0:
             clip_grad_norm_(self.model.parameters(), cfg.grad_clip)
         self.optimizer.step()
         self.optimizer.zero_grad()
         self.iteration += 1
-        return float(loss.data)
+        return loss_value
+
+    def _diverged(self, what: str) -> typing.NoReturn:
+        last = (
+            "no checkpoint was saved"
+            if self.last_eval_iteration is None
+            else f"the checkpoint of step {self.last_eval_iteration} is kept"
+        )
+        raise TrainingDiverged(
+            f"training diverged at step {self.iteration}: {what}; {last} (try a smaller --lr "
+            f"than {self.config.lr:g}, or --grad-clip)"
+        )
 
     def sample_text(
         self, max_new_tokens: int, temperature: float = FINAL_SAMPLE_TEMPERATURE
@@ -358,7 +356,11 @@ class Trainer:
             file=sys.stderr,
         )
         try:
-            with _StopOnCtrlC() as stop:
+            # NaN and overflow are caught as values (TrainingDiverged), not warned about
+            with (
+                StopOnCtrlC() as stop,
+                np.errstate(over="ignore", invalid="ignore", divide="ignore"),
+            ):
                 while True:
                     self.elapsed_s = elapsed_before + time.perf_counter() - clock
                     if stop.requested:
@@ -406,7 +408,8 @@ class Trainer:
         self._plot()
         sample = None
         if not interrupted and cfg.sample_tokens > 0:
-            sample = self.sample_text(cfg.sample_tokens)
+            with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
+                sample = self.sample_text(cfg.sample_tokens)
             print(
                 f"--- sample ({cfg.sample_tokens} tokens, temperature "
                 f"{FINAL_SAMPLE_TEMPERATURE}) ---\n{sample}\n---",
@@ -441,21 +444,27 @@ class Trainer:
 
     def _evaluate_and_checkpoint(self, tokens_per_step: int, lr: float) -> dict[str, Any]:
         losses = self.evaluate()
+        for split, loss in losses.items():
+            if not math.isfinite(loss):  # before the checkpoint: the last good one stays
+                self._diverged(f"the {split} loss is {loss}")
         if self.best_val_loss is None or losses["val"] < self.best_val_loss:
             self.best_val_loss = losses["val"]
         self.last_eval_iteration = self.iteration
-        record = {
-            "iter": self.iteration,
-            "train_loss": losses["train"],
-            "val_loss": losses["val"],
-            "train_bpc": bits_per_character(losses["train"], self.characters_per_token["train"]),
-            "val_bpc": bits_per_character(losses["val"], self.characters_per_token["val"]),
-            "lr": lr,
-            "tokens": self.iteration * tokens_per_step,
-            "elapsed_s": round(self.elapsed_s, 3),
-        }
-        self.save_checkpoint()  # before the log line: a logged evaluation always has its checkpoint
-        line = json.dumps(record) + "\n"
+        self.last_eval_record = EvalRecord(
+            iter=self.iteration,
+            train_loss=losses["train"],
+            val_loss=losses["val"],
+            train_bpc=bits_per_character(losses["train"], self.characters_per_token["train"]),
+            val_bpc=bits_per_character(losses["val"], self.characters_per_token["val"]),
+            lr=lr,
+            tokens=self.iteration * tokens_per_step,
+            elapsed_s=round(self.elapsed_s, 3),
+        )
+        # The checkpoint first, carrying the record: a logged evaluation always has its
+        # checkpoint, and a line lost by a kill before the append is restored on resume.
+        self.save_checkpoint()
+        record = self.last_eval_record.to_dict()
+        line = self.last_eval_record.to_line()
         if self._log_head is not None:  # the run's first evaluation: start the log
             self.log_path.write_text(self._log_head + line)
             self._log_head = None

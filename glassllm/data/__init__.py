@@ -19,12 +19,14 @@ from glassllm.data.bpe import (
 )
 from glassllm.data.corpus import (
     CORPUS_NAMES,
+    MAX_CORPUS_BYTES,
     SHAKESPEARE_SHA256,
     SHAKESPEARE_URL,
     DataError,
     builtin_text,
     cache_dir,
     load_text,
+    max_corpus_bytes,
     read_text_file,
     shakespeare_text,
 )
@@ -48,6 +50,7 @@ __all__ = [
     "MissingDependencyError",
     "train_bpe",
     "CORPUS_NAMES",
+    "MAX_CORPUS_BYTES",
     "SHAKESPEARE_SHA256",
     "SHAKESPEARE_URL",
     "TOKENIZER_KINDS",
@@ -66,6 +69,7 @@ __all__ = [
     "check_long_enough",
     "get_batch",
     "load_text",
+    "max_corpus_bytes",
     "read_text_file",
     "sequential_batches",
     "shakespeare_text",

@@ -8,6 +8,12 @@
 - anything else: a path to a UTF-8 text file.
 
 A name wins over a file of the same name in the current directory; write ``./builtin`` for the file.
+
+Every file is read as untrusted input, and a bad one costs no more than reading it up to a limit:
+only a regular file is opened (a FIFO, device, socket or directory is refused from ``os.stat``,
+before ``open``, which blocks on a FIFO without a writer), at most :data:`MAX_CORPUS_BYTES` are
+read (``$GLASSLLM_MAX_CORPUS_BYTES`` overrides it), and the bytes must be UTF-8 text without NUL
+bytes. Each refusal is one :class:`DataError` naming the path and the reason.
 """
 
 from __future__ import annotations
@@ -15,6 +21,7 @@ from __future__ import annotations
 import hashlib
 import http.client
 import os
+import stat
 import urllib.error
 import urllib.request
 from pathlib import Path
@@ -30,6 +37,13 @@ SHAKESPEARE_SHA256 = "86c4e6aa9db7c042ec79f339dcb96d42b0075e16b8fc2e86bf0ca57e2d
 CACHE_ENV = "GLASSLLM_CACHE"
 SHAKESPEARE_URL_ENV = "GLASSLLM_SHAKESPEARE_URL"
 DOWNLOAD_TIMEOUT_S = 30.0
+# The largest corpus file read (1 GiB). Tokenized, each byte becomes up to one int64 id, so a
+# corpus at the limit already needs several GiB; $GLASSLLM_MAX_CORPUS_BYTES sets another limit.
+MAX_CORPUS_BYTES = 1 << 30
+MAX_CORPUS_ENV = "GLASSLLM_MAX_CORPUS_BYTES"
+# Tiny Shakespeare is 1,115,394 bytes: a download or cached copy larger than this is refused
+# unread, whatever a server sends.
+MAX_DOWNLOAD_BYTES = 16 << 20
 
 CORPUS_NAMES = ("builtin", "shakespeare")
 
@@ -62,20 +76,31 @@ def shakespeare_text(cache: Path | None = None, url: str | None = None) -> str:
     """Tiny Shakespeare, downloaded on first use into ``cache`` (default :func:`cache_dir`).
 
     The download is checked against :data:`SHAKESPEARE_SHA256` before it is saved; a cached copy
-    that no longer matches (truncated, edited) is fetched again.
+    that no longer matches (truncated, edited, replaced by something that is not a regular file)
+    is fetched again. Neither is read past `MAX_DOWNLOAD_BYTES`.
     """
     path = (cache or cache_dir()) / "tinyshakespeare.txt"
-    if path.is_file():
-        data = path.read_bytes()
-        if _sha256(data) == SHAKESPEARE_SHA256:
-            return data.decode("utf-8")
+    try:  # the cached copy is untrusted too: bounded, then checked like a download
+        data = _read_regular_file(str(path), MAX_DOWNLOAD_BYTES, "cached file")
+    except DataError:  # absent, not a regular file, too large: download again
+        data = None
+    if data is not None and _sha256(data) == SHAKESPEARE_SHA256:
+        return data.decode("utf-8")
     url = url or os.environ.get(SHAKESPEARE_URL_ENV) or SHAKESPEARE_URL
     hint = "pass a local copy of the text with --data PATH"
     # URLError and timeouts are OSErrors; a connection dropped mid-body raises http.client's
     # IncompleteRead, an HTTPException (as does a malformed response).
     try:
         with urllib.request.urlopen(url, timeout=DOWNLOAD_TIMEOUT_S) as response:
-            data = response.read()
+            # Never more than MAX_DOWNLOAD_BYTES + 1, whatever a server sends. With a declared
+            # length, read() reads exactly that and raises IncompleteRead when the body is short.
+            declared = response.length  # None when the server did not say
+            if declared is None:
+                data = response.read(MAX_DOWNLOAD_BYTES + 1)
+            elif declared <= MAX_DOWNLOAD_BYTES:
+                data = response.read()
+            else:
+                data = None
     except (OSError, ValueError, http.client.HTTPException) as err:
         if isinstance(err, urllib.error.HTTPError):
             reason = f"HTTP {err.code} {err.reason}"
@@ -90,6 +115,11 @@ def shakespeare_text(cache: Path | None = None, url: str | None = None) -> str:
             f"could not download tiny Shakespeare from {url} ({reason}); "
             f"check the network connection, or {hint}"
         ) from None
+    if data is None or len(data) > MAX_DOWNLOAD_BYTES:
+        raise DataError(
+            f"the file at {url} is larger than {MAX_DOWNLOAD_BYTES:,} bytes, so it is not tiny "
+            f"Shakespeare; it was not saved. {hint[0].upper()}{hint[1:]}"
+        )
     digest = _sha256(data)
     if digest != SHAKESPEARE_SHA256:
         raise DataError(
@@ -107,33 +137,115 @@ def shakespeare_text(cache: Path | None = None, url: str | None = None) -> str:
     return data.decode("utf-8")
 
 
-def read_text_file(path: str | os.PathLike[str]) -> str:
-    """A UTF-8 text file's contents, with one clear :class:`DataError` for each way it can fail."""
-    path = Path(path)
-    if not path.exists():
-        raise DataError(
-            f"data file {str(path)!r} not found (built-in corpora: builtin, shakespeare)"
-        )
-    if path.is_dir():
-        raise DataError(f"data path {str(path)!r} is a directory, not a text file")
-    try:
-        raw = path.read_bytes()
-    except OSError as err:
-        raise DataError(f"cannot read data file {str(path)!r}: {err.strerror or err}") from None
+def max_corpus_bytes() -> int:
+    """The corpus size limit: ``$GLASSLLM_MAX_CORPUS_BYTES`` if set, else `MAX_CORPUS_BYTES`."""
+    raw = os.environ.get(MAX_CORPUS_ENV)
     if not raw:
-        raise DataError(f"data file {str(path)!r} is empty")
+        return MAX_CORPUS_BYTES
+    value = int(raw) if raw.strip().isdigit() else 0
+    if value < 1:
+        raise DataError(f"${MAX_CORPUS_ENV} must be a positive number of bytes, got {raw!r}")
+    return value
+
+
+def read_text_file(path: str | os.PathLike[str], max_bytes: int | None = None) -> str:
+    """A UTF-8 text file's contents, with one clear :class:`DataError` for each way it can fail.
+
+    Refused, each before more than ``max_bytes`` (default `max_corpus_bytes`) are read: a path
+    that is not a regular file, a file over the limit, bytes with a NUL (a binary file) or that
+    are not UTF-8, an empty file.
+    """
+    name = os.fspath(path)
+    limit = max_corpus_bytes() if max_bytes is None else max_bytes
+    raw = _read_regular_file(name, limit, "data file")
+    if not raw:
+        raise DataError(f"data file {name!r} is empty")
+    nul = raw.find(b"\0")
+    if nul >= 0:
+        raise DataError(
+            f"data file {name!r} is binary, not text (a NUL byte at offset {nul}); "
+            "a corpus is a UTF-8 text file"
+        )
     try:
         return raw.decode("utf-8")
     except UnicodeDecodeError as err:
         raise DataError(
-            f"data file {str(path)!r} is not UTF-8 text (undecodable byte at offset {err.start})"
+            f"data file {name!r} is not UTF-8 text (undecodable byte 0x{raw[err.start]:02x} at "
+            f"offset {err.start}); convert it to UTF-8"
         ) from None
 
 
-def load_text(spec: str) -> str:
-    """The text named by ``spec``: ``"builtin"``, ``"shakespeare"`` or a file path."""
+_NOT_REGULAR = (
+    (stat.S_ISDIR, "a directory"),
+    (stat.S_ISFIFO, "a FIFO (named pipe)"),
+    (stat.S_ISCHR, "a character device"),
+    (stat.S_ISBLK, "a block device"),
+    (stat.S_ISSOCK, "a socket"),
+)
+_CHUNK_BYTES = 1 << 20
+
+
+def _not_regular(mode: int) -> str | None:
+    """What a file of mode ``mode`` is when it is not a regular file, else None."""
+    if stat.S_ISREG(mode):
+        return None
+    return next((kind for test, kind in _NOT_REGULAR if test(mode)), "not a regular file")
+
+
+def _read_regular_file(path: str, limit: int, what: str) -> bytes:
+    """The bytes of the regular file ``path``, refused with a :class:`DataError` (whose message
+    starts with ``what`` and the path) when it is missing, not a regular file, unreadable, or
+    larger than ``limit`` bytes. Never reads more than ``limit + 1`` bytes; never blocks on a
+    FIFO (its type is checked with ``os.stat`` before opening, and the file is opened
+    non-blocking and checked again, should it have been replaced in between)."""
+    label = f"{what} {path!r}"
+    hint = f" (${MAX_CORPUS_ENV} sets the limit for a corpus)" if what == "data file" else ""
+    try:
+        info = os.stat(path)  # follows a symlink: the file it points to must qualify
+    except FileNotFoundError:
+        names = " (built-in corpora: builtin, shakespeare)" if what == "data file" else ""
+        raise DataError(f"{label} not found{names}") from None
+    except OSError as err:
+        raise DataError(f"cannot read {label}: {err.strerror or err}") from None
+    _check_regular(label, info, limit, hint)
+    flags = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_BINARY", 0)
+    try:
+        descriptor = os.open(path, flags)
+    except OSError as err:
+        raise DataError(f"cannot read {label}: {err.strerror or err}") from None
+    try:
+        with os.fdopen(descriptor, "rb") as handle:
+            info = os.fstat(handle.fileno())  # the file actually opened
+            _check_regular(label, info, limit, hint)
+            # One read of the size the file says it has (plus one byte to see it grew), then
+            # chunks for files that report no size (/proc) or grew since, up to the limit.
+            chunks = [handle.read(min(info.st_size, limit) + 1)]
+            total = len(chunks[0])
+            while total <= limit and chunks[-1]:
+                chunks.append(handle.read(min(_CHUNK_BYTES, limit + 1 - total)))
+                total += len(chunks[-1])
+    except OSError as err:
+        raise DataError(f"cannot read {label}: {err.strerror or err}") from None
+    if total > limit:
+        raise DataError(f"{label} is larger than the limit of {limit:,} bytes{hint}")
+    return b"".join(chunks)
+
+
+def _check_regular(label: str, info: os.stat_result, limit: int, hint: str) -> None:
+    kind = _not_regular(info.st_mode)
+    if kind is not None:
+        raise DataError(f"{label} is {kind}, not a regular file")
+    if info.st_size > limit:
+        raise DataError(
+            f"{label} is {info.st_size:,} bytes, over the limit of {limit:,} bytes{hint}"
+        )
+
+
+def load_text(spec: str, max_bytes: int | None = None) -> str:
+    """The text named by ``spec``: ``"builtin"``, ``"shakespeare"`` or a file path (read with
+    :func:`read_text_file`, at most ``max_bytes``)."""
     if spec == "builtin":
         return builtin_text()
     if spec == "shakespeare":
         return shakespeare_text()
-    return read_text_file(spec)
+    return read_text_file(spec, max_bytes)

@@ -60,6 +60,9 @@ class UnknownCharacterError(ValueError):
     """A character that is not in a :class:`CharTokenizer`'s vocabulary."""
 
 
+_ENCODE_CHUNK = 1 << 20  # characters per step of CharTokenizer.encode_array
+
+
 class CharTokenizer:
     """Character-level tokenizer: id ``i`` is the ``i``-th character of the sorted vocabulary."""
 
@@ -77,6 +80,10 @@ class CharTokenizer:
         self.chars: list[str] = chars
         self.stoi: dict[str, int] = {ch: i for i, ch in enumerate(chars)}
         self.vocab_size: int = len(chars)
+        # For encode_array: the vocabulary's code points sorted, and the id of each.
+        codes = np.array([ord(ch) for ch in chars], dtype=np.uint32)
+        self._ids_by_code = np.argsort(codes, kind="stable").astype(np.int64)
+        self._sorted_codes = codes[self._ids_by_code]
 
     @classmethod
     def from_text(cls, text: str) -> CharTokenizer:
@@ -97,8 +104,24 @@ class CharTokenizer:
             ) from None
 
     def encode_array(self, text: str) -> np.ndarray:
-        """:meth:`encode` as a 1-D int64 array (what the batch sampler indexes)."""
-        return np.array(self.encode(text), dtype=np.int64)
+        """:meth:`encode` as a 1-D int64 array (what the batch sampler indexes).
+
+        Vectorised, a chunk of characters at a time: the code points are looked up in the
+        sorted vocabulary, so the only array as long as the text is the result (8 bytes a
+        character), not a Python list beside it.
+        """
+        ids = np.empty(len(text), dtype=np.int64)
+        last = len(self._sorted_codes) - 1
+        for start in range(0, len(text), _ENCODE_CHUNK):
+            piece = text[start : start + _ENCODE_CHUNK]
+            # surrogatepass: a lone surrogate is a character like any other (it may be in the
+            # vocabulary), not an encoding error.
+            codes = np.frombuffer(piece.encode("utf-32-le", "surrogatepass"), dtype="<u4")
+            where = np.minimum(np.searchsorted(self._sorted_codes, codes), last)
+            if not np.array_equal(self._sorted_codes[where], codes):
+                self.encode(text)  # raises UnknownCharacterError naming the first unknown one
+            ids[start : start + len(piece)] = self._ids_by_code[where]
+        return ids
 
     def decode(self, ids: Iterable[int]) -> str:
         chars = self.chars

@@ -1,0 +1,345 @@
+"""What the benchmarks in bench/ share: one entry point (options, worker processes, the result
+file, RESULTS.md), the model sizes, the training step on both sides, and the measuring tools.
+
+Why every measurement is a fresh process: OpenBLAS leaves a worker thread spinning for ~0.1 s after
+each matrix product, which slows a PyTorch step that follows in the same process by 2-3x; and the
+thread count of NumPy's BLAS is fixed when NumPy is imported. So a benchmark's parent process starts
+``python bench/<name>.py <its own options> --worker SIDE --threads N`` once per side and round,
+with the thread count set in the environment before anything is imported, and the sides alternate
+(glassllm, torch, glassllm, torch, ...). Machine speed drifts 10-25% over minutes on a shared box,
+so the headline number is the *paired* ratio: the median over rounds of glassllm / torch within one
+round, taken seconds apart. A worker prints one line ``BENCH_JSON {...}``; the parent parses it.
+
+The glassllm side trains with the shipped ``Trainer`` (what ``glassllm train`` runs, after the same
+allocator tuning); the PyTorch side runs nanoGPT's step on the Trainer's own data, learning-rate
+schedule and initial weights (:func:`torch_step`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as _dt
+import json
+import os
+import platform
+import resource
+import statistics
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import numpy as np
+
+BENCH_DIR = Path(__file__).resolve().parent
+REPO_DIR = BENCH_DIR.parent
+RESULTS_DIR = BENCH_DIR / "results"
+JSON_MARKER = "BENCH_JSON "
+THREAD_VARIABLES = ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS")
+sys.path.insert(1, str(REPO_DIR))  # this checkout's glassllm, installed or not
+
+# Model sizes, all with nanoGPT's character vocabulary of tiny Shakespeare and batch 12. "tiny" is
+# nanoGPT's shakespeare_char CPU configuration, "mid" its GPU one; "micro" is for smoke tests.
+VOCAB_SIZE = 65
+BATCH_SIZE = 12
+SIZES: dict[str, dict[str, int]] = {
+    "micro": dict(n_layer=1, n_head=2, n_embd=16, block_size=16),
+    "tiny": dict(n_layer=4, n_head=4, n_embd=128, block_size=64),
+    "small": dict(n_layer=4, n_head=4, n_embd=256, block_size=128),
+    "mid": dict(n_layer=6, n_head=6, n_embd=384, block_size=256),
+}
+
+
+def model_config(size: str, **overrides: int) -> dict[str, int]:
+    """GPT configuration fields of a size: ``{vocab_size, block_size, n_layer, n_head, n_embd}``."""
+    return {"vocab_size": VOCAB_SIZE, **SIZES[size], **overrides}
+
+
+# ----------------------------------------------------------------------------- the entry point
+
+
+def main(bench: ModuleType, argv: Sequence[str] | None = None) -> int:
+    """The command line of the benchmark module ``bench``, which defines ``SIDES`` (the workers it
+    has), ``DEFAULT_SIDES``, ``add_arguments(parser)``, ``worker(args)``, ``parent(args)`` and
+    ``render(runs)``. The parent returns ``{run key: payload}``; each payload is stored under its
+    key in the benchmark's result file (a later run with the same key replaces it) and shown as
+    ``render`` shows it in RESULTS.md. ``--worker SIDE`` runs ``worker(args)`` and hands back its
+    payload instead (``args.threads`` is then one number)."""
+    script, sides, worker = str(bench.__file__), bench.SIDES, bench.worker
+    name = Path(script).stem
+    parser = argparse.ArgumentParser(
+        prog=f"bench/{name}.py",
+        description=bench.__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("--threads", type=int, nargs="+", default=[2], help="BLAS/torch threads")
+    parser.add_argument("--rounds", type=int, default=3, help="alternating rounds of the sides")
+    parser.add_argument("--sides", default=",".join(bench.DEFAULT_SIDES), help=", ".join(sides))
+    parser.add_argument("--out", type=Path, default=RESULTS_DIR / f"{name}.json", metavar="JSON")
+    parser.add_argument(
+        "--write-results", action="store_true", help="then regenerate bench/RESULTS.md"
+    )
+    parser.add_argument("--worker", choices=sides, help=argparse.SUPPRESS)
+    # Smoke tests: the workers run in this process, so without their own thread counts.
+    parser.add_argument("--inline", action="store_true", help=argparse.SUPPRESS)
+    bench.add_arguments(parser)
+
+    def parse(argv: Sequence[str] | None) -> argparse.Namespace:
+        args = parser.parse_args(argv)
+        args.sides = args.sides.split(",")
+        if not set(args.sides) <= set(sides) or args.rounds < 1:
+            parser.error(f"--sides takes a comma list of {', '.join(sides)}; --rounds at least 1")
+        args.argv = list(sys.argv[1:] if argv is None else argv)
+        if args.worker:
+            args.threads = args.threads[0]
+        return args
+
+    args = parse(argv)
+    if args.worker:
+        print(JSON_MARKER + json.dumps(worker(args)), flush=True)
+        return 0
+    args.script = Path(script).resolve()
+    args.run_inline = lambda argv: json.loads(json.dumps(worker(parse(argv))))
+    keys = [write_result(args.out, key, payload) for key, payload in bench.parent(args).items()]
+    runs = json.loads(args.out.read_text())["runs"]
+    print(bench.render({key: runs[key] for key in keys}), f"\nwrote {args.out} {keys}", sep="\n")
+    if args.write_results:
+        import report
+
+        report.main()
+    return 0
+
+
+def run_side(args: argparse.Namespace, side: str, threads: int, *extra: str) -> dict[str, Any]:
+    """One worker process for ``side``: the parent's own options plus ``--worker side``."""
+    options = [*args.argv, *extra, "--worker", side, "--threads", str(threads)]
+    if args.inline:
+        return args.run_inline(options)
+    command = [sys.executable, str(args.script), *options]
+    env = dict(os.environ, PYTHONHASHSEED="0", **dict.fromkeys(THREAD_VARIABLES, str(threads)))
+    done = subprocess.run(command, env=env, cwd=REPO_DIR, capture_output=True, text=True)
+    payloads = [
+        json.loads(line[len(JSON_MARKER) :])
+        for line in done.stdout.splitlines()
+        if line.startswith(JSON_MARKER)
+    ]
+    if done.returncode != 0 or not payloads:
+        raise RuntimeError(
+            f"worker failed (exit {done.returncode}): {' '.join(command)}\n"
+            f"--- stdout ---\n{done.stdout[-3000:]}\n--- stderr ---\n{done.stderr[-5000:]}"
+        )
+    return payloads[-1]
+
+
+def alternate(args: argparse.Namespace, threads: int, *extra: str) -> dict[str, list[dict]]:
+    """Each side once per round, in order, ``args.rounds`` times: ``{side: [payload per round]}``.
+    ``extra``: more worker options."""
+    results: dict[str, list[dict[str, Any]]] = {side: [] for side in args.sides}
+    for r in range(args.rounds):
+        for side, runs in results.items():
+            runs.append(run_side(args, side, threads, *extra))
+            shown = {k: v for k, v in runs[-1].items() if isinstance(v, float)}
+            print(f"  round {r + 1}/{args.rounds} {side}: {fmt_dict(shown)}", flush=True)
+    return results
+
+
+def set_torch_threads(threads: int) -> None:
+    """Worker side: PyTorch's intra-op pool to ``threads``, inter-op to 1 (one stream of ops)."""
+    import torch
+
+    torch.set_num_threads(threads)
+    try:
+        torch.set_num_interop_threads(1)
+    except RuntimeError:  # already set (workers run inline by a smoke test)
+        pass
+
+
+# ----------------------------------------------------------------------------- training steps
+
+
+def glassllm_trainer(
+    workdir: Path, size: str, seed: int = 0, tuned: bool = True, **overrides: Any
+) -> Any:
+    """The shipped Trainer on ``size`` over random text of :data:`VOCAB_SIZE` characters (uniform
+    random tokens: a step's time does not depend on the text), files under ``workdir``. ``tuned``:
+    tune the allocator first, as ``glassllm train`` does. ``overrides``: more TrainConfig fields."""
+    from glassllm.app.allocator import tune_allocator
+    from glassllm.app.train import TrainConfig, Trainer
+
+    if tuned:
+        tune_allocator()
+    workdir.mkdir(parents=True, exist_ok=True)
+    if "data" not in overrides:
+        alphabet = np.array([chr(48 + i) for i in range(VOCAB_SIZE)])
+        corpus = workdir / "random.txt"
+        corpus.write_text("".join(np.random.default_rng(seed).choice(alphabet, 200_000)))
+        overrides["data"] = str(corpus)
+    config = {**SIZES[size], "batch_size": BATCH_SIZE, "seed": seed, "sample_tokens": 0}
+    return Trainer(TrainConfig(**config, out_dir=str(workdir / "out"), **overrides))
+
+
+def torch_step(
+    trainer: Any, model: Any = None, next_batch: Callable[[], tuple] | None = None, **choices: Any
+) -> tuple[Any, Callable[[], float]]:
+    """``(model, step)``: ``Trainer.train_step`` in PyTorch. The model defaults to the twin of the
+    trainer's (``choices``: ``attention``, ``gelu``), the batches to the trainer's generator, and
+    the learning rate follows the trainer's schedule; ``step()`` returns the loss."""
+    import torch
+    from torch_gpt import twin
+
+    from glassllm.data import get_batch
+
+    cfg = trainer.config
+    model = twin(trainer.model, **choices) if model is None else model
+    optimizer = model.configure_optimizer(cfg.lr, cfg.weight_decay, (cfg.beta1, cfg.beta2))
+    data = trainer.corpus.train
+    next_batch = next_batch or (
+        lambda: get_batch(data, cfg.block_size, cfg.batch_size, trainer.batch_rng)
+    )
+    iteration = [trainer.iteration]
+
+    def step() -> float:
+        for group in optimizer.param_groups:
+            group["lr"] = trainer.learning_rate(iteration[0])
+        x, y = (torch.from_numpy(np.ascontiguousarray(a)) for a in next_batch())
+        _, loss = model(x, y)
+        loss.backward()
+        if cfg.grad_clip > 0.0:
+            torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+        iteration[0] += 1
+        return float(loss.detach())
+
+    return model, step
+
+
+# ----------------------------------------------------------------------------- measuring
+
+
+def median(values: Sequence[float]) -> float:
+    return float(statistics.median(values))
+
+
+def paired_ratio(numerators: Sequence[float], denominators: Sequence[float]) -> float:
+    """Median of per-round ratios: drift between rounds cancels within each pair."""
+    return median([a / b for a, b in zip(numerators, denominators, strict=True)])
+
+
+def time_calls(fn: Callable[[], Any], repeats: int, warmup: int = 0) -> list[float]:
+    """Wall-clock seconds of each of ``repeats`` calls of fn, after ``warmup`` untimed calls."""
+    for _ in range(warmup):
+        fn()
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - start)
+    return times
+
+
+def rss_bytes() -> int:
+    """Resident set size now (/proc/self/statm, second field, in pages)."""
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+
+
+def peak_rss_bytes() -> int:
+    """Largest resident set size so far (ru_maxrss is in KiB on Linux)."""
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+
+
+def minor_faults() -> int:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+
+
+def gpt_matmul_flops_per_step(
+    batch_size: int, block_size: int, n_layer: int, n_embd: int, vocab_size: int, **_: Any
+) -> float:
+    """Matrix-multiply FLOPs of one training step (multiply-add = 2 FLOPs).
+
+    Per token and layer: qkv 2·E·3E, attention output projection 2·E·E, MLP 2·E·4E + 2·4E·E, i.e.
+    24·E²; attention scores q·kᵀ and the weighted sum of values 2·T·E each, counted over the full
+    T x T square (what a dense implementation computes). Head: 2·E·V per token. Backward is twice
+    the forward (input gradient and weight gradient), so a step is 3x forward.
+    """
+    T, E, L, V = block_size, n_embd, n_layer, vocab_size
+    return 3.0 * batch_size * T * (L * (24 * E * E + 4 * T * E) + 2 * E * V)
+
+
+# ----------------------------------------------------------------------------- results
+
+
+def machine_info() -> dict[str, Any]:
+    """CPU, cores, Python/NumPy/BLAS/PyTorch versions and the glassllm commit."""
+    cpu, flags = platform.processor() or "unknown", set()
+    for line in Path("/proc/cpuinfo").read_text().splitlines():
+        if line.startswith("model name"):
+            cpu = line.split(":", 1)[1].strip()
+        elif line.startswith("flags") and not flags:
+            flags = set(line.split(":", 1)[1].split())
+    blas = np.show_config(mode="dicts")["Build Dependencies"]["blas"]
+    blas_text = f"{blas.get('name')} {blas.get('version')}"
+    if "openblas configuration" in blas:
+        blas_text += f" ({blas['openblas configuration']})"
+    try:
+        from importlib.metadata import version
+
+        torch_version = version("torch")
+    except ImportError:
+        torch_version = "not installed"
+    git = ["git", "rev-parse", "--short", "HEAD"]
+    commit = subprocess.run(git, cwd=REPO_DIR, capture_output=True, text=True).stdout.strip()
+    return {
+        "cpu": cpu,
+        "simd": [f for f in ("avx2", "fma", "avx512f", "avx512_bf16") if f in flags],
+        "logical_cpus": os.cpu_count(),
+        "usable_cpus": len(os.sched_getaffinity(0)),
+        "load_average": [round(x, 2) for x in os.getloadavg()],
+        "python": platform.python_version(),
+        "numpy": np.__version__,
+        "blas": blas_text,
+        "torch": torch_version,
+        "glassllm_commit": os.environ.get("BENCH_COMMIT") or commit or "unknown",
+        "date": _dt.datetime.now().isoformat(timespec="seconds"),
+    }
+
+
+def machine_line(m: dict[str, Any]) -> str:
+    return (
+        f"Machine: {m['cpu']} ({m['usable_cpus']} usable of {m['logical_cpus']} logical CPUs, "
+        f"{'/'.join(m.get('simd', []))}), load average {m['load_average']} when written; Python "
+        f"{m['python']}, NumPy {m['numpy']} with {m['blas']}, PyTorch {m['torch']}; glassllm "
+        f"{m['glassllm_commit']}; {m['date']}."
+    )
+
+
+def write_result(path: Path, key: str, payload: dict[str, Any]) -> str:
+    """Store ``payload`` (with the machine description) as run ``key`` of the result file."""
+    runs = json.loads(path.read_text())["runs"] if path.is_file() else {}
+    runs[key] = {"machine": machine_info(), **payload}
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps({"runs": runs}, indent=2) + "\n")
+    return key
+
+
+def fmt(value: Any) -> str:
+    if isinstance(value, float):
+        if value == 0 or 0.01 <= abs(value) < 1e5:
+            return f"{value:.3g}" if abs(value) < 10 else f"{value:.1f}"
+        return f"{value:.3e}"
+    return str(value)
+
+
+def fmt_dict(values: dict[str, Any]) -> str:
+    return ", ".join(f"{k}={fmt(v)}" for k, v in values.items())
+
+
+def table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
+    """A GitHub-markdown table (also readable in a terminal)."""
+    lines = ["| " + " | ".join(headers) + " |", "|" + "|".join("---" for _ in headers) + "|"]
+    lines += ["| " + " | ".join(fmt(c) for c in row) + " |" for row in rows]
+    return "\n".join(lines)

@@ -1,0 +1,169 @@
+"""Data-parallel steps on 1 and N ranks (glassllm.distributed over MPI), 1 BLAS thread per rank.
+
+    python bench/distributed.py                          # tiny GPT, N = 1 and 2, 20 steps
+    python bench/distributed.py --model 6x384 --steps 4 --batch-size 8 --block-size 256
+    python bench/distributed.py --allreduce-only         # Allreduce of both gradient sizes
+
+For each N it launches ``mpiexec -n N`` of this file (N = 1: plain python). A step draws the
+global batch (same rows on every rank), runs forward+backward on this rank's rows, then
+``DataParallel.sync_gradients`` (split into the arrival check, where a rank also waits for the
+slower one, and the Allreduce with the division), clip and AdamW. Reported per N: median ms per
+step on the slowest rank, tokens/s of the global batch, median ms of the Allreduce and its share
+of the step, and the arrival wait. Then Allreduce alone of the tiny GPT's and of the 6x384
+model's gradient (float32) on the largest N, for the cost model in bench/distributed.md.
+Standalone: needs numpy, glassllm (PYTHONPATH) and the mpi extra.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+SCRIPT = Path(__file__).resolve()
+ROOT = SCRIPT.parents[1]
+MODELS = {"tiny": dict(n_layer=4, n_head=4, n_embd=128), "6x384": dict(n_layer=6, n_head=6,
+                                                                       n_embd=384)}
+
+
+def median(values: list[float]) -> float:
+    ordered = sorted(values)
+    mid = len(ordered) // 2
+    return ordered[mid] if len(ordered) % 2 else 0.5 * (ordered[mid - 1] + ordered[mid])
+
+
+def worker(args: argparse.Namespace) -> None:
+    import numpy as np
+
+    from glassllm import distributed
+    from glassllm.data import get_batch, tokenize_corpus
+    from glassllm.models import GPT, GPTConfig
+    from glassllm.nn.utils import clip_grad_norm_
+
+    world = distributed.init(timeout_s=600, blas_threads=args.blas_threads)
+    corpus = tokenize_corpus("builtin", "char", args.block_size, None)
+    config = GPTConfig(vocab_size=corpus.tokenizer.vocab_size, block_size=args.block_size,
+                       **MODELS[args.model])
+    model = GPT(config, rng=np.random.default_rng([0, 0]))
+    optimizer = model.configure_optimizer(1e-3, 0.1, (0.9, 0.99))
+    ddp = distributed.DataParallel(model, world)
+    params = model.num_parameters()
+    if args.allreduce_only:
+        sizes = {name: GPT(GPTConfig(vocab_size=65, block_size=block, **MODELS[name]),
+                           rng=np.random.default_rng(0)).num_parameters()
+                 for name, block in (("tiny", 64), ("6x384", 256))}  # shakespeare_char shapes
+        report = {}
+        for label, count in sizes.items():
+            buffer = np.ones(count, dtype=np.float32)
+            times = []
+            for _ in range(args.steps):
+                world.barrier()
+                started = time.perf_counter()
+                world._comm.Allreduce(distributed_in_place(), buffer)
+                times.append(time.perf_counter() - started)
+            slowest = world.allgather_object(median(times))
+            report[label] = {"floats": count, "ms": 1e3 * max(slowest)}
+        barrier = []
+        for _ in range(args.steps):
+            started = time.perf_counter()
+            world.barrier()
+            barrier.append(time.perf_counter() - started)
+        report["arrival check alone"] = {"ms": 1e3 * max(world.allgather_object(median(barrier)))}
+        if world.is_main:
+            print(json.dumps({"ranks": world.size, "allreduce": report}), flush=True)
+        return
+
+    batch_rng = np.random.default_rng([0, 1])
+    rows = distributed.micro_batch(args.batch_size, world, 1, 0)
+    real_arrive = world._arrive
+    arrive_s = [0.0]
+
+    def timed_arrive(op: str, check: int) -> None:
+        started = time.perf_counter()
+        real_arrive(op, check)
+        arrive_s[0] += time.perf_counter() - started
+
+    world._arrive = timed_arrive  # split the sync into waiting and reducing
+    records = []
+    for step in range(args.warmup + args.steps):
+        world.barrier()
+        started = time.perf_counter()
+        x, y = get_batch(corpus.train, args.block_size, args.batch_size, batch_rng)
+        _, loss = model(x[rows], y[rows])
+        loss.backward()
+        compute_done = time.perf_counter()
+        arrive_s[0] = 0.0
+        ddp.sync_gradients()
+        synced = time.perf_counter()
+        clip_grad_norm_(model.parameters(), 1.0)
+        optimizer.step()
+        optimizer.zero_grad()
+        ended = time.perf_counter()
+        if step >= args.warmup:
+            sync = synced - compute_done
+            records.append({"step": ended - started, "compute": compute_done - started,
+                            "wait": arrive_s[0], "allreduce": sync - arrive_s[0]})
+    per_rank = world.allgather_object({k: median([r[k] for r in records]) for k in records[0]})
+    if world.is_main:
+        slowest = {k: 1e3 * max(r[k] for r in per_rank) for k in per_rank[0]}
+        tokens = args.batch_size * args.block_size
+        print(json.dumps({
+            "ranks": world.size, "blas_threads": args.blas_threads, "model": args.model,
+            "parameters": params,
+            "gradient_MB": params * 4 / 1e6, "global_batch": args.batch_size,
+            "ms_per_step": slowest["step"], "tokens_per_s": tokens / slowest["step"] * 1e3,
+            "compute_ms": slowest["compute"], "wait_ms": slowest["wait"],
+            "allreduce_ms": slowest["allreduce"] if world.size > 1 else 0.0,
+            "allreduce_share": slowest["allreduce"] / slowest["step"] if world.size > 1 else 0.0,
+        }), flush=True)
+
+
+def distributed_in_place():
+    from mpi4py import MPI
+
+    return MPI.IN_PLACE
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--ranks", type=int, nargs="+", default=[1, 2])
+    parser.add_argument("--model", choices=sorted(MODELS), default="tiny")
+    parser.add_argument("--steps", type=int, default=20)
+    parser.add_argument("--warmup", type=int, default=3)
+    parser.add_argument("--batch-size", type=int, default=12)
+    parser.add_argument("--block-size", type=int, default=64)
+    parser.add_argument("--blas-threads", type=int, default=1, help="per rank")
+    parser.add_argument("--allreduce-only", action="store_true")
+    parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.worker:
+        worker(args)
+        return
+    threads = str(args.blas_threads)
+    env = dict(os.environ, OMP_NUM_THREADS=threads, OPENBLAS_NUM_THREADS=threads,
+               MKL_NUM_THREADS=threads)
+    env["PYTHONPATH"] = str(ROOT) + os.pathsep + env.get("PYTHONPATH", "")
+    beside = Path(sys.executable).parent / "mpiexec"
+    mpiexec = str(beside) if beside.exists() else shutil.which("mpiexec")
+    passed = ["--model", args.model, "--steps", str(args.steps), "--warmup", str(args.warmup),
+              "--batch-size", str(args.batch_size), "--block-size", str(args.block_size),
+              "--blas-threads", threads]
+    if args.allreduce_only:
+        passed.append("--allreduce-only")
+    for ranks in ([max(args.ranks)] if args.allreduce_only else args.ranks):
+        command = [sys.executable, str(SCRIPT), "--worker", *passed]
+        if ranks > 1:
+            command = [mpiexec, "-n", str(ranks), *command]
+        out = subprocess.run(command, env=env, capture_output=True, text=True, check=False)
+        if out.returncode != 0:
+            sys.exit(f"{ranks} ranks failed:\n{out.stderr}")
+        print(out.stdout.strip(), flush=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,96 @@
+"""A run's log, ``OUT_DIR/log.jsonl``: one `EvalRecord` per evaluation, and what a resume keeps.
+
+The log is strict JSON, one object per line (no NaN: a run whose losses are not finite stops
+before it logs them). The checkpoint written at an evaluation carries that evaluation's record
+too (``RunState.last_eval_record``), so checkpoint and log agree after a kill at any moment:
+`kept_log` drops what a crash wrote after the checkpoint and restores what it lost before.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+from glassllm.app.config import MAX_STEPS
+from glassllm.app.options import field_problems, option, shown
+
+# Keys of a record that a checkpoint written before they were logged lacks.
+OPTIONAL_KEYS = ("train_bpc", "val_bpc")
+
+
+@dataclasses.dataclass
+class EvalRecord:
+    """One evaluation as ``log.jsonl`` records it (one JSON object per line, in this order).
+
+    The checkpoint written at an evaluation carries that evaluation's record too, so a resume
+    can restore the log line a crash lost between the checkpoint and the log (see `kept_log`).
+    """
+
+    iter: int = option(0, "the step evaluated", min=0, max=MAX_STEPS)
+    train_loss: float = option(0.0, "mean loss on the training split")
+    val_loss: float = option(0.0, "mean loss on the validation split")
+    # The losses in bits per character of text (comparable across tokenizers); absent from
+    # checkpoints written before they were logged.
+    train_bpc: float | None = option(None, "training loss in bits per character", min=0.0)
+    val_bpc: float | None = option(None, "validation loss in bits per character", min=0.0)
+    lr: float = option(0.0, "the learning rate of the step", min=0.0)
+    tokens: int = option(0, "tokens trained on so far", min=0)
+    elapsed_s: float = option(0.0, "training time so far", min=0.0)
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    def to_line(self) -> str:
+        """The record as a ``log.jsonl`` line: strict JSON (no NaN), newline-terminated."""
+        return json.dumps(self.to_dict(), allow_nan=False) + "\n"
+
+    @classmethod
+    def from_dict(cls, values: Any, label: str = "last_eval_record") -> EvalRecord:
+        """Inverse of `to_dict`, every value checked; a ValueError naming the bad field."""
+        names = [f.name for f in dataclasses.fields(cls)]
+        keys = sorted(values) if isinstance(values, dict) else None
+        if keys not in (sorted(names), sorted(set(names) - set(OPTIONAL_KEYS))):
+            raise ValueError(f"must be a JSON object with the keys {names}, got {shown(values)}")
+        record = cls(**values)
+        problems = field_problems(record, label=lambda name: f"{label}.{name}")
+        if problems:
+            raise ValueError("; ".join(problems))
+        return record
+
+
+def kept_log(
+    log_path: str | os.PathLike[str],
+    last_eval_iteration: int | None,
+    last_eval_record: EvalRecord | None = None,
+) -> str:
+    """The lines of a resumed run's log to keep: the records up to the checkpoint's last
+    evaluation, in order. Later records (a crash wrote them after the checkpoint) and lines that
+    are not strict JSON records are dropped; a missing log keeps nothing. When the record of the
+    last evaluation itself is missing (a kill between the checkpoint's rename and the log's
+    append), ``last_eval_record`` (the checkpoint's copy) takes its place."""
+    log_path = Path(log_path)
+    text = log_path.read_text(errors="replace") if log_path.is_file() else ""
+    last = -1 if last_eval_iteration is None else last_eval_iteration
+    kept, last_logged = [], None
+    for line in text.splitlines():
+        try:
+            iteration = json.loads(line, parse_constant=_not_json)["iter"]
+            if _is_int(iteration) and iteration <= last:
+                kept.append(line + "\n")
+                last_logged = iteration
+        except (ValueError, KeyError, TypeError, RecursionError):
+            continue
+    if last_eval_record is not None and last_logged != last_eval_record.iter:
+        kept.append(last_eval_record.to_line())
+    return "".join(kept)
+
+
+def _not_json(name: str) -> Any:
+    raise ValueError(f"{name} is not JSON")
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)

@@ -1,0 +1,276 @@
+"""The viewer's JSON endpoints as plain functions: ``fn(run, request) -> dict``.
+
+Each function takes the `Run` and the request (the JSON body of a POST, or the query of a GET as
+``{name: value}``) and returns a JSON-serialisable dict, or raises `ApiError` with the status to
+answer. No function takes a path from the request. The server calls the model endpoints one at a
+time under ``run.lock``; tests call them directly.
+"""
+
+from __future__ import annotations
+
+import shlex
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+import glassllm
+from glassllm.app.config import MIN_TEMPERATURE
+from glassllm.app.sample import EXPLAIN_TOP, generate_explained
+from glassllm.autograd import no_grad
+from glassllm.graph.examples import EXAMPLES, run_example
+from glassllm.models.inspect import SOURCES
+
+from .fields import ApiError, bad, integer, number, optional_integer, text, token_ids
+from .run import Run
+
+MAX_NEW_TOKENS = 500
+MAX_PROMPT_CHARS = 20_000
+LENS_TOP = 5  # tokens per lens cell
+MLP_TOP = 8  # units per position in the MLP summary
+# Attention of every layer goes into one /api/inspect answer up to this many numbers (L*H*T*T);
+# beyond, the page asks /api/attention for one layer at a time.
+ATTENTION_INLINE = 1 << 20
+SEED_MAX = 2**32 - 1
+
+
+def _model(run: Run) -> Any:
+    run.refresh()
+    if run.model is None:
+        raise ApiError(409, "no checkpoint yet: train until the first evaluation writes one")
+    return run.model
+
+
+def _rounded(array: np.ndarray, decimals: int = 6) -> Any:
+    return np.round(np.asarray(array, dtype=np.float64), decimals).tolist()
+
+
+def _token(run: Run, token_id: int) -> dict[str, Any]:
+    return {
+        "id": int(token_id),
+        "text": run.tokenizer.decode([int(token_id)]),
+        "repr": run.tokenizer.token_repr(int(token_id)),
+    }
+
+
+def _ids_from(run: Run, body: dict[str, Any], max_tokens: int) -> list[int]:
+    """The request's tokens: ``ids`` (a list of token ids) or ``prompt`` (text to encode)."""
+    vocab = run.model.config.vocab_size
+    if body.get("ids") is not None:
+        return token_ids(body, "ids", vocab, max_tokens)
+    prompt = text(body, "prompt", MAX_PROMPT_CHARS)
+    if not prompt:
+        raise bad("the prompt is empty; give at least one character")
+    try:
+        ids = run.tokenizer.encode(prompt)
+    except ValueError as err:
+        raise bad(f"the prompt cannot be encoded: {err}") from None
+    if len(ids) > max_tokens:
+        raise bad(f"the prompt is {len(ids)} tokens, more than {max_tokens}")
+    return ids
+
+
+# ---------------------------------------------------------------------- run and logs
+
+
+def info(run: Run, _request: dict[str, Any]) -> dict[str, Any]:
+    """What the page shows first: the checkpoint (or None), vocabulary and file names."""
+    with run.lock:
+        run.refresh()
+        answer: dict[str, Any] = {
+            "glassllm_version": glassllm.__version__,
+            "out_dir": str(run.out_dir),
+            "log": run.log_path.name,
+            "stats": run.stats_path.name,
+            "checkpoint": None,
+            "reload_error": run.reload_error,
+            "limits": {"max_new_tokens": MAX_NEW_TOKENS, "explain_top": EXPLAIN_TOP,
+                       "min_temperature": MIN_TEMPERATURE},
+        }
+        if run.model is None:
+            return answer
+        meta = run.metadata
+        answer["checkpoint"] = {
+            "file": run.checkpoint_path.name,
+            "stamp": list(run._stamp or ()),
+            "iteration": meta.get("iteration"),
+            "best_val_loss": meta.get("best_val_loss"),
+            "model_config": run.model.config.to_dict(),
+            "parameters": run.model.num_parameters(),
+            "tokenizer": meta.get("tokenizer", {}).get("type"),
+            "vocab": [_token(run, i) for i in range(run.model.config.vocab_size)],
+        }
+        return answer
+
+
+def log(run: Run, query: dict[str, Any]) -> dict[str, Any]:
+    """Records of log.jsonl and stats.jsonl after iteration ``since`` (query, default -1)."""
+    since = query.get("since", "-1")
+    try:
+        since = int(since)
+    except (TypeError, ValueError):
+        raise bad(f"since must be an integer, got {since!r}") from None
+    return run.read_log(since)
+
+
+# ---------------------------------------------------------------------- sampling
+
+
+def generate(run: Run, body: dict[str, Any]) -> dict[str, Any]:
+    """Sample like ``glassllm sample --explain --num-samples 1`` (the same function, so the same
+    seed and options give the same tokens and probabilities); every token with its alternatives.
+
+    Request: ``prompt`` (text) or ``ids``, ``max_new_tokens`` (0..500, default 100),
+    ``temperature`` (default 0.8), ``top_k`` (null: all), ``seed`` (default 1337).
+    """
+    model = _model(run)
+    ids = _ids_from(run, body, max_tokens=8 * MAX_PROMPT_CHARS)
+    max_new = integer(body, "max_new_tokens", 100, 0, MAX_NEW_TOKENS)
+    temperature = number(body, "temperature", 0.8, MIN_TEMPERATURE, 1e4)
+    top_k = optional_integer(body, "top_k", 1, 1_000_000)
+    seed = integer(body, "seed", 1337, 0, SEED_MAX)
+    rng = np.random.default_rng(seed)  # as glassllm sample: one generator, seeded once
+    all_ids, choices = generate_explained(
+        model, run.tokenizer, ids, 1, max_new, temperature, top_k, rng
+    )
+    by_repr = {run.tokenizer.token_repr(i): i for i in range(model.config.vocab_size)}
+    tokens = []
+    for token_id, choice in zip(all_ids[0, len(ids):].tolist(), choices[0], strict=True):
+        tokens.append({
+            **_token(run, token_id),
+            "step": choice.step,
+            "p": choice.prob,
+            "top": [{**_token(run, by_repr[r]), "p": p} for r, p in choice.alternatives],
+        })
+    answer = {
+        "prompt": [_token(run, i) for i in ids],
+        "tokens": tokens,
+        "options": {"max_new_tokens": max_new, "temperature": temperature, "top_k": top_k,
+                    "seed": seed},
+        "source": "glassllm/sample.py: generate_explained",
+    }
+    if body.get("ids") is None:
+        answer["command"] = _sample_command(run, body["prompt"], max_new, temperature, top_k, seed)
+    return answer
+
+
+def _sample_command(
+    run: Run, prompt: str, max_new: int, temperature: float, top_k: int | None, seed: int
+) -> str:
+    parts = ["glassllm", "sample", "--checkpoint", str(run.checkpoint_path), "--prompt", prompt,
+             "--num-samples", "1", "--max-new-tokens", str(max_new),
+             "--temperature", repr(temperature), "--seed", str(seed), "--explain"]
+    if top_k is not None:
+        parts[-1:-1] = ["--top-k", str(top_k)]
+    return shlex.join(parts)
+
+
+def distribution(run: Run, body: dict[str, Any]) -> dict[str, Any]:
+    """The model's next-token logits after ``ids`` (the last block_size of them)."""
+    model = _model(run)
+    ids = _ids_from(run, body, max_tokens=8 * MAX_PROMPT_CHARS)
+    window = ids[-model.config.block_size:]
+    seen = run.inspection(window)
+    return {"logits": _rounded(seen.logits[-1]), "cropped": len(window) < len(ids),
+            "source": SOURCES["logits"]}
+
+
+# ---------------------------------------------------------------------- inside the model
+
+
+def inspect(run: Run, body: dict[str, Any]) -> dict[str, Any]:
+    """Attention, logit lens and MLP summaries for ``ids`` or ``prompt`` (the last block_size
+    tokens), from one `glassllm.models.inspect.inspect` pass."""
+    model = _model(run)
+    ids = _ids_from(run, body, max_tokens=8 * MAX_PROMPT_CHARS)
+    window = ids[-model.config.block_size:]
+    seen = run.inspection(window)
+    with no_grad():
+        plain_logits = model(np.asarray([window], dtype=np.int64))[0].data[0]
+    steps = len(window)
+    layers, heads = model.config.n_layer, model.config.n_head
+    lens_top = np.argsort(-seen.lens, axis=-1, kind="stable")[..., :LENS_TOP]  # (L+1, T, k)
+    lens_p = np.take_along_axis(seen.lens, lens_top, axis=-1)
+    next_ids = np.asarray(window[1:], dtype=np.int64)
+    p_next = seen.lens[:, np.arange(steps - 1), next_ids] if steps > 1 else seen.lens[:, :0, 0]
+    mlp_top = np.argsort(-seen.mlp, axis=-1, kind="stable")[..., :MLP_TOP]  # (L, T, k)
+    mlp_values = np.take_along_axis(seen.mlp, mlp_top, axis=-1)
+    inline = layers * heads * steps * steps <= ATTENTION_INLINE
+    return {
+        "tokens": [_token(run, i) for i in window],
+        "cropped": len(window) < len(ids),
+        "n_layer": layers,
+        "n_head": heads,
+        "logits_diff": float(np.max(np.abs(seen.logits - plain_logits))),
+        "attention_check": seen.attention_check,
+        "lens": {
+            "rows": ["embed"] + [f"block {i}" for i in range(layers)],
+            "top_ids": lens_top.tolist(),
+            "top_p": _rounded(lens_p),
+            "p_next": _rounded(p_next),
+        },
+        "mlp": {
+            "top_units": mlp_top.tolist(),
+            "top_values": _rounded(mlp_values, 4),
+            "active_fraction": _rounded((seen.mlp > 0).mean(axis=(1, 2)), 4),
+            "units": int(seen.mlp.shape[-1]),
+        },
+        "attention": _rounded(seen.attention) if inline else None,
+        "sources": SOURCES,
+    }
+
+
+def attention(run: Run, body: dict[str, Any]) -> dict[str, Any]:
+    """Attention probabilities ``[head][query][key]`` of one ``layer`` for ``ids``."""
+    model = _model(run)
+    ids = token_ids(body, "ids", model.config.vocab_size, model.config.block_size)
+    layer = integer(body, "layer", None, 0, model.config.n_layer - 1)
+    return {"layer": layer, "heads": _rounded(run.inspection(ids).attention[layer])}
+
+
+def neuron(run: Run, body: dict[str, Any]) -> dict[str, Any]:
+    """The GELU activation of unit ``index`` of ``layer``'s MLP at every position of ``ids``."""
+    model = _model(run)
+    ids = token_ids(body, "ids", model.config.vocab_size, model.config.block_size)
+    layer = integer(body, "layer", None, 0, model.config.n_layer - 1)
+    index = integer(body, "index", None, 0, 4 * model.config.n_embd - 1)
+    values = run.inspection(ids).mlp[layer, :, index]
+    return {"layer": layer, "index": index, "values": _rounded(values, 5),
+            "source": SOURCES["mlp"]}
+
+
+# ---------------------------------------------------------------------- autograd graph
+
+
+def graph_examples(_run: Run, _request: dict[str, Any]) -> dict[str, Any]:
+    return {"examples": [example.describe() for example in EXAMPLES.values()],
+            "source": "glassllm/graph/examples.py"}
+
+
+def graph(_run: Run, body: dict[str, Any]) -> dict[str, Any]:
+    """Forward and backward of a fixed example on ``inputs``: the exported graph."""
+    name = body.get("example")
+    if not isinstance(name, str) or name not in EXAMPLES:
+        raise bad(f"example must be one of {', '.join(EXAMPLES)}, got {name!r}")
+    inputs = body.get("inputs", {})
+    if not isinstance(inputs, dict):
+        raise bad("inputs must be an object {name: number or array}")
+    try:
+        return {**run_example(name, inputs), "source": "glassllm/graph/export.py: export_graph"}
+    except ValueError as err:
+        raise bad(str(err)) from None
+
+
+# (method, path) -> (function, needs the model lock)
+Endpoint = Callable[[Run, dict[str, Any]], dict[str, Any]]
+ROUTES: dict[tuple[str, str], tuple[Endpoint, bool]] = {
+    ("GET", "/api/info"): (info, False),  # takes the lock itself
+    ("GET", "/api/log"): (log, False),
+    ("GET", "/api/graph/examples"): (graph_examples, False),
+    ("POST", "/api/generate"): (generate, True),
+    ("POST", "/api/distribution"): (distribution, True),
+    ("POST", "/api/inspect"): (inspect, True),
+    ("POST", "/api/attention"): (attention, True),
+    ("POST", "/api/neuron"): (neuron, True),
+    ("POST", "/api/graph"): (graph, True),  # graph recording: no_grad is process-global
+}

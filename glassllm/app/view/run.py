@@ -1,0 +1,119 @@
+"""The run a viewer looks at: its checkpoint (reloaded when the file changes) and its logs.
+
+Only the paths fixed at startup are ever read; no request names a file.
+"""
+
+from __future__ import annotations
+
+import collections
+import json
+import threading
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from glassllm.app.config import CHECKPOINT_NAME, LOG_NAME
+from glassllm.app.run_state import load_trained_model, read_checkpoint_metadata
+from glassllm.app.stats import STATS_NAME
+from glassllm.data import Tokenizer
+from glassllm.models import GPT
+from glassllm.models.inspect import Inspection, inspect
+
+# Inspections kept for follow-up requests (attention of one layer, one neuron) on the same text.
+INSPECTION_CACHE = 4
+
+
+class Run:
+    """``out_dir``'s checkpoint (or ``checkpoint``) and logs, for one viewer process.
+
+    ``lock`` serialises every model computation: ``no_grad`` is process-global, and the model is
+    reloaded in place of the old one. Construction raises ValueError, with a message for the
+    command line, when there is nothing to show or the checkpoint is not a glassllm GPT.
+    """
+
+    def __init__(self, out_dir: str | Path, checkpoint: str | Path | None = None) -> None:
+        self.out_dir = Path(out_dir)
+        self.checkpoint_path = Path(checkpoint) if checkpoint else self.out_dir / CHECKPOINT_NAME
+        self.log_path = self.out_dir / LOG_NAME
+        self.stats_path = self.out_dir / STATS_NAME
+        self.lock = threading.Lock()
+        self.model: GPT | None = None
+        self.tokenizer: Tokenizer | None = None
+        self.metadata: dict[str, Any] = {}
+        self.reload_error: str | None = None
+        self._stamp: tuple[int, int] | None = None
+        self._inspections: collections.OrderedDict[tuple, Inspection] = collections.OrderedDict()
+        if checkpoint is not None or self.checkpoint_path.exists():
+            read_checkpoint_metadata(self.checkpoint_path)  # ValueError: not a GPT checkpoint
+            self._load()
+        elif not self.log_path.is_file():
+            raise ValueError(
+                f"no checkpoint or log in {str(self.out_dir)!r} (train first: glassllm train)"
+            )
+
+    # ---- the checkpoint
+
+    def _file_stamp(self) -> tuple[int, int] | None:
+        try:
+            stat = self.checkpoint_path.stat()
+        except OSError:
+            return None
+        return stat.st_mtime_ns, stat.st_size
+
+    def _load(self) -> None:
+        stamp = self._file_stamp()
+        self.model, self.tokenizer, self.metadata = load_trained_model(self.checkpoint_path)
+        self._stamp = stamp
+        self._inspections.clear()
+        self.reload_error = None
+
+    def refresh(self) -> None:
+        """Reload the checkpoint if its file changed (saves are atomic renames). A failed reload
+        keeps the previous model and records the message in ``reload_error``. Call under lock."""
+        stamp = self._file_stamp()
+        if stamp is None or stamp == self._stamp:
+            return
+        try:
+            read_checkpoint_metadata(self.checkpoint_path)
+            self._load()
+        except (ValueError, OSError) as err:
+            self._stamp = stamp  # do not retry the same file at every request
+            self.reload_error = str(err)
+
+    def inspection(self, ids: list[int]) -> Inspection:
+        """`inspect` of ``ids`` (at most block_size), cached for the current checkpoint."""
+        key = tuple(ids)
+        cached = self._inspections.get(key)
+        if cached is not None:
+            self._inspections.move_to_end(key)
+            return cached
+        result = inspect(self.model, np.asarray(ids, dtype=np.int64))
+        self._inspections[key] = result
+        while len(self._inspections) > INSPECTION_CACHE:
+            self._inspections.popitem(last=False)
+        return result
+
+    # ---- the logs
+
+    def read_log(self, since: int) -> dict[str, list[dict[str, Any]]]:
+        """Records of ``log.jsonl`` and ``stats.jsonl`` with ``iter > since``; a garbled or
+        half-written line (a run writing right now) is skipped."""
+        return {"evals": _records(self.log_path, since), "stats": _records(self.stats_path, since)}
+
+
+def _records(path: Path, since: int) -> list[dict[str, Any]]:
+    try:
+        text = path.read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return []
+    records = []
+    for line in text.splitlines():
+        try:
+            record = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(record, dict) and isinstance(record.get("iter"), int):
+            if record["iter"] > since:
+                records.append(record)
+    return records

@@ -1,0 +1,179 @@
+// The Training tab: loss, gradient norm, learning rate and update/weight ratios from
+// log.jsonl and stats.jsonl (/api/log), polled while a run trains. Raw points are drawn as they
+// are; the running mean is a separate line, never a replacement.
+
+import { call } from "./api.js";
+import { el } from "./util.js";
+
+const $ = (id) => document.getElementById(id);
+const SVG = "http://www.w3.org/2000/svg";
+const POLL_MS = 4000;
+const evals = [];
+const stats = [];
+let polling = null;
+
+function svgEl(name, attrs, parent) {
+  const node = document.createElementNS(SVG, name);
+  for (const [k, v] of Object.entries(attrs)) node.setAttribute(k, String(v));
+  if (parent) parent.appendChild(node);
+  return node;
+}
+
+function niceTicks(lo, hi, count = 5) {
+  if (!(hi > lo)) return [lo];
+  const step = 10 ** Math.floor(Math.log10((hi - lo) / count));
+  const err = (hi - lo) / count / step;
+  const mult = err >= 7.5 ? 10 : err >= 3.5 ? 5 : err >= 1.5 ? 2 : 1;
+  const s = step * mult;
+  const ticks = [];
+  for (let t = Math.ceil(lo / s) * s; t <= hi + 1e-12; t += s) ticks.push(+t.toPrecision(12));
+  return ticks;
+}
+
+// series: [{name, points: [[x, y]], colour, width, dots, dash}]; options: {logy, guide}
+export function lineChart(container, series, options = {}) {
+  const W = container.clientWidth || 460;
+  const H = 220;
+  const pad = { l: 52, r: 12, t: 10, b: 26 };
+  const ty = (y) => (options.logy ? Math.log10(y) : y);
+  const all = series.flatMap((s) => s.points).filter(([, y]) => y !== null && Number.isFinite(ty(y)));
+  container.replaceChildren();
+  const svg = svgEl("svg", { width: W, height: H, class: "chart-svg" }, container);
+  if (!all.length) {
+    svgEl("text", { x: W / 2, y: H / 2, "text-anchor": "middle", class: "empty" }, svg).textContent = "no data yet";
+    return svg;
+  }
+  let [x0, x1] = [Math.min(...all.map((p) => p[0])), Math.max(...all.map((p) => p[0]))];
+  let ys = all.map((p) => ty(p[1]));
+  if (options.guide !== undefined) ys = ys.concat([options.guide]);
+  let [y0, y1] = [Math.min(...ys), Math.max(...ys)];
+  if (x1 === x0) x1 = x0 + 1;
+  if (y1 === y0) { const d = Math.abs(y0) * 0.1 || 1; y0 -= d; y1 += d; }
+  const margin = (y1 - y0) * 0.05;
+  y0 -= margin; y1 += margin;
+  const sx = (x) => pad.l + ((x - x0) / (x1 - x0)) * (W - pad.l - pad.r);
+  const sy = (y) => H - pad.b - ((y - y0) / (y1 - y0)) * (H - pad.t - pad.b);
+  const axes = svgEl("g", { class: "axes" }, svg);
+  for (const t of niceTicks(y0, y1)) {
+    svgEl("line", { x1: pad.l, x2: W - pad.r, y1: sy(t), y2: sy(t), class: "grid" }, axes);
+    svgEl("text", { x: pad.l - 6, y: sy(t) + 4, "text-anchor": "end" }, axes).textContent =
+      options.logy ? (10 ** t).toPrecision(2) : String(+t.toPrecision(4));
+  }
+  for (const t of niceTicks(x0, x1)) {
+    svgEl("text", { x: sx(t), y: H - 8, "text-anchor": "middle" }, axes).textContent = String(t);
+  }
+  if (options.guide !== undefined) {
+    svgEl("line", { x1: pad.l, x2: W - pad.r, y1: sy(options.guide), y2: sy(options.guide), class: "guide" }, svg);
+  }
+  for (const s of series) {
+    const pts = s.points.filter(([, y]) => y !== null && Number.isFinite(ty(y)));
+    if (!pts.length) continue;
+    if (s.width !== 0) {
+      const d = pts.map(([x, y], i) => `${i ? "L" : "M"}${sx(x).toFixed(1)},${sy(ty(y)).toFixed(1)}`).join("");
+      const path = svgEl("path", { d, fill: "none", stroke: s.colour, "stroke-width": s.width ?? 1.5, class: `line ${s.cls || ""}` }, svg);
+      if (s.dash) path.setAttribute("stroke-dasharray", s.dash);
+      svgEl("title", {}, path).textContent = s.name;
+    }
+    if (s.dots) {
+      for (const [x, y] of pts) {
+        const c = svgEl("circle", { cx: sx(x), cy: sy(ty(y)), r: s.dots, fill: s.colour, class: `dot ${s.cls || ""}` }, svg);
+        svgEl("title", {}, c).textContent = `${s.name} @ ${x}: ${y}`;
+      }
+    }
+  }
+  return svg;
+}
+
+function runningMean(points, window = 10) {
+  const out = [];
+  let sum = 0;
+  const q = [];
+  for (const [x, y] of points) {
+    if (y === null) continue;
+    q.push(y); sum += y;
+    if (q.length > window) sum -= q.shift();
+    out.push([x, sum / q.length]);
+  }
+  return out;
+}
+
+const LAYER_COLOURS = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#17becf"];
+
+function layerOf(name) {
+  const m = /^blocks\.(\d+)\./.exec(name);
+  return m ? Number(m[1]) : null;
+}
+
+function draw() {
+  const smooth = $("smooth").checked;
+  const logy = $("logy").checked;
+  const statLoss = stats.map((s) => [s.iter, s.loss]);
+  const lossSeries = [
+    { name: "loss per stats step", points: statLoss, colour: "#9aa7bd", width: 0.8, dots: 0 },
+    { name: "train (evaluation)", points: evals.map((e) => [e.iter, e.train_loss]), colour: "#1f5fbf", dots: 3, cls: "train" },
+    { name: "val (evaluation)", points: evals.map((e) => [e.iter, e.val_loss]), colour: "#d9541e", dots: 3, cls: "val" },
+  ];
+  if (smooth && statLoss.length > 2) lossSeries.push({ name: "running mean of 10", points: runningMean(statLoss), colour: "#333", width: 1.5, dash: "4 3" });
+  lineChart($("chart-loss"), lossSeries, { logy });
+  const grad = stats.map((s) => [s.iter, s.grad_norm]);
+  const gradSeries = [
+    { name: "grad norm", points: grad, colour: "#5b6b8c", width: 1, dots: 1.5 },
+    { name: "clipped", points: stats.filter((s) => s.clipped).map((s) => [s.iter, s.grad_norm]), colour: "#d62728", width: 0, dots: 2.5, cls: "clipped" },
+  ];
+  if (smooth && grad.length > 2) gradSeries.push({ name: "running mean", points: runningMean(grad), colour: "#333", dash: "4 3" });
+  lineChart($("chart-grad"), gradSeries);
+  const lr = stats.length ? stats.map((s) => [s.iter, s.lr]) : evals.map((e) => [e.iter, e.lr]);
+  lineChart($("chart-lr"), [{ name: "lr", points: lr, colour: "#2ca02c" }]);
+  const names = stats.length ? Object.keys(stats[stats.length - 1].params || {}) : [];
+  const ratioSeries = names.map((name) => {
+    const layer = layerOf(name);
+    return {
+      name,
+      points: stats.map((s) => [s.iter, s.params && s.params[name] ? s.params[name][2] : null]),
+      colour: layer === null ? "#888" : LAYER_COLOURS[layer % LAYER_COLOURS.length],
+      width: 1,
+    };
+  });
+  lineChart($("chart-ratio"), ratioSeries, { guide: -3 });
+  const legend = $("ratio-legend");
+  legend.replaceChildren();
+  const layers = [...new Set(names.map(layerOf))];
+  for (const layer of layers) {
+    const item = el("span", { class: "legend-item" }, layer === null ? "embeddings, ln_f" : `block ${layer}`);
+    item.style.borderColor = layer === null ? "#888" : LAYER_COLOURS[layer % LAYER_COLOURS.length];
+    legend.appendChild(item);
+  }
+  const last = evals[evals.length - 1];
+  $("train-status").textContent = evals.length || stats.length
+    ? `${evals.length} evaluations${last ? `, last at step ${last.iter}: train ${last.train_loss.toFixed(4)}, val ${last.val_loss.toFixed(4)}` : ""}; ${stats.length} stats steps`
+    : "no log yet (log.jsonl appears with the first evaluation)";
+}
+
+async function poll() {
+  const lastEval = evals.length ? evals[evals.length - 1].iter : -1;
+  const lastStat = stats.length ? stats[stats.length - 1].iter : -1;
+  const answer = await call(`/api/log?since=${Math.min(lastEval, lastStat)}`);
+  if (!answer) return false;
+  const newEvals = answer.evals.filter((e) => e.iter > lastEval);
+  const newStats = answer.stats.filter((s) => s.iter > lastStat);
+  evals.push(...newEvals);
+  stats.push(...newStats);
+  if (newEvals.length || newStats.length || !$("chart-loss").firstChild) draw();
+  return true;
+}
+
+export function initDashboard() {
+  $("smooth").addEventListener("change", draw);
+  $("logy").addEventListener("change", draw);
+  poll().then((ok) => {
+    if (ok) polling = setInterval(poll, POLL_MS);
+  });
+}
+
+export function redrawDashboard() {
+  draw();
+}
+
+export function stopPolling() {
+  if (polling !== null) clearInterval(polling);
+}

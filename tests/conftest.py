@@ -1,0 +1,78 @@
+"""Fixtures shared by the test files: a tiny text corpus, a tiny GPT, PyTorch as an optional
+oracle, and running a Python program the way a user does (a fresh process).
+
+Optional dependencies: a test that needs one asks for it through :func:`optional`, which skips
+with the reason when it is missing, except under ``CI=true``, where a missing oracle is a failure
+(the CI installs every extra, so a skip there would hide a test that never ran).
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from types import ModuleType
+
+import numpy as np
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+
+# 60 short lines: enough characters for a tiny GPT's train and validation splits.
+TEXT = "".join(f"line {i}: the quick brown fox jumps over the lazy dog.\n" for i in range(60))
+
+
+def optional(name: str) -> ModuleType:
+    """Import an optional dependency; skip the test when it is absent (fail under CI=true)."""
+    if os.environ.get("CI") == "true":
+        return importlib.import_module(name)
+    return pytest.importorskip(name, reason=f"{name} is not installed (optional oracle)")
+
+
+@pytest.fixture(scope="session")
+def torch() -> ModuleType:
+    """PyTorch, the tests' oracle (see :func:`optional`)."""
+    return optional("torch")
+
+
+@pytest.fixture
+def text_file(tmp_path: Path) -> Path:
+    """A file holding :data:`TEXT`."""
+    path = tmp_path / "tiny.txt"
+    path.write_text(TEXT)
+    return path
+
+
+@pytest.fixture
+def tiny_gpt() -> Callable[..., object]:
+    """``tiny_gpt(seed=0, dtype=np.float32, **config)``: a 2-layer, 16-wide GPT over 11 tokens."""
+    from glassllm.models import GPT, GPTConfig
+
+    def build(seed: int = 0, dtype: type = np.float32, **overrides: object) -> GPT:
+        config = dict(vocab_size=11, block_size=8, n_layer=2, n_head=2, n_embd=16) | overrides
+        return GPT(GPTConfig(**config), rng=np.random.default_rng(seed), dtype=dtype)
+
+    return build
+
+
+@pytest.fixture
+def run_python() -> Callable[..., subprocess.CompletedProcess]:
+    """``run_python(*args, timeout=300, cwd=None)``: ``python *args`` in a fresh process that
+    imports this tree's glassllm; returns the completed process (output captured as text)."""
+
+    def run(*args: object, timeout: float = 300, cwd: Path | None = None):
+        path = os.pathsep.join(p for p in (str(REPO), os.environ.get("PYTHONPATH", "")) if p)
+        env = {**os.environ, "PYTHONWARNINGS": "ignore", "PYTHONPATH": path}
+        return subprocess.run(
+            [sys.executable, *map(str, args)],
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            cwd=cwd,
+            env=env,
+        )
+
+    return run

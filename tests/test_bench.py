@@ -1,0 +1,98 @@
+"""Every benchmark in bench/ runs end to end with tiny settings, and RESULTS.md's block renders from
+the result file it writes. The workers run in this process (``--inline``), so the figures mean
+nothing; the measurements themselves are bench/RESULTS.md's business."""
+
+from __future__ import annotations
+
+import importlib
+import json
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+BENCH = Path(__file__).resolve().parents[1] / "bench"
+
+TINY = {
+    "train_step": ["--size", "micro", "--rounds", "1", "--steps", "1", "--warmup", "0"]
+    + ["--matmul-n", "32"],
+    "memory": ["--size", "micro", "--steps", "10", "--forwards", "10"],
+    "sample": ["--size", "micro", "--block-sizes", "4", "--rounds", "1"],
+    "ops": ["--budget", "0", "--only", "add,layer_norm", "--rounds", "1"],
+    "shakespeare": [
+        "--size",
+        "micro",
+        "--max-iters",
+        "2",
+        "--eval-interval",
+        "1",
+        "--eval-iters",
+        "1",
+    ],
+}
+# The sides of each benchmark without PyTorch, and with it.
+SIDES = {
+    "train_step": ("glassllm,glassllm-untuned", "glassllm,torch,torch-manual"),
+    "memory": ("glassllm", "glassllm,torch"),
+    "sample": ("glassllm-cache,glassllm-nocache", "glassllm-cache,torch"),
+    "ops": ("glassllm", "glassllm,torch"),
+    "shakespeare": ("glassllm", "glassllm,torch,nanogpt"),
+}
+
+
+@pytest.fixture
+def bench(monkeypatch):
+    """``bench(name)``: the module bench/<name>.py, imported as the scripts import each other.
+    PyTorch's thread count, which the workers set, is restored afterwards."""
+    monkeypatch.syspath_prepend(str(BENCH))
+    torch = sys.modules.get("torch")
+    threads = torch.get_num_threads() if torch else None
+    yield importlib.import_module
+    if threads:
+        torch.set_num_threads(threads)
+
+
+@pytest.mark.parametrize("with_torch", [False, True], ids=["glassllm", "torch"])
+@pytest.mark.parametrize("name", list(TINY))
+def test_benchmark_runs_and_its_results_render(
+    name, with_torch, bench, tmp_path, text_file, request, capsys
+):
+    if with_torch:
+        request.getfixturevalue("torch")  # skips without PyTorch (fails under CI=true)
+    out = tmp_path / f"{name}.json"
+    argv = [*TINY[name], "--sides", SIDES[name][with_torch], "--out", str(out), "--inline"]
+    argv += ["--threads", "1"]  # PyTorch's spinning threads crawl on a busy machine
+    if name == "shakespeare":
+        argv += ["--data", str(text_file)]
+    assert bench(name).main(argv) == 0
+    runs = json.loads(out.read_text())["runs"]
+    assert runs and all("machine" in run for run in runs.values())
+    block = bench(name).render(runs)
+    assert block.count("\n|") >= 3, block  # a table with a header, a rule and rows
+    assert "| " in capsys.readouterr().out  # the parent printed its table too
+
+
+def test_the_torch_side_trains_as_the_trainer_does(bench, tmp_path, torch):
+    """The benchmarks' PyTorch step on the Trainer's data, schedule and initial weights takes the
+    Trainer's steps: the same losses and the same weights after them (the two sides time the same
+    computation)."""
+    common, reference = bench("common"), bench("torch_gpt")
+    common.set_torch_threads(1)
+    recipe = dict(seed=3, tuned=False, lr=3e-2, warmup_iters=0, max_iters=8)  # big updates
+    trainer = common.glassllm_trainer(tmp_path / "a", "micro", **recipe)
+    twin = common.glassllm_trainer(tmp_path / "b", "micro", **recipe)
+    model, torch_step = common.torch_step(twin)
+    theirs = [torch_step() for _ in range(8)]
+    ours = [trainer.train_step() for _ in range(8)]
+    assert ours == pytest.approx(theirs, rel=1e-4)
+    torch_params = dict(model.named_parameters())
+    initial = dict(twin.model.named_parameters())
+    for name, p in trainer.model.named_parameters():
+        t_name = reference.torch_name(name)
+        weights = reference.to_torch_layout(t_name, torch_params[t_name].detach().numpy())
+        # Adam turns the sign noise of near-zero gradients into whole steps, so a few entries
+        # differ by up to the learning rate: compare the mean difference with the mean change.
+        change = np.abs(p.data - initial[name].data).mean()
+        assert change > 1e-3, name  # the steps moved it
+        assert np.abs(p.data - weights).mean() < 0.01 * change, name

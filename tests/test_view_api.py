@@ -1,0 +1,379 @@
+"""glassllm view's API functions (no server) and its HTTP surface (a real server, no browser)."""
+
+import http.client
+import io
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+import numpy as np
+import pytest
+from view_helpers import make_run
+
+import glassllm
+from glassllm.app.config import SampleConfig
+from glassllm.app.sample import SampleJob, TokenChoice, format_choice
+from glassllm.app.view import api, make_server
+from glassllm.app.view.fields import ApiError
+from glassllm.app.view.run import Run
+
+
+@pytest.fixture(scope="module")
+def out_dir(tmp_path_factory):
+    return make_run(tmp_path_factory.mktemp("view") / "out")
+
+
+@pytest.fixture(scope="module")
+def run(out_dir):
+    return Run(out_dir)
+
+
+def error_of(fn, *args):
+    with pytest.raises(ApiError) as info:
+        fn(*args)
+    return info.value.status, info.value.message
+
+
+# ---------------------------------------------------------------------- sampling
+
+
+@pytest.mark.parametrize("top_k", [None, 5])
+def test_generate_prints_what_glassllm_sample_explain_prints(run, out_dir, top_k):
+    options = dict(max_new_tokens=40, temperature=0.9, top_k=top_k, seed=7)
+    answer = api.generate(run, {"prompt": "def ", **options})
+    out = io.StringIO()
+    config = SampleConfig(checkpoint=str(out_dir / "ckpt.safetensors"), prompt="def ",
+                          num_samples=1, explain=True, **options)
+    job = SampleJob.prepare(config)
+    texts = job.run(out)
+    expected = [line for line in out.getvalue().splitlines() if line[:5].strip().isdigit()]
+    mine = [format_choice(TokenChoice(t["step"], t["repr"], t["p"],
+                                      [(a["repr"], a["p"]) for a in t["top"]]))
+            for t in answer["tokens"]]
+    assert mine == expected
+    assert "".join(t["text"] for t in answer["prompt"] + answer["tokens"]) == texts[0]
+    assert "--explain" in answer["command"] and "--num-samples 1" in answer["command"]
+
+
+def test_alternatives_are_the_sampled_distribution(run):
+    answer = api.generate(run, {"prompt": "def ", "max_new_tokens": 20, "top_k": 3, "seed": 3})
+    for token in answer["tokens"]:
+        ps = [a["p"] for a in token["top"]]
+        assert 1 <= len(ps) <= 3 and ps == sorted(ps, reverse=True)
+        assert sum(ps) == pytest.approx(1.0, abs=1e-5)  # top-k 3: the whole distribution
+        assert token["id"] in [a["id"] for a in token["top"]]
+        assert token["p"] == next(a["p"] for a in token["top"] if a["id"] == token["id"])
+
+
+def test_branch_continues_from_ids(run):
+    first = api.generate(run, {"prompt": "def ", "max_new_tokens": 10, "seed": 1})
+    prefix = [t["id"] for t in first["prompt"] + first["tokens"][:5]]
+    alternative = first["tokens"][5]["top"][-1]["id"]
+    branch = api.generate(run, {"ids": prefix + [alternative], "max_new_tokens": 10, "seed": 1})
+    assert [t["id"] for t in branch["prompt"]] == prefix + [alternative]
+    assert len(branch["tokens"]) == 10 and "command" not in branch
+
+
+def test_distribution_is_the_models_next_token_logits(run):
+    ids = run.tokenizer.encode("class Box1:")
+    answer = api.distribution(run, {"ids": ids})
+    with glassllm.no_grad():
+        logits = run.model(np.array([ids]))[0].data[0, -1]
+    np.testing.assert_allclose(answer["logits"], logits, atol=1e-6)
+    long = api.distribution(run, {"ids": ids * 5})
+    assert long["cropped"] is True
+
+
+@pytest.mark.parametrize(
+    "body, fragment",
+    [
+        ({"prompt": ""}, "the prompt is empty"),
+        ({"prompt": "日本"}, "cannot be encoded"),
+        ({"prompt": "def ", "max_new_tokens": 501}, "max_new_tokens must be between 0 and 500"),
+        ({"prompt": "def ", "max_new_tokens": "5"}, "max_new_tokens must be an integer"),
+        ({"prompt": "def ", "temperature": 0}, "temperature must be between"),
+        ({"prompt": "def ", "temperature": "nan"}, "temperature must be a number"),
+        ({"prompt": "def ", "temperature": 1e308 * 10}, "finite"),
+        ({"prompt": "def ", "top_k": 0}, "top_k must be between 1"),
+        ({"prompt": "def ", "seed": -1}, "seed must be between 0"),
+        ({"ids": [0, 10_000]}, "token ids in [0,"),
+        ({"ids": []}, "non-empty list"),
+        ({"ids": [True]}, "token ids"),
+        ({"prompt": 5}, "prompt must be a string"),
+    ],
+)
+def test_generate_rejects_bad_fields(run, body, fragment):
+    status, message = error_of(api.generate, run, body)
+    assert status == 400 and fragment in message
+
+
+# ---------------------------------------------------------------------- inside the model
+
+
+def test_inspect_is_the_forward_with_causal_attention(run):
+    answer = api.inspect(run, {"prompt": "def f1(x, y):\n    return"})
+    steps = len(answer["tokens"])
+    assert answer["logits_diff"] == 0.0 and answer["attention_check"] < 1e-6
+    assert answer["cropped"] is False and answer["n_layer"] == 2 and answer["n_head"] == 2
+    attention = np.array(answer["attention"])
+    assert attention.shape == (2, 2, steps, steps)
+    np.testing.assert_allclose(attention.sum(-1), 1.0, atol=1e-5)
+    assert np.all(attention[..., np.triu(np.ones((steps, steps), dtype=bool), 1)] == 0)
+    assert answer["lens"]["rows"] == ["embed", "block 0", "block 1"]
+    assert np.array(answer["lens"]["top_ids"]).shape == (3, steps, 5)
+    assert np.array(answer["lens"]["p_next"]).shape == (3, steps - 1)
+    # The last lens row is the model's own prediction.
+    dist = api.distribution(run, {"ids": [t["id"] for t in answer["tokens"]]})
+    assert answer["lens"]["top_ids"][-1][-1][0] == int(np.argmax(dist["logits"]))
+    assert np.array(answer["mlp"]["top_units"]).shape == (2, steps, 8)
+    assert all(0 <= f <= 1 for f in answer["mlp"]["active_fraction"])
+    assert "attention.py" in answer["sources"]["attention"]
+
+
+def test_inspect_crops_to_block_size_and_serves_layers_and_neurons(run):
+    text = "def f1(x, y):\n    return x * 1 + y  # line 1\n"
+    answer = api.inspect(run, {"prompt": text})
+    assert answer["cropped"] is True and len(answer["tokens"]) == 32
+    ids = [t["id"] for t in answer["tokens"]]
+    seen = run.inspection(ids)
+    layer = api.attention(run, {"ids": ids, "layer": 1})
+    np.testing.assert_allclose(layer["heads"], seen.attention[1], atol=1e-6)
+    unit = api.neuron(run, {"ids": ids, "layer": 0, "index": 17})
+    np.testing.assert_allclose(unit["values"], seen.mlp[0, :, 17], atol=1e-5)
+    assert error_of(api.attention, run, {"ids": ids, "layer": 2})[0] == 400
+    assert error_of(api.neuron, run, {"ids": ids, "layer": 0, "index": 128})[0] == 400
+    assert error_of(api.attention, run, {"ids": ids * 2, "layer": 0})[0] == 400
+
+
+# ---------------------------------------------------------------------- run, logs, graph
+
+
+def test_info_and_log(run, out_dir):
+    info = api.info(run, {})
+    assert info["checkpoint"]["iteration"] == 60
+    assert len(info["checkpoint"]["vocab"]) == run.model.config.vocab_size
+    everything = api.log(run, {})
+    assert [e["iter"] for e in everything["evals"]] == [0, 20, 40, 60]
+    assert len(everything["stats"]) == 30
+    assert [e["iter"] for e in api.log(run, {"since": "20"})["evals"]] == [40, 60]
+    assert error_of(api.log, run, {"since": "x"})[0] == 400
+
+
+def test_garbled_log_lines_are_skipped_and_new_ones_appear(tmp_path, out_dir):
+    extra = '{"iter": 80, "train_loss": 1.0, "val_loss": 1.1}\n{"iter": 9'
+    (tmp_path / "log.jsonl").write_text((out_dir / "log.jsonl").read_text() + extra)
+    run = Run(tmp_path)  # a log and no checkpoint: dashboard only
+    assert [e["iter"] for e in api.log(run, {})["evals"]] == [0, 20, 40, 60, 80]
+    assert api.info(run, {})["checkpoint"] is None
+    status, message = error_of(api.generate, run, {"prompt": "def "})
+    assert status == 409 and "no checkpoint yet" in message
+
+
+def test_checkpoint_is_reloaded_when_its_file_changes(tmp_path):
+    out = make_run(tmp_path / "out", steps=4, eval_interval=2)
+    run = Run(out)
+    assert api.info(run, {})["checkpoint"]["iteration"] == 4
+    first = api.generate(run, {"prompt": "def ", "max_new_tokens": 5})
+    make_run(out, steps=6, eval_interval=2, seed=5)
+    os.utime(out / "ckpt.safetensors", ns=(1, 10**18))  # a new stamp even on a coarse clock
+    assert api.info(run, {})["checkpoint"]["iteration"] == 6
+    assert api.generate(run, {"prompt": "def ", "max_new_tokens": 5}) != first
+    (out / "ckpt.safetensors").write_bytes(b"not a checkpoint")
+    info = api.info(run, {})
+    assert info["checkpoint"]["iteration"] == 6 and "ckpt.safetensors" in info["reload_error"]
+
+
+def test_startup_errors(tmp_path):
+    with pytest.raises(ValueError, match=r"no checkpoint or log in .* \(train first"):
+        Run(tmp_path)
+    (tmp_path / "ckpt.safetensors").write_bytes(b"garbage")
+    with pytest.raises(ValueError, match="safetensors|checkpoint"):
+        Run(tmp_path)
+
+
+def test_graph_endpoints(run):
+    names = [e["name"] for e in api.graph_examples(run, {})["examples"]]
+    assert names == ["neuron", "cross_entropy", "layer_norm", "attention"]
+    answer = api.graph(run, {"example": "neuron", "inputs": {"x2": 1.0}})
+    w2 = next(n for n in answer["nodes"] if n["label"] == "w2")
+    assert w2["grad"] != 0.0
+    assert error_of(api.graph, run, {"example": "os.system"})[0] == 400
+    assert error_of(api.graph, run, {"example": "neuron", "inputs": {"b": None}})[0] == 400
+    assert error_of(api.graph, run, {"example": "neuron", "inputs": [1]})[0] == 400
+
+
+# ---------------------------------------------------------------------- HTTP
+
+
+@pytest.fixture(scope="module")
+def server(out_dir):
+    server = make_server(out_dir, port=0)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield server
+    server.shutdown()
+    server.server_close()
+
+
+def request(server, method, path, body=None, headers=None, raw=None):
+    conn = http.client.HTTPConnection("127.0.0.1", server.port, timeout=10)
+    all_headers = {"Host": f"127.0.0.1:{server.port}"}
+    if body is not None:
+        raw = json.dumps(body).encode()
+        all_headers["Content-Type"] = "application/json"
+    all_headers.update(headers or {})
+    conn.request(method, path, body=raw, headers=all_headers)
+    response = conn.getresponse()
+    data = response.read()
+    conn.close()
+    return response, data
+
+
+def test_static_files_by_allow_list_only(server):
+    response, data = request(server, "GET", "/")
+    assert response.status == 200 and b'<script type="module" src="/main.js">' in data
+    assert "default-src 'self'" in response.headers["Content-Security-Policy"]
+    assert response.headers["X-Content-Type-Options"] == "nosniff"
+    assert not any(h.lower().startswith("access-control") for h in response.headers)
+    assert b"<script>" not in data and b"style=" not in data  # nothing inline
+    for path in ["/../../etc/passwd", "/%2e%2e/%2e%2e/etc/passwd", "/static/../run.py",
+                 "/api.py", "/server.py", "//etc/passwd", "/main.js/..", "/api/log/../../x"]:
+        response, data = request(server, "GET", path)
+        assert response.status == 404, path
+        assert "error" in json.loads(data)
+    response, data = request(server, "GET", "/api/log?path=/etc/passwd")
+    assert response.status == 200 and set(json.loads(data)) == {"evals", "stats"}
+
+
+def test_post_checks(server):
+    ok, data = request(server, "POST", "/api/generate", {"prompt": "def ", "max_new_tokens": 3})
+    assert ok.status == 200 and len(json.loads(data)["tokens"]) == 3
+    cases = [
+        (dict(raw=b'{"prompt": "a"}', headers={"Content-Type": "text/plain"}), 415),
+        (dict(raw=b"[1, 2]", headers={"Content-Type": "application/json"}), 400),
+        (dict(raw=b"{nope", headers={"Content-Type": "application/json"}), 400),
+        (dict(raw=b'{"prompt": "def ", "temperature": NaN}',
+              headers={"Content-Type": "application/json"}), 400),
+        (dict(raw=json.dumps({"prompt": "x" * 100_000}).encode(),
+              headers={"Content-Type": "application/json"}), 413),
+        (dict(body={"prompt": "def "}, headers={"Origin": "http://evil.example"}), 403),
+        (dict(body={"prompt": "def "}, headers={"Host": "evil.example"}), 403),
+        (dict(body={"prompt": "def "}, headers={"Sec-Fetch-Site": "cross-site"}), 403),
+    ]
+    for kwargs, status in cases:
+        response, data = request(server, "POST", "/api/generate", **kwargs)
+        assert response.status == status, (kwargs, data)
+        assert json.loads(data)["error"]
+    same_origin = {"Origin": f"http://127.0.0.1:{server.port}"}
+    response, _ = request(server, "POST", "/api/generate", {"prompt": "a"}, headers=same_origin)
+    assert response.status == 200
+    response, data = request(server, "GET", "/api/generate")
+    assert response.status == 405
+    response, data = request(server, "OPTIONS", "/api/generate")
+    assert response.status == 405 and "Access-Control-Allow-Origin" not in response.headers
+    response, data = request(server, "GET", "/api/nothing")
+    assert response.status == 404 and json.loads(data)["error"]
+
+
+def test_a_bug_is_a_500_and_the_server_keeps_serving(server, monkeypatch, capsys):
+    def broken(_run, _request):
+        raise KeyError("boom")
+
+    monkeypatch.setitem(api.ROUTES, ("GET", "/api/info"), (broken, False))
+    response, data = request(server, "GET", "/api/info")
+    assert response.status == 500
+    assert json.loads(data) == {"error": "internal error (see the terminal)"}
+    assert "KeyError: 'boom'" in capsys.readouterr().err
+    monkeypatch.undo()
+    response, _ = request(server, "GET", "/api/info")
+    assert response.status == 200
+
+
+def test_port_in_use_and_host_warning(server, out_dir):
+    with pytest.raises(ValueError, match=f"port {server.port} is in use; pass --port 0"):
+        make_server(out_dir, port=server.port)
+
+
+def test_host_header_rules(out_dir):
+    loopback = make_server(out_dir, port=0)
+    try:
+        port = loopback.port
+        assert loopback.host_allowed(f"127.0.0.1:{port}")
+        assert loopback.host_allowed(f"localhost:{port}")
+        assert not loopback.host_allowed(f"192.168.1.5:{port}")
+        assert not loopback.host_allowed(f"evil.example:{port}")
+        assert not loopback.host_allowed("127.0.0.1:1")
+        assert not loopback.host_allowed("")
+    finally:
+        loopback.server_close()
+    anywhere = make_server(out_dir, host="0.0.0.0", port=0)
+    try:
+        port = anywhere.port
+        assert anywhere.host_allowed(f"192.168.1.5:{port}")
+        assert anywhere.host_allowed(f"[fe80::1]:{port}")
+        assert not anywhere.host_allowed(f"evil.example:{port}")  # a rebinding name
+        assert not anywhere.host_allowed("192.168.1.5:1")
+        assert anywhere.url == f"http://127.0.0.1:{port}/"
+    finally:
+        anywhere.server_close()
+
+
+def view_command(*args, timeout=60):
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(
+        [str(Path(__file__).resolve().parent.parent), os.environ.get("PYTHONPATH", "")])}
+    return subprocess.run([sys.executable, "-m", "glassllm.app.view", *map(str, args)],
+                          capture_output=True, text=True, timeout=timeout, env=env)
+
+
+def test_serve_startup_errors_are_one_line_with_status_2(tmp_path, out_dir):
+    empty = view_command(tmp_path, "--no-browser", "--port", "0")
+    assert empty.returncode == 2
+    assert empty.stderr.strip().splitlines() == [
+        f"glassllm: error: no checkpoint or log in {str(tmp_path)!r} (train first: glassllm train)"
+    ]
+    bogus = tmp_path / "ckpt.safetensors"
+    bogus.write_bytes(b"not a checkpoint at all")
+    broken = view_command(tmp_path, "--no-browser", "--port", "0")
+    assert broken.returncode == 2 and len(broken.stderr.strip().splitlines()) == 1
+    assert broken.stderr.startswith("glassllm: error: ") and "Traceback" not in broken.stderr
+
+
+@pytest.mark.parametrize("host", ["127.0.0.1", "0.0.0.0"])
+def test_serve_prints_its_url_and_stops_on_ctrl_c(out_dir, host):
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parent.parent)}
+    process = subprocess.Popen(
+        [sys.executable, "-m", "glassllm.app.view", str(out_dir), "--no-browser", "--port", "0",
+         "--host", host],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    try:
+        line = process.stdout.readline()
+        match = re.search(r"http://127\.0\.0\.1:(\d+)/", line)
+        assert match, line
+        conn = http.client.HTTPConnection("127.0.0.1", int(match.group(1)), timeout=10)
+        conn.request("GET", "/api/info")
+        assert json.loads(conn.getresponse().read())["checkpoint"]["iteration"] == 60
+        conn.close()
+        process.send_signal(signal.SIGINT)
+        out, err = process.communicate(timeout=20)
+    finally:
+        process.kill()
+    assert process.returncode == 0, err
+    assert "stopped" in out and "Traceback" not in err
+    warned = "warning: listening on 0.0.0.0: anyone who can reach this machine" in err
+    assert warned == (host == "0.0.0.0")
+
+
+def test_a_browser_opens_only_with_a_display(monkeypatch):
+    from glassllm.app.view import server as view_server
+
+    monkeypatch.setattr(view_server.sys, "platform", "linux")
+    monkeypatch.delenv("DISPLAY", raising=False)
+    monkeypatch.delenv("WAYLAND_DISPLAY", raising=False)
+    assert view_server.has_display() is False
+    monkeypatch.setenv("DISPLAY", ":0")
+    assert view_server.has_display() is True
