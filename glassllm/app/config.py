@@ -78,7 +78,7 @@ class TrainConfig:
         f"tokens of the BPE vocabulary, with --tokenizer bpe only (default: "
         f"{DEFAULT_BPE_VOCAB_SIZE}); a short text may give fewer",
         min=MIN_BPE_VOCAB_SIZE,
-        note=" (256 bytes + <|endoftext|>)",
+        max=MAX_VOCAB,
     )
     batch_size: int = option(12, "blocks per step", min=1, max=MAX_BATCH)
     # optimisation
