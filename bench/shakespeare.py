@@ -34,7 +34,7 @@ from typing import Any
 import common as C
 import numpy as np
 
-from glassllm.data import get_batch, sequential_batches
+from glassllm.data import bits_per_character, get_batch, sequential_batches
 
 SIDES = ("glassllm", "torch", "nanogpt")
 DEFAULT_SIDES = ("glassllm",)
@@ -52,6 +52,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--size", default="tiny", choices=list(C.SIZES), help="tiny: the recipe's")
     parser.add_argument("--target", type=float, default=1.90, help="full-val loss to reach")
     parser.add_argument("--torch-gelu", choices=["tanh", "none"], default="tanh")
+    parser.add_argument("--tokenizer", choices=["char", "bpe"], default="char")
+    parser.add_argument("--vocab-size", type=int, default=None, help="bpe's (default 512)")
 
 
 def estimate(loss: Loss, trainer: Any) -> dict[str, float]:
@@ -116,6 +118,7 @@ def worker(args: argparse.Namespace) -> dict[str, Any]:
 
     with tempfile.TemporaryDirectory() as tmp:
         options = dict(max_iters=args.max_iters, eval_interval=args.eval_interval)
+        options.update(tokenizer=args.tokenizer, vocab_size=args.vocab_size)
         trainer = C.glassllm_trainer(
             Path(tmp), args.size, args.seed, args.worker == "glassllm", data=args.data,
             eval_iters=args.eval_iters, **options,
@@ -152,6 +155,10 @@ def worker(args: argparse.Namespace) -> dict[str, Any]:
         "allocator_tuned": args.worker == "glassllm",
         "final_train_loss_full": train,
         "final_val_loss_full": val,
+        # bits per character of text: comparable across tokenizers
+        "tokenizer": f"{args.tokenizer}-{trainer.tokenizer.vocab_size}",
+        "final_train_bpc_full": bits_per_character(train, trainer.characters_per_token["train"]),
+        "final_val_bpc_full": bits_per_character(val, trainer.characters_per_token["val"]),
         "target_val_loss": args.target,
         "reached": val <= args.target,
         "wall_s_training_loop": wall,
@@ -167,7 +174,8 @@ def parent(args: argparse.Namespace) -> dict[str, dict[str, Any]]:
         run = runs[f"{side} seed {args.seed}"] = C.run_side(args, side, args.threads[0])
         print(
             f"{run['framework']}, seed {args.seed}: full-split loss train "
-            f"{run['final_train_loss_full']:.4f}, val {run['final_val_loss_full']:.4f} (target <= "
+            f"{run['final_train_loss_full']:.4f}, val {run['final_val_loss_full']:.4f} "
+            f"({run['final_val_bpc_full']:.3f} bits/char, {run['tokenizer']}) (target <= "
             f"{args.target}: {'reached' if run['reached'] else 'NOT reached'}); "
             f"{run['wall_s_training_loop']:.1f} s, {run['ms_per_iter']:.1f} ms per step"
         )

@@ -279,7 +279,7 @@ def test_bad_data(tmp_path, capsys, make_data, fragments, tokenizer):
         (["--n-layer", "0"], ["n_layer must be in [1, 1024], got 0"]),
         (["--n-layer", "1000000"], ["n_layer must be in [1, 1024], got 1000000"]),
         (["--dropout", "1.0"], ["dropout"]),
-        (["--tokenizer", "bpe"], ["--tokenizer: invalid choice: 'bpe'"]),
+        (["--tokenizer", "wordpiece"], ["--tokenizer: invalid choice: 'wordpiece'"]),
         (["--lr", "nan"], ["--lr", "invalid float value"]),
         (["--n-layer", "two"], ["--n-layer", "invalid int value"]),
         (["--no-such-option"], ["unrecognized arguments"]),
@@ -378,7 +378,8 @@ def test_shakespeare_without_network(tmp_path, capsys, monkeypatch):
 def test_no_command_is_an_error(capsys):
     status, _, err = run([], capsys)
     assert status == 2
-    assert err.strip().splitlines()[-1] == "glassllm: error: choose a command: train or sample"
+    last = err.strip().splitlines()[-1]
+    assert last == "glassllm: error: choose a command: train, sample or export"
 
 
 def test_resume_without_checkpoint(tmp_path, capsys):

@@ -7,7 +7,8 @@
   `SavedRun` (a checkpoint read once) and the rules for resuming;
 * `glassllm.app.run_log`: `EvalRecord`, a line of a run's log, and what a resume keeps of it;
 * `glassllm.app.train`: `Trainer`, the training loop; `glassllm.app.stopping`: how a run stops
-  early (Ctrl-C, divergence); `glassllm.app.sample`: sampling;
+  early (Ctrl-C, divergence); `glassllm.app.sample`: sampling (from a checkpoint or a Hugging Face
+  GPT-2 directory); `glassllm.app.export`: ``glassllm export``;
 * `glassllm.app.plot`, `glassllm.app.allocator`: the loss plot, glibc's allocator tuning.
 
 The library (``glassllm.tensor``, ``nn``, ``optim``, ``models``, ``data``, ``checkpoint``, ...)

@@ -1,7 +1,8 @@
-"""The ``glassllm`` command: ``glassllm train`` and ``glassllm sample``.
+"""The ``glassllm`` command: ``glassllm train``, ``glassllm sample`` and ``glassllm export``.
 
 The options of each command are the fields of its configuration dataclass
-(:class:`glassllm.app.config.TrainConfig`, :class:`glassllm.app.config.SampleConfig`), built by
+(:class:`glassllm.app.config.TrainConfig`, :class:`glassllm.app.config.SampleConfig`,
+:class:`glassllm.app.export.ExportConfig`), built by
 `glassllm.app.options.add_options`: the name with dashes (``n_layer`` -> ``--n-layer``), parsed
 with the field's type, help showing its range and default. Bad input (a missing data file, an
 impossible configuration, a broken checkpoint, ...) ends with one line on stderr,
@@ -72,7 +73,7 @@ def build_parser() -> argparse.ArgumentParser:
         prog="glassllm",
         description="Train a tiny GPT on text with a NumPy autograd engine, and sample from it.",
     )
-    commands = parser.add_subparsers(dest="command", metavar="{train,sample}")
+    commands = parser.add_subparsers(dest="command", metavar="{train,sample,export}")
 
     train = commands.add_parser(
         "train",
@@ -92,9 +93,19 @@ def build_parser() -> argparse.ArgumentParser:
         "sample",
         help="generate text from a checkpoint",
         description="Generate text from a trained checkpoint (which holds the model and its "
-        "tokenizer).",
+        "tokenizer), or from a Hugging Face GPT-2 directory such as a downloaded gpt2.",
     )
     add_options(sample, SampleConfig)
+
+    from glassllm.app.export import ExportConfig
+
+    export = commands.add_parser(
+        "export",
+        help="write a checkpoint as a Hugging Face GPT-2 directory",
+        description="Write a checkpoint (model and tokenizer) as a Hugging Face GPT-2 directory "
+        "that transformers' AutoModelForCausalLM and AutoTokenizer load.",
+    )
+    add_options(export, ExportConfig)
     return parser
 
 
@@ -150,6 +161,19 @@ def _run_sample(args: argparse.Namespace) -> int:
     return 0
 
 
+def _run_export(args: argparse.Namespace) -> int:
+    from glassllm.app.export import ExportConfig, export
+    from glassllm.app.options import given_options
+
+    try:
+        export(ExportConfig(**given_options(args, ExportConfig)), sys.stdout)
+    except BrokenPipeError:
+        raise
+    except _INPUT_ERRORS as err:
+        return _fail(_describe(err, None))
+    return 0
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``glassllm`` console script and ``python -m glassllm``."""
     try:  # from the first statement: a Ctrl-C at any moment is one line and status 130
@@ -183,7 +207,7 @@ def _main(argv: Sequence[str] | None) -> int:
     args = parser.parse_args(argv)
     if args.command is None:
         parser.print_help(sys.stderr)
-        return _fail("choose a command: train or sample")
+        return _fail("choose a command: train, sample or export")
 
     from glassllm.app.allocator import tune_allocator
 
@@ -191,6 +215,8 @@ def _main(argv: Sequence[str] | None) -> int:
     try:
         if args.command == "train":
             return _run_train(args)
+        if args.command == "export":
+            return _run_export(args)
         return _run_sample(args)
     except BrokenPipeError:  # e.g. `glassllm sample | head`: the reader left, nothing to report
         sys.stderr.close()

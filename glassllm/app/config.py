@@ -18,7 +18,8 @@ from pathlib import Path
 from typing import Any
 
 from glassllm.app.options import field_problems, option, type_problems
-from glassllm.data import TOKENIZER_KINDS
+from glassllm.data import MIN_BPE_VOCAB_SIZE, TOKENIZER_KINDS, MissingDependencyError
+from glassllm.data.bpe import DEFAULT_BPE_VOCAB_SIZE, import_tokenizers
 
 # The files a run writes in out_dir, and what each is (for messages).
 CHECKPOINT_NAME = "ckpt.safetensors"
@@ -66,7 +67,18 @@ class TrainConfig:
         if_empty="data must name a corpus or a file",
     )
     tokenizer: str = option(
-        "char", "'char' (one token per character) or 'byte' (UTF-8 bytes)", choices=TOKENIZER_KINDS
+        "char",
+        "'char' (one token per character), 'byte' (UTF-8 bytes) or 'bpe' (a byte-level BPE of "
+        "--vocab-size tokens, learned deterministically on the training split only and stored "
+        "in the checkpoint; needs pip install 'glassllm[hf]')",
+        choices=TOKENIZER_KINDS,
+    )
+    vocab_size: int | None = option(
+        None,
+        f"tokens of the BPE vocabulary, with --tokenizer bpe only (default: "
+        f"{DEFAULT_BPE_VOCAB_SIZE}); a short text may give fewer",
+        min=MIN_BPE_VOCAB_SIZE,
+        max=MAX_VOCAB,
     )
     batch_size: int = option(12, "blocks per step", min=1, max=MAX_BATCH)
     # optimisation
@@ -118,6 +130,16 @@ class TrainConfig:
                 f"{label('n_embd')} ({self.n_embd}) must be divisible by {label('n_head')} "
                 f"({self.n_head})"
             )
+        if self.vocab_size is not None and self.tokenizer != "bpe":
+            problems.append(
+                f"{label('vocab_size')} ({self.vocab_size}) is for the 'bpe' tokenizer only, not "
+                f"{self.tokenizer!r}"
+            )
+        if self.tokenizer == "bpe":
+            try:
+                import_tokenizers()
+            except MissingDependencyError as err:
+                problems.append(str(err))
         if self.lr_decay_iters is not None and self.lr_decay_iters < self.warmup_iters:
             problems.append(
                 f"{label('lr_decay_iters')} ({self.lr_decay_iters}) must be >= "
@@ -177,7 +199,10 @@ class SampleConfig:
     """What ``glassllm sample`` is asked for; ``--top-k 5`` sets ``top_k``."""
 
     checkpoint: str = option(
-        str(Path(DEFAULT_OUT_DIR) / CHECKPOINT_NAME), "checkpoint file", metavar="PATH"
+        str(Path(DEFAULT_OUT_DIR) / CHECKPOINT_NAME),
+        "a glassllm checkpoint file, or a Hugging Face GPT-2 directory (config.json, "
+        "model.safetensors and tokenizer files) or its model.safetensors",
+        metavar="PATH",
     )
     prompt: str = option(
         "\n",

@@ -17,6 +17,9 @@ from typing import Any
 from glassllm.app.config import MAX_STEPS
 from glassllm.app.options import field_problems, option, shown
 
+# Keys of a record that a checkpoint written before they were logged lacks.
+OPTIONAL_KEYS = ("train_bpc", "val_bpc")
+
 
 @dataclasses.dataclass
 class EvalRecord:
@@ -29,6 +32,10 @@ class EvalRecord:
     iter: int = option(0, "the step evaluated", min=0, max=MAX_STEPS)
     train_loss: float = option(0.0, "mean loss on the training split")
     val_loss: float = option(0.0, "mean loss on the validation split")
+    # The losses in bits per character of text (comparable across tokenizers); absent from
+    # checkpoints written before they were logged.
+    train_bpc: float | None = option(None, "training loss in bits per character", min=0.0)
+    val_bpc: float | None = option(None, "validation loss in bits per character", min=0.0)
     lr: float = option(0.0, "the learning rate of the step", min=0.0)
     tokens: int = option(0, "tokens trained on so far", min=0)
     elapsed_s: float = option(0.0, "training time so far", min=0.0)
@@ -44,7 +51,8 @@ class EvalRecord:
     def from_dict(cls, values: Any, label: str = "last_eval_record") -> EvalRecord:
         """Inverse of `to_dict`, every value checked; a ValueError naming the bad field."""
         names = [f.name for f in dataclasses.fields(cls)]
-        if not isinstance(values, dict) or sorted(values) != sorted(names):
+        keys = sorted(values) if isinstance(values, dict) else None
+        if keys not in (sorted(names), sorted(set(names) - set(OPTIONAL_KEYS))):
             raise ValueError(f"must be a JSON object with the keys {names}, got {shown(values)}")
         record = cls(**values)
         problems = field_problems(record, label=lambda name: f"{label}.{name}")

@@ -71,6 +71,7 @@ FIXED_ON_RESUME = (
     "bias",
     "data",
     "tokenizer",
+    "vocab_size",
     "seed",
 )
 
@@ -295,7 +296,7 @@ class SavedRun:
 
     def model(self) -> GPT:
         """A GPT of the checkpoint's shape holding its weights, in eval mode (ready to sample)."""
-        model = GPT(self.state.model_config, rng=np.random.default_rng(0))  # weights replaced
+        model = GPT(self.state.model_config, init=False)  # load fills every parameter
         load(self.checkpoint, model)
         model.eval()
         return model

@@ -1,9 +1,10 @@
-"""Sample text from a trained checkpoint: ``glassllm sample``.
+"""Sample text from a trained checkpoint or a Hugging Face GPT-2: ``glassllm sample``.
 
-The checkpoint alone rebuilds everything (model shape, weights, tokenizer vocabulary). With
-``--explain`` each generated token is shown with the probability it was drawn with and the
-alternatives the model weighed: the distribution after temperature and top-k, exactly the one
-the sampler drew from.
+The checkpoint alone rebuilds everything (model shape, weights, tokenizer vocabulary); a Hugging
+Face directory does the same from its ``config.json``, ``model.safetensors`` and tokenizer files.
+With ``--explain`` each generated token is shown with the probability it was drawn with and the
+alternatives the model weighed: the distribution after temperature and top-k, exactly the one the
+sampler drew from.
 
 >>> from glassllm.app.sample import format_choice, TokenChoice
 >>> print(format_choice(TokenChoice(step=1, token="'e'", prob=0.5,
@@ -79,6 +80,26 @@ def generate_explained(
     return np.concatenate([idx, *new_ids], axis=1), choices
 
 
+def open_model(path: str | Path) -> tuple[GPT, Tokenizer, RunState | None]:
+    """``(model in eval mode, tokenizer, run state)`` from a glassllm checkpoint, or from a
+    Hugging Face GPT-2 directory (or its ``model.safetensors`` beside a ``config.json``: see
+    `glassllm.hf.is_pretrained_path`), which has no run state. Raises ValueError (or OSError)
+    with a message for the user; a Hugging Face model without tokenizer files is one."""
+    from glassllm.hf import is_pretrained_path, load_pretrained
+
+    if Path(path).is_dir() and not (Path(path) / "config.json").is_file():
+        raise ValueError(
+            f"checkpoint {str(path)!r} is a directory, but not a Hugging Face model directory "
+            "(no config.json); give a checkpoint file or a directory with config.json"
+        )
+    if is_pretrained_path(path):
+        model, tokenizer = load_pretrained(path, require_tokenizer=True)
+        assert tokenizer is not None
+        return model, tokenizer, None
+    saved = SavedRun.read(path)
+    return saved.model(), saved.state.tokenizer, saved.state
+
+
 @dataclasses.dataclass
 class SampleJob:
     """A sampling job ready to run: the configuration, the checkpoint's model and tokenizer, and
@@ -88,21 +109,19 @@ class SampleJob:
     model: GPT
     tokenizer: Tokenizer
     prompt_ids: list[int]
-    state: RunState  # of the checkpoint sampled from
+    state: RunState | None  # of the checkpoint sampled from; None for a Hugging Face model
 
     @classmethod
     def prepare(cls, config: SampleConfig) -> SampleJob:
         """Check ``config``, read the checkpoint (once) and encode the prompt; every failure is a
         ValueError (or OSError) with a message for the user, raised before any output."""
         config.validate()
-        saved = SavedRun.read(config.checkpoint)
-        model = saved.model()
-        tokenizer = saved.state.tokenizer
+        model, tokenizer, state = open_model(config.checkpoint)
         try:
             prompt_ids = tokenizer.encode(config.prompt)
         except ValueError as err:
             raise ValueError(f"the prompt cannot be encoded: {err}") from None
-        return cls(config, model, tokenizer, prompt_ids, saved.state)
+        return cls(config, model, tokenizer, prompt_ids, state)
 
     def run(self, out: TextIO) -> list[str]:
         """Write the samples (and, with explain, each token's choice) to ``out``; return them."""

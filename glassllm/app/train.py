@@ -16,8 +16,10 @@ followed by a checkpoint. Differences from nanoGPT, and why:
   anything is saved or logged: the last checkpoint, and the log, stay as they were.
 
 Files in ``out_dir``: ``ckpt.safetensors`` (model, optimizer, and JSON metadata: iteration, best
-validation loss, configuration, tokenizer vocabulary, generator states), ``log.jsonl`` (one line
-per evaluation) and ``loss.png`` (when matplotlib is installed).
+validation loss, configuration, tokenizer (a BPE's whole ``tokenizer.json``), generator states),
+``log.jsonl`` (one line per evaluation: losses in nats per token and, as ``train_bpc`` and
+``val_bpc``, in bits per character of text, which compare across tokenizers) and ``loss.png``
+(when matplotlib is installed).
 """
 
 from __future__ import annotations
@@ -56,7 +58,13 @@ from glassllm.app.run_state import (
 )
 from glassllm.app.stopping import StopOnCtrlC, TrainingDiverged
 from glassllm.checkpoint import load
-from glassllm.data import TokenSplits, get_batch, tokenize_corpus
+from glassllm.data import (
+    TokenSplits,
+    bits_per_character,
+    characters_per_token,
+    get_batch,
+    tokenize_corpus,
+)
 from glassllm.models import GPT, GPTConfig
 from glassllm.nn.utils import clip_grad_norm_
 from glassllm.optim.lr_scheduler import cosine_with_warmup
@@ -132,8 +140,15 @@ class Trainer:
             config.tokenizer,
             config.block_size,
             None if saved is None else saved.state.tokenizer,
+            config.vocab_size,
         )
         self.tokenizer = self.corpus.tokenizer
+        # Characters of text per token in each split, to report losses also in bits per
+        # character, which compare across tokenizers (1 for char; reporting only).
+        self.characters_per_token = {
+            split: characters_per_token(self.tokenizer, ids)
+            for split, ids in (("train", self.corpus.train), ("val", self.corpus.val))
+        }
         self.model_config = GPTConfig(
             vocab_size=self.tokenizer.vocab_size,
             block_size=config.block_size,
@@ -358,7 +373,8 @@ class Trainer:
                         evaluations.append(record)
                         bar.write(
                             f"step {record['iter']}: train loss {record['train_loss']:.4f}, "
-                            f"val loss {record['val_loss']:.4f}",
+                            f"val loss {record['val_loss']:.4f} ({record['val_bpc']:.3f} "
+                            "bits/char)",
                             file=sys.stdout,
                         )
                     if self.iteration >= cfg.max_iters:
@@ -438,6 +454,8 @@ class Trainer:
             iter=self.iteration,
             train_loss=losses["train"],
             val_loss=losses["val"],
+            train_bpc=bits_per_character(losses["train"], self.characters_per_token["train"]),
+            val_bpc=bits_per_character(losses["val"], self.characters_per_token["val"]),
             lr=lr,
             tokens=self.iteration * tokens_per_step,
             elapsed_s=round(self.elapsed_s, 3),

@@ -7,7 +7,7 @@ import hashlib
 
 import numpy as np
 
-from glassllm.data.batches import check_long_enough, split_train_val
+from glassllm.data.batches import VAL_FRACTION, check_long_enough, split_train_val
 from glassllm.data.corpus import load_text
 from glassllm.data.tokenizers import Tokenizer, build_tokenizer
 
@@ -23,26 +23,46 @@ class TokenSplits:
 
 
 def tokenize_corpus(
-    data: str, tokenizer_kind: str, block_size: int, tokenizer: Tokenizer | None = None
+    data: str,
+    tokenizer_kind: str,
+    block_size: int,
+    tokenizer: Tokenizer | None = None,
+    vocab_size: int | None = None,
 ) -> TokenSplits:
     """Load the corpus ``data`` (see `load_text`), tokenize it with ``tokenizer`` (else a new
-    tokenizer of ``tokenizer_kind``) and split it 90/10. Each split must hold at least one
-    window of ``block_size + 1`` tokens. Every way this can fail raises one ValueError."""
+    tokenizer of ``tokenizer_kind``, ``vocab_size`` for a BPE) and split it 90/10. Each split must
+    hold at least one window of ``block_size + 1`` tokens. Every way this can fail raises one
+    ValueError.
+
+    "char" and "byte" split the token stream 90/10 (a char vocabulary is that of the whole text,
+    as nanoGPT's). "bpe" splits the text 90/10 by characters first and learns its merges on the
+    training part only, so the validation loss is measured on text the tokenizer never saw.
+    """
     text = load_text(data)
     sha256 = hashlib.sha256(text.encode("utf-8")).hexdigest()
-    if tokenizer is None:
-        tokenizer = build_tokenizer(tokenizer_kind, text)
     try:
-        ids = tokenizer.encode_array(text)
+        if tokenizer_kind == "bpe":
+            cut = int(len(text) * (1.0 - VAL_FRACTION))
+            if tokenizer is None:
+                tokenizer = build_tokenizer("bpe", text[:cut], vocab_size)
+            train, val = tokenizer.encode_array(text[:cut]), tokenizer.encode_array(text[cut:])
+            ids_count = len(train) + len(val)
+        else:
+            if tokenizer is None:
+                tokenizer = build_tokenizer(tokenizer_kind, text, vocab_size)
+            ids = tokenizer.encode_array(text)
+            train, val = split_train_val(ids)
+            ids_count = len(ids)
     except ValueError as err:
+        if tokenizer is None:  # building it failed (a missing package, a bad vocabulary size)
+            raise
         raise ValueError(f"data {data!r} does not fit the tokenizer: {err}") from None
-    train, val = split_train_val(ids)
     try:
         check_long_enough(train, block_size, "training")
         check_long_enough(val, block_size, "validation")
     except ValueError as err:
         raise ValueError(
-            f"data {data!r} is too short for block_size={block_size}: {len(ids)} "
+            f"data {data!r} is too short for block_size={block_size}: {ids_count} "
             f"tokens, and {err}; use a text of at least {10 * (block_size + 2)} tokens "
             "or a smaller --block-size"
         ) from None

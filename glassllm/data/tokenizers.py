@@ -31,6 +31,7 @@ The vocabulary travels inside the checkpoint: ``to_dict()`` gives a JSON-seriali
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable
 from typing import Any, Protocol
 
@@ -164,6 +165,12 @@ class ByteTokenizer:
         return "ByteTokenizer(vocab_size=256)"
 
 
+def bits_per_character(loss: float, characters_per_token: float) -> float:
+    """A cross-entropy in nats per token as bits per character of text:
+    ``loss / ln 2 / characters_per_token`` (see `characters_per_token`)."""
+    return float(loss) / math.log(2.0) / float(characters_per_token)
+
+
 def characters_per_token(tokenizer: Tokenizer, ids: Iterable[int] | np.ndarray) -> float:
     """How many characters of text the tokens ``ids`` stand for, per token.
 
@@ -177,9 +184,9 @@ def characters_per_token(tokenizer: Tokenizer, ids: Iterable[int] | np.ndarray) 
     return len(tokenizer.decode(ids.tolist())) / ids.size
 
 
-# The kinds `glassllm train --tokenizer` offers; build_tokenizer also builds "bpe".
-TOKENIZER_KINDS = ("char", "byte")
-_BUILDABLE = (*TOKENIZER_KINDS, "bpe")
+# The kinds build_tokenizer builds (and `glassllm train --tokenizer` offers).
+TOKENIZER_KINDS = ("char", "byte", "bpe")
+_BUILDABLE = TOKENIZER_KINDS
 
 
 def build_tokenizer(kind: str, text: str, vocab_size: int | None = None) -> Tokenizer:

@@ -12,15 +12,11 @@ from __future__ import annotations
 
 import json
 import os
-import threading
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-import glassllm.nn.init as nn_init
 from glassllm.data.bpe import BPETokenizer
 from glassllm.hf.convert import (
     HEAD,
@@ -205,8 +201,7 @@ def _head_entry(path: Path) -> TensorEntry | None:
 
 def _build(path: Path, config: GPTConfig, entries: dict[str, TensorEntry], dtype: Any) -> GPT:
     """A GPT of ``config`` whose every parameter is read from ``entries``, in eval mode."""
-    with _initialisation_skipped():
-        model = GPT(config, dtype=dtype)
+    model = GPT(config, dtype=dtype, init=False)  # no draws: every array is read from the file
     params = dict(model.named_parameters())
     if set(params) != set(entries):  # the table in glassllm.hf.convert is GPT's own layout
         raise RuntimeError(f"GPT's parameters {sorted(set(params) ^ set(entries))} are not mapped")
@@ -220,32 +215,3 @@ def _build(path: Path, config: GPTConfig, entries: dict[str, TensorEntry], dtype
         if problems:
             raise HFFormatError(str(path), problems)
     return model.eval()
-
-
-_INITIALISERS = ("normal_", "uniform_", "zeros_", "ones_")
-_INIT_LOCK = threading.Lock()
-
-
-@contextmanager
-def _initialisation_skipped() -> Iterator[None]:
-    """Layers built inside keep their ``np.empty`` arrays: glassllm.nn.init's fillers do nothing.
-
-    Drawing GPT-2-small's 124M random values only to overwrite them costs seconds, and touching the
-    arrays would commit their memory before the file's values arrive. The fillers are module
-    attributes that every layer looks up when it runs, so swapping them here reaches every layer;
-    the swap is process-wide while it lasts, so a model built by another thread meanwhile would be
-    uninitialised too (transformers' ``no_init_weights`` works the same way).
-    """
-    with _INIT_LOCK:
-        saved = {name: getattr(nn_init, name) for name in _INITIALISERS}
-        for name in _INITIALISERS:
-            setattr(nn_init, name, _leave_as_is)
-        try:
-            yield
-        finally:
-            for name, function in saved.items():
-                setattr(nn_init, name, function)
-
-
-def _leave_as_is(tensor: Any, *args: Any, **kwargs: Any) -> Any:
-    return tensor

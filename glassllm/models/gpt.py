@@ -22,6 +22,7 @@ exist only when ``config.bias`` is true (LayerNorm biases included, as nanoGPT).
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import math
 from collections.abc import Iterator, Mapping
@@ -149,11 +150,22 @@ class GPT(nn.Module):
     """
 
     def __init__(
-        self, config: GPTConfig, rng: np.random.Generator | None = None, dtype: Any = np.float32
+        self,
+        config: GPTConfig,
+        rng: np.random.Generator | None = None,
+        dtype: Any = np.float32,
+        init: bool = True,
     ) -> None:
-        super().__init__()
+        """``init=False`` builds the model without initialising it (`glassllm.nn.init.skip_init`):
+        no random number is drawn and the parameters hold unspecified values until a checkpoint
+        or file is read into them."""
         if not isinstance(config, GPTConfig):
             raise TypeError(f"GPT needs a GPTConfig, got {type(config).__name__}")
+        super().__init__()
+        with contextlib.nullcontext() if init else nn.init.skip_init():
+            self._build(config, rng, dtype)
+
+    def _build(self, config: GPTConfig, rng: np.random.Generator | None, dtype: Any) -> None:
         # rng draws the initial weights and, during training, the dropout masks. Left None, the
         # masks come from glassllm.rng's default generator at call time, so manual_seed (and a
         # checkpoint that saves that generator) governs them.

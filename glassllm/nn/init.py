@@ -15,11 +15,20 @@ multiplies both: ``fan_in = shape[0] * prod(shape[2:])``, ``fan_out = shape[1] *
 >>> _ = kaiming_uniform_(w, nonlinearity="relu", rng=np.random.default_rng(0))
 >>> w.data.dtype, bool(np.abs(w.data).max() <= np.sqrt(6.0 / 256))
 (dtype('float32'), True)
+
+**Skipping initialisation.** Inside ``with skip_init():`` every filler here (and so every layer
+built there) leaves its array as it is, draws no random number and writes nothing: a model about
+to be overwritten by a checkpoint costs neither the draws nor the memory the draws would commit.
+The switch is a `contextvars.ContextVar`, so it holds for the thread (or asyncio task) that
+entered it and for no other.
 """
 
 from __future__ import annotations
 
+import contextvars
 import math
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import TypeVar
 
 import numpy as np
@@ -32,16 +41,38 @@ T = TypeVar("T", Tensor, np.ndarray)
 __all__ = [
     "calculate_fan_in_and_fan_out",
     "calculate_gain",
+    "init_skipped",
     "constant_",
     "kaiming_normal_",
     "kaiming_uniform_",
     "normal_",
     "ones_",
+    "skip_init",
     "uniform_",
     "xavier_normal_",
     "xavier_uniform_",
     "zeros_",
 ]
+
+
+_SKIPPING = contextvars.ContextVar("glassllm_nn_init_skipping", default=False)
+
+
+@contextmanager
+def skip_init() -> Iterator[None]:
+    """Within the block (in this thread or task only), the fillers of this module check their
+    argument and return it untouched: parameters keep whatever their arrays held (``np.empty``:
+    unspecified values). Nests; the previous setting returns on exit, even on an exception."""
+    token = _SKIPPING.set(True)
+    try:
+        yield
+    finally:
+        _SKIPPING.reset(token)
+
+
+def init_skipped() -> bool:
+    """Whether `skip_init` is in force here."""
+    return _SKIPPING.get()
 
 
 def _array_of(tensor: Tensor | np.ndarray) -> np.ndarray:
@@ -74,6 +105,8 @@ def normal_(
     array = _array_of(tensor)
     if std < 0:
         raise ValueError(f"normal_ needs std >= 0, got {std}")
+    if _SKIPPING.get():
+        return tensor
     array[...] = _standard_normal(get_rng(rng), array) * float(std) + float(mean)
     return tensor
 
@@ -85,13 +118,17 @@ def uniform_(
     array = _array_of(tensor)
     if not a <= b:
         raise ValueError(f"uniform_ needs a <= b, got a={a}, b={b}")
+    if _SKIPPING.get():
+        return tensor
     array[...] = _standard_uniform(get_rng(rng), array) * (float(b) - float(a)) + float(a)
     return tensor
 
 
 def constant_(tensor: T, val: float) -> T:
     """Fill with ``val``."""
-    _array_of(tensor).fill(val)
+    array = _array_of(tensor)
+    if not _SKIPPING.get():
+        array.fill(val)
     return tensor
 
 

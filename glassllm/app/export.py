@@ -1,0 +1,101 @@
+"""Write a trained model in another format: ``glassllm export``.
+
+``glassllm export --checkpoint out/ckpt.safetensors --format hf --out-dir DIR`` writes a Hugging
+Face GPT-2 directory (``config.json``, ``model.safetensors``, tokenizer files) that transformers'
+``AutoModelForCausalLM`` and ``AutoTokenizer`` load and that computes the same logits (see
+`glassllm.hf.save_pretrained`). The source may also be a Hugging Face directory (copied in
+glassllm's layout). The directory appears whole or not at all; an existing non-empty one is
+refused unless ``--overwrite``, which replaces only a directory holding a ``config.json`` (a model
+directory) and neither the source nor the working directory.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+from typing import TextIO
+
+from glassllm.app.config import CHECKPOINT_NAME, DEFAULT_OUT_DIR
+from glassllm.app.options import field_problems, option
+
+EXPORT_FORMATS = ("hf",)
+
+
+@dataclasses.dataclass
+class ExportConfig:
+    """What ``glassllm export`` is asked for; ``--out-dir DIR`` sets ``out_dir``."""
+
+    checkpoint: str = option(
+        str(Path(DEFAULT_OUT_DIR) / CHECKPOINT_NAME),
+        "the glassllm checkpoint (or Hugging Face directory) to export",
+        metavar="PATH",
+        if_empty="--checkpoint must name a checkpoint file",
+    )
+    format: str = option("hf", "'hf': a Hugging Face GPT-2 directory", choices=EXPORT_FORMATS)
+    out_dir: str | None = option(
+        None,
+        "the directory to write (default: none, required)",
+        metavar="DIR",
+        if_empty="--out-dir is empty",
+    )
+    overwrite: bool = option(
+        False, "replace OUT_DIR when it exists and is not empty (a model directory only)"
+    )
+
+    def validate(self) -> None:
+        """Raise one ValueError naming every option that cannot work."""
+        problems = field_problems(self, label=lambda name: "--" + name.replace("_", "-"))
+        if self.out_dir is None:
+            problems.append("export needs --out-dir DIR, the directory to write")
+        if problems:
+            raise ValueError("; ".join(problems))
+
+
+def export(config: ExportConfig, out: TextIO | None = None) -> Path:
+    """Export as ``glassllm export`` does; returns the directory written. Every failure is a
+    ValueError (or OSError) with a message for the user, raised before anything is written."""
+    from glassllm.app.sample import open_model
+    from glassllm.hf import HFFormatError, save_pretrained
+
+    config.validate()
+    assert config.out_dir is not None
+    out_dir = Path(config.out_dir)
+    if out_dir.exists() and not out_dir.is_dir():
+        raise ValueError(f"--out-dir {str(out_dir)!r} exists and is not a directory")
+    if out_dir.is_dir() and any(out_dir.iterdir()):
+        if not config.overwrite:
+            raise ValueError(
+                f"--out-dir {str(out_dir)!r} exists and is not empty; pass --overwrite to "
+                "replace it"
+            )
+        _check_replaceable(out_dir, Path(config.checkpoint))
+    model, tokenizer, _ = open_model(config.checkpoint)
+    try:
+        path = save_pretrained(model, tokenizer, out_dir, overwrite=config.overwrite)
+    except HFFormatError as err:
+        raise ValueError(f"cannot export {config.checkpoint!r}: {err}") from None
+    if out is not None:
+        out.write(
+            f"exported {config.checkpoint} to {path} ({model.num_parameters():,} parameters, "
+            f"vocabulary {model.config.vocab_size}); load it with transformers' "
+            f"AutoModelForCausalLM.from_pretrained({str(path)!r})\n"
+        )
+        out.flush()
+    return path
+
+
+def _check_replaceable(out_dir: Path, source: Path) -> None:
+    """``--overwrite`` replaces a whole directory: only one that holds a model (a
+    ``config.json``), and never one holding the source or the working directory."""
+    from glassllm.hf.load import CONFIG
+
+    if not (out_dir / CONFIG).is_file():
+        raise ValueError(
+            f"--overwrite replaces only a model directory, and {str(out_dir)!r} has no {CONFIG}; "
+            "remove it yourself or choose another --out-dir"
+        )
+    target = out_dir.resolve()
+    cwd = "the working directory"
+    for inside, what in ((source, "the checkpoint being exported"), (Path.cwd(), cwd)):
+        if inside.resolve().is_relative_to(target):
+            raise ValueError(f"--out-dir {str(out_dir)!r} holds {what}; choose another --out-dir")
