@@ -30,3 +30,22 @@ def test_quickstart_has_exactly_two_commands_and_ci_runs_the_test_one():
     assert "glassllm train" in commands[0]
     ci_script = (ROOT / ".ci" / "run").read_text(encoding="utf-8")
     assert commands[1] in ci_script.splitlines()
+
+
+def test_layout_section_names_every_module_and_package():
+    """The README's Layout block lists each entry of glassllm/ and of the program, glassllm/app/."""
+    layout = README.split("## Layout", 1)[1].split("```")[1]
+    named = set(re.findall(r"[\w/]+\.py|[\w/]+/", layout))
+    named |= {part for entry in named for part in re.split(r"[/ ]", entry) if part}
+
+    def entries(folder: Path) -> list[str]:
+        return sorted(
+            p.name + ("/" if p.is_dir() else "")
+            for p in folder.iterdir()
+            if (p.suffix == ".py" or (p / "__init__.py").exists())
+            and p.name not in ("__init__.py", "__main__.py")
+        )
+
+    missing = [e for e in entries(ROOT / "glassllm") if not {e, f"glassllm/{e}"} & named]
+    missing += [f"app/{e}" for e in entries(ROOT / "glassllm" / "app") if e not in named]
+    assert missing == [], f"README's Layout does not mention: {missing}"
