@@ -15,6 +15,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from conftest import optional
 
 from glassllm import blas_threads, distributed
 
@@ -158,7 +159,7 @@ def test_blas_threads_doctest():
 
 
 def test_blas_thread_limit_takes_effect_after_numpy_is_loaded():
-    threadpoolctl = pytest.importorskip("threadpoolctl")
+    threadpoolctl = optional("threadpoolctl")
     before = [p["num_threads"] for p in threadpoolctl.threadpool_info()
               if p["user_api"] == "blas"]
     try:

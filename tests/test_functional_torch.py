@@ -8,11 +8,12 @@ import zlib
 
 import numpy as np
 import pytest
+from conftest import optional
 
 import glassllm.functional as F
 from glassllm import Tensor
 
-torch = pytest.importorskip("torch")
+torch = optional("torch")
 TF = torch.nn.functional
 
 TOLERANCES = {np.float32: dict(rtol=1e-5, atol=1e-6), np.float64: dict(rtol=1e-10, atol=1e-12)}

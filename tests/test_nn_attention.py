@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from conftest import optional
 
 import glassllm.nn as nn
 from glassllm import Tensor, gradcheck, no_grad
@@ -111,7 +112,7 @@ def test_causal_self_attention_gradcheck():
 
 
 def test_causal_self_attention_matches_torch_nanogpt_block():
-    torch = pytest.importorskip("torch")
+    torch = optional("torch")
     rng = np.random.default_rng(2)
     E, nh = 8, 2
     csa = randomize(nn.CausalSelfAttention(E, nh, dtype=np.float64, rng=rng), rng)
@@ -253,7 +254,7 @@ def test_multi_head_attention_gradcheck():
 
 
 def test_multi_head_attention_matches_torch():
-    torch = pytest.importorskip("torch")
+    torch = optional("torch")
     rng = np.random.default_rng(8)
     E, nh = 8, 2
     mha = randomize(nn.MultiHeadAttention(E, nh, dtype=np.float64, rng=rng), rng)

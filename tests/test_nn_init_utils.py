@@ -6,6 +6,7 @@ import math
 
 import numpy as np
 import pytest
+from conftest import optional
 
 import glassllm
 import glassllm.nn as nn
@@ -74,7 +75,7 @@ def test_xavier_and_kaiming_bounds_and_statistics():
 
 
 def test_calculate_gain_matches_torch():
-    torch = pytest.importorskip("torch")
+    torch = optional("torch")
     for name, param in [
         ("linear", None),
         ("tanh", None),
@@ -140,7 +141,7 @@ def test_clip_grad_norm_leaves_small_gradients_alone():
 
 @pytest.mark.parametrize("norm_type", [2.0, 1.0, math.inf])
 def test_clip_grad_norm_matches_torch(norm_type):
-    torch = pytest.importorskip("torch")
+    torch = optional("torch")
     rng = np.random.default_rng(4)
     grads = [
         rng.standard_normal((3, 5), dtype=np.float32),

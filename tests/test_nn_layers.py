@@ -7,6 +7,7 @@ import math
 
 import numpy as np
 import pytest
+from conftest import optional
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -99,7 +100,7 @@ def test_linear_gradcheck():
 
 
 def test_linear_matches_torch_with_transposed_weight():
-    torch = pytest.importorskip("torch")
+    torch = optional("torch")
     rng = np.random.default_rng(3)
     layer = nn.Linear(4, 3, dtype=np.float64, rng=rng)
     reference = torch.nn.Linear(4, 3, dtype=torch.float64)
@@ -140,7 +141,7 @@ def test_embedding_gradcheck_and_torch():
     table = nn.Embedding(6, 3, dtype=np.float64, rng=rng)
     ids = np.array([[1, 5, 1], [0, 1, 5]])
     assert gradcheck(lambda weight: table(ids), [table.weight])
-    torch = pytest.importorskip("torch")
+    torch = optional("torch")
     reference = torch.nn.Embedding(6, 3, dtype=torch.float64)
     with torch.no_grad():
         reference.weight.copy_(torch.from_numpy(table.weight.data))
@@ -177,7 +178,7 @@ def test_layer_norm_gradcheck_and_torch(bias):
         norm.bias.data[...] = rng.standard_normal(4)
     x = rand(rng, 2, 3, 4)
     gradcheck_module(norm, x)
-    torch = pytest.importorskip("torch")
+    torch = optional("torch")
     reference = torch.nn.LayerNorm(4, bias=bias, dtype=torch.float64)
     with torch.no_grad():
         reference.weight.copy_(torch.from_numpy(norm.weight.data))
@@ -214,7 +215,7 @@ def test_activations_gradcheck_dtype_and_torch(module, torch_name):
     x = Tensor(rng.standard_normal((3, 4)) + 0.05, requires_grad=True)  # keep off relu's kink
     assert gradcheck(module, [x])
     assert module(Tensor(x.data.astype(np.float32))).dtype == np.float32
-    torch = pytest.importorskip("torch")
+    torch = optional("torch")
     reference = {
         "gelu_tanh": torch.nn.GELU(approximate="tanh"),
         "gelu": torch.nn.GELU(),

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from conftest import optional
 
 import glassllm.optim as optim
 from glassllm import Tensor
@@ -71,7 +72,7 @@ CONFIGS = {
 
 @pytest.mark.parametrize("config", sorted(CONFIGS))
 def test_trajectory_matches_torch_float64(config):
-    torch = pytest.importorskip("torch")
+    torch = optional("torch")
     cls_name, kwargs = CONFIGS[config]
     starts, noises = make_problem()
     ours, _, _ = run_glassllm(lambda p: getattr(optim, cls_name)(p, **kwargs), starts, noises)
@@ -87,7 +88,7 @@ def test_trajectory_matches_torch_float64(config):
 
 
 def test_param_groups_match_torch():
-    torch = pytest.importorskip("torch")
+    torch = optional("torch")
     starts, noises = make_problem(seed=1)
 
     def groups(params):
@@ -111,7 +112,7 @@ def test_param_groups_match_torch():
 
 @pytest.mark.parametrize("cls", [SGD, Adam, AdamW])
 def test_float32_stays_float32_and_matches_torch(cls):
-    torch = pytest.importorskip("torch")
+    torch = optional("torch")
     kwargs = dict(lr=0.01, weight_decay=0.1) | ({"momentum": 0.9} if cls is SGD else {})
     starts, noises = make_problem(dtype=np.float32)
     ours, params, opt = run_glassllm(lambda p: cls(p, **kwargs), starts, noises)

@@ -6,6 +6,7 @@ import math
 
 import numpy as np
 import pytest
+from conftest import optional
 
 from glassllm import Tensor
 from glassllm.optim import (
@@ -69,7 +70,7 @@ def test_cosine_bad_arguments(args, match):
 
 
 def test_step_lr_matches_torch():
-    torch = pytest.importorskip("torch")
+    torch = optional("torch")
     ours = optimizer(lr=0.1)
     scheduler = StepLR(ours, step_size=3, gamma=0.5)
     param = torch.zeros(1, requires_grad=True)

@@ -7,10 +7,11 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from conftest import optional
 
 from glassllm import Tensor
 
-torch = pytest.importorskip("torch")
+torch = optional("torch")
 
 TIES = np.array(
     [

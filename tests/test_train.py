@@ -10,6 +10,7 @@ import time
 
 import numpy as np
 import pytest
+from conftest import optional
 
 import glassllm
 from glassllm.app.train import (
@@ -232,7 +233,7 @@ def test_plot_is_skipped_with_one_line_without_matplotlib(data, tmp_path, capsys
 
 
 def test_plot_is_written_with_matplotlib(data, tmp_path):
-    pytest.importorskip("matplotlib")
+    optional("matplotlib")
     Trainer(tiny(data, tmp_path, max_iters=2)).fit(progress=False)
     assert (tmp_path / "loss.png").read_bytes()[:4] == b"\x89PNG"
     assert plot_losses(tmp_path / LOG_NAME, tmp_path / "again.png")
