@@ -374,7 +374,9 @@ def test_shakespeare_without_network(tmp_path, capsys, monkeypatch):
 def test_no_command_is_an_error(capsys):
     status, _, err = run([], capsys)
     assert status == 2
-    assert err.strip().splitlines()[-1] == "glassllm: error: choose a command: train or sample"
+    assert err.strip().splitlines()[-1] == (
+        "glassllm: error: choose a command: train, sample or view"
+    )
 
 
 def test_resume_without_checkpoint(tmp_path, capsys):

@@ -1,13 +1,15 @@
-"""The ``glassllm`` command: ``glassllm train`` and ``glassllm sample``.
+"""The ``glassllm`` command: ``glassllm train``, ``glassllm sample`` and ``glassllm view``.
 
 The options of each command are the fields of its configuration dataclass
-(:class:`glassllm.app.config.TrainConfig`, :class:`glassllm.app.config.SampleConfig`), built by
+(:class:`glassllm.app.config.TrainConfig`, :class:`glassllm.app.config.SampleConfig`,
+:class:`glassllm.app.config.ViewConfig`), built by
 `glassllm.app.options.add_options`: the name with dashes (``n_layer`` -> ``--n-layer``), parsed
 with the field's type, help showing its range and default. Bad input (a missing data file, an
 impossible configuration, a broken checkpoint, ...) ends with one line on stderr,
 ``glassllm: error: ...``, and exit status 2, never a traceback. A traceback means a bug.
 
-Exit status: 0 done, 2 bad input, 130 stopped by Ctrl-C (after saving a checkpoint).
+Exit status: 0 done (``view``: stopped by Ctrl-C), 2 bad input, 130 stopped by Ctrl-C (``train``:
+after saving a checkpoint).
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ import sys
 import typing
 from collections.abc import Sequence
 
-from glassllm.app.config import DEFAULT_OUT_DIR, SampleConfig, TrainConfig
+from glassllm.app.config import DEFAULT_OUT_DIR, SampleConfig, TrainConfig, ViewConfig
 from glassllm.app.options import add_options, given_options
 
 EXIT_BAD_INPUT = 2
@@ -61,7 +63,7 @@ def build_parser() -> argparse.ArgumentParser:
         prog="glassllm",
         description="Train a tiny GPT on text with a NumPy autograd engine, and sample from it.",
     )
-    commands = parser.add_subparsers(dest="command", metavar="{train,sample}")
+    commands = parser.add_subparsers(dest="command", metavar="{train,sample,view}")
 
     train = commands.add_parser(
         "train",
@@ -84,6 +86,16 @@ def build_parser() -> argparse.ArgumentParser:
         "tokenizer).",
     )
     add_options(sample, SampleConfig)
+
+    view = commands.add_parser(
+        "view",
+        help="a local web page onto a run: sampling, the model's insides, training, autograd",
+        description="Serve a page on this machine that shows the run in OUT_DIR: sample with "
+        "every token's probability and alternatives, attention, logit lens and MLP neurons, "
+        "the training curves (followed while the run trains) and the autograd graph of small "
+        "expressions. Stop it with Ctrl-C.",
+    )
+    add_options(view, ViewConfig)
     return parser
 
 
@@ -126,13 +138,27 @@ def _run_sample(args: argparse.Namespace) -> int:
     return 0
 
 
+def _run_view(args: argparse.Namespace) -> int:
+    from glassllm.app.view import serve
+
+    try:
+        config = ViewConfig(**given_options(args, ViewConfig))
+        config.validate()
+        serve(config.out_dir, config.checkpoint, config.host, config.port, config.browser)
+    except BrokenPipeError:
+        raise
+    except _INPUT_ERRORS as err:
+        return _fail(_describe(err, "a smaller model"))
+    return 0  # Ctrl-C while serving: serve says so and returns
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``glassllm`` console script and ``python -m glassllm``."""
     parser = build_parser()
     args = parser.parse_args(argv)
     if args.command is None:
         parser.print_help(sys.stderr)
-        return _fail("choose a command: train or sample")
+        return _fail("choose a command: train, sample or view")
 
     from glassllm.app.allocator import tune_allocator
 
@@ -140,6 +166,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         if args.command == "train":
             return _run_train(args)
+        if args.command == "view":
+            return _run_view(args)
         return _run_sample(args)
     except KeyboardInterrupt:
         print("\nglassllm: interrupted", file=sys.stderr)

@@ -15,7 +15,8 @@ followed by a checkpoint. Differences from nanoGPT, and why:
 
 Files in ``out_dir``: ``ckpt.safetensors`` (model, optimizer, and JSON metadata: iteration, best
 validation loss, configuration, tokenizer vocabulary, generator states), ``log.jsonl`` (one line
-per evaluation) and ``loss.png`` (when matplotlib is installed).
+per evaluation), ``stats.jsonl`` (every ``stats_interval`` steps: `glassllm.app.stats.StatsLog`)
+and ``loss.png`` (when matplotlib is installed).
 """
 
 from __future__ import annotations
@@ -40,6 +41,7 @@ from glassllm.app.config import (
     DEFAULT_OUT_DIR,
     LOG_NAME,
     PLOT_NAME,
+    STATS_NAME,
     TrainConfig,
 )
 from glassllm.app.plot import plot_losses
@@ -53,6 +55,7 @@ from glassllm.app.run_state import (
     read_checkpoint_metadata,
     resume_config,
 )
+from glassllm.app.stats import StatsLog
 from glassllm.checkpoint import load
 from glassllm.data import TokenSplits, get_batch, tokenize_corpus
 from glassllm.models import GPT, GPTConfig
@@ -175,6 +178,8 @@ class Trainer:
         self.optimizer = self.model.configure_optimizer(
             config.lr, config.weight_decay, (config.beta1, config.beta2)
         )
+        self.stats = StatsLog(self.out_dir / STATS_NAME, self.model.named_parameters(),
+                              config.stats_interval, config.grad_clip)  # reads, never writes
         self.iteration = 0
         self.best_val_loss: float | None = None
         self.last_eval_iteration: int | None = None
@@ -245,6 +250,7 @@ class Trainer:
         with its checkpoint: a run that fails before then leaves an old log as it was."""
         kept = kept_log(self.log_path, self.last_eval_iteration) if self.resumed else ""
         self._log_head: str | None = kept
+        self.stats.start(self.iteration if self.resumed else None)  # kept as far as the ckpt
 
     def evaluate(self) -> dict[str, float]:
         """Mean loss of ``eval_iters`` batches of each split, in eval mode under no_grad.
@@ -286,9 +292,12 @@ class Trainer:
         x, y = get_batch(self.corpus.train, cfg.block_size, cfg.batch_size, self.batch_rng)
         _, loss = self.model(x, y)  # (B, T) -> scalar mean cross-entropy
         loss.backward()
+        norm = None
         if cfg.grad_clip > 0.0:
-            clip_grad_norm_(self.model.parameters(), cfg.grad_clip)
+            norm = clip_grad_norm_(self.model.parameters(), cfg.grad_clip)
+        self.stats.before_update(self.iteration, norm, self.iteration == self.last_eval_iteration)
         self.optimizer.step()
+        self.stats.after_update(float(loss.data), lr)
         self.optimizer.zero_grad()
         self.iteration += 1
         return float(loss.data)
