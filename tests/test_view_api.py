@@ -154,7 +154,8 @@ def test_info_and_log(run, out_dir):
     assert len(info["checkpoint"]["vocab"]) == run.model.config.vocab_size
     everything = api.log(run, {})
     assert [e["iter"] for e in everything["evals"]] == [0, 20, 40, 60]
-    assert len(everything["stats"]) == 30
+    # every 2nd step, and the steps after evaluations (1, 21, 41) with histograms
+    assert len(everything["stats"]) == 30 + 3
     assert [e["iter"] for e in api.log(run, {"since": "20"})["evals"]] == [40, 60]
     assert error_of(api.log, run, {"since": "x"})[0] == 400
 
