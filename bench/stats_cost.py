@@ -93,7 +93,8 @@ def main(argv: list[str] | None = None) -> int:
               f"{on['stats_s']:.3f} ({on['lines']} lines) | {100 * direct[-1]:.2f}% |", flush=True)
     print(f"load average after: {os.getloadavg()[0]:.1f}")
     print(f"median on/off - 1: {100 * (statistics.median(ratios) - 1):+.2f}%; "
-          f"median direct cost (stats calls / training time): {100 * statistics.median(direct):.2f}%")
+          f"median direct cost (stats calls / training time): "
+          f"{100 * statistics.median(direct):.2f}%")
     return 0
 
 

@@ -102,6 +102,10 @@ def test_histogram_and_kept_lines(tmp_path):
     assert lo == hi == 0.0 and sum(counts) == 5
     lo, hi, counts = histogram(np.arange(64, dtype=np.float32), bins=4)
     assert (lo, hi, counts) == (0.0, 63.0, [16, 16, 16, 16])
+    values = np.random.default_rng(0).standard_normal(10_000).astype(np.float32)
+    lo, hi, counts = histogram(values)
+    expected = np.histogram(values, bins=HISTOGRAM_BINS, range=(lo, hi))[0]
+    assert sum(counts) == 10_000 and np.abs(np.array(counts) - expected).max() <= 1
     path = tmp_path / "stats.jsonl"
     assert kept_lines(path, 3) == ""
     path.write_text('{"iter": 1}\n{"iter": 3}\ngarbage\n{"iter": 4}\n')
