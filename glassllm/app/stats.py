@@ -26,6 +26,11 @@ and writes ``record`` as one line of ``stats.jsonl``::
 
 Non-finite numbers are written as None (JSON has no nan).
 
+`StatsLog` is what ``glassllm train --stats-interval N`` uses: it owns ``OUT_DIR/stats.jsonl``,
+arms a `StepStats` on every N-th step, adds weight and gradient histograms (`histogram`) on the
+first step after each evaluation, and on ``--resume`` keeps the lines up to the checkpoint's
+iteration (`kept_lines`).
+
 >>> import numpy as np
 >>> from glassllm import Tensor
 >>> from glassllm.optim import SGD
@@ -152,8 +157,8 @@ def histogram(array: np.ndarray | None, bins: int = HISTOGRAM_BINS) -> list[Any]
         counts = np.zeros(bins, dtype=np.int64)
         counts[bins // 2] = finite.size
         return [lo, hi, counts.tolist()]
-    # np.histogram's equal bins ([lo + i*w, lo + (i+1)*w), the last one closed), by index
-    # arithmetic: ~15x faster than np.histogram for a training step's arrays.
+    # np.histogram's equal bins ([lo + i*w, lo + (i+1)*w), the last one closed) by index
+    # arithmetic, which is much faster than np.histogram's search of the bin edges.
     index = ((finite.astype(np.float64) - lo) * (bins / (hi - lo))).astype(np.intp)
     np.clip(index, 0, bins - 1, out=index)
     return [lo, hi, np.bincount(index, minlength=bins).tolist()]
