@@ -152,6 +152,9 @@ def test_info_and_log(run, out_dir):
     info = api.info(run, {})
     assert info["checkpoint"]["iteration"] == 60
     assert len(info["checkpoint"]["vocab"]) == run.model.config.vocab_size
+    brief = api.info(run, {"brief": "1"})
+    assert "vocab" not in brief["checkpoint"] and brief["checkpoint"]["stamp"] == info[
+        "checkpoint"]["stamp"]
     everything = api.log(run, {})
     assert [e["iter"] for e in everything["evals"]] == [0, 20, 40, 60]
     # every 2nd step, and the steps after evaluations (1, 21, 41) with histograms

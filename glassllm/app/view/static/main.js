@@ -47,10 +47,12 @@ async function start() {
 
 // A run training in another terminal rewrites its checkpoint: say so when the server reloads it.
 async function followCheckpoint() {
+  const brief = await call("/api/info?brief=1");
+  if (!brief || !brief.checkpoint) return;
+  const before = state.info && state.info.checkpoint;
+  if (before && JSON.stringify(before.stamp) === JSON.stringify(brief.checkpoint.stamp)) return;
   const info = await call("/api/info");
   if (!info || !info.checkpoint) return;
-  const before = state.info && state.info.checkpoint;
-  if (before && JSON.stringify(before.stamp) === JSON.stringify(info.checkpoint.stamp)) return;
   state.info = info;
   state.vocab = info.checkpoint.vocab;
   $("generate").disabled = false;
