@@ -136,3 +136,16 @@ def test_a_logged_step_without_clipping_measures_the_norm(tmp_path, interval):
     assert record["iter"] == 2 and record["grad_norm"] == pytest.approx(5.0)
     assert record["clipped"] is False and "hist" not in record
     assert lines(tmp_path / "stats.jsonl") == [record]
+
+
+def test_the_viewer_reads_what_the_trainer_wrote(capsys, text_file, tmp_path):
+    from glassllm.app.view import api
+    from glassllm.app.view.run import Run
+
+    out = train(capsys, text_file, tmp_path, "--max-iters", 12, "--stats-interval", 5)
+    run = Run(out)
+    answer = api.log(run, {})
+    assert [e["iter"] for e in answer["evals"]] == [0, 10, 12]
+    assert [s["iter"] for s in answer["stats"]] == [1, 5, 10, 11]
+    assert [s["iter"] for s in answer["stats"] if "hist" in s] == [1, 11]
+    assert api.info(run, {})["checkpoint"]["iteration"] == 12
