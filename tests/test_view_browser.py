@@ -251,13 +251,27 @@ def test_dashboard_follows_the_log(browser, out_dir, tmp_path):
         page = opened.page
         page.click("button[data-tab=training]")
         expect(page.locator("#train-status")).to_contain_text("4 evaluations")
+        expect(page.locator("#train-status")).to_contain_text("33 stats steps")
         expect(page.locator("#chart-loss circle.val")).to_have_count(4)
+        parameters = len(server.run.model.state_dict())
+        expect(page.locator("#hist-step option")).to_have_count(3)
+        expect(page.locator("#hists .hist-cell")).to_have_count(parameters)
+        assert page.input_value("#hist-step") == "41"
         expect(page.locator("#chart-grad path.line")).to_have_count(2)  # raw + running mean
         assert page.locator("#chart-ratio path.line").count() == len(server.run.model.state_dict())
         with open(copy / "log.jsonl", "a") as log:
             log.write(json.dumps({"iter": 80, "train_loss": 0.2, "val_loss": 0.3, "lr": 1e-3})
                       + "\n")
         expect(page.locator("#train-status")).to_contain_text("5 evaluations", timeout=10_000)
+        records = [json.loads(line) for line in (copy / "stats.jsonl").read_text().splitlines()]
+        with open(copy / "stats.jsonl", "a") as stats:  # the step after the evaluation at 80
+            stats.write(json.dumps({**records[-1], "iter": 81, "hist": records[0]["hist"],
+                                    "grad_norm": 5.0, "clipped": True}) + "\n")
+        expect(page.locator("#train-status")).to_contain_text("34 stats steps", timeout=10_000)
+        expect(page.locator("#hist-step option")).to_have_count(4)
+        assert page.input_value("#hist-step") == "81"  # the newest, as the run goes on
+        expect(page.locator("#chart-grad circle.clipped")).to_have_count(
+            1 + sum(r["clipped"] for r in records))
         make_run(copy, steps=4, eval_interval=2)  # the run writes a new checkpoint
         os.utime(copy / "ckpt.safetensors", ns=(1, 10**18))  # a new stamp on a coarse clock
         expect(page.locator("#info")).to_contain_text("checkpoint updated to step 4",

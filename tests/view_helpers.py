@@ -1,7 +1,7 @@
 """A tiny trained run for the viewer's tests: checkpoint, log.jsonl and stats.jsonl in out_dir.
 
-Trained by a short loop written here (what `glassllm train` does, with `StepStats` wired in the
-way the training loop is to call it), saved in the checkpoint format `glassllm sample` reads.
+Trained by a short loop written here (what `glassllm train` does, with `StatsLog` called as the
+training loop calls it), saved in the checkpoint format `glassllm sample` reads.
 """
 
 import json
@@ -12,7 +12,7 @@ import numpy as np
 import glassllm
 from glassllm import no_grad
 from glassllm.app.run_state import CHECKPOINT_FORMAT
-from glassllm.app.stats import StepStats
+from glassllm.app.stats import StatsLog
 from glassllm.data import CharTokenizer, get_batch
 from glassllm.models import GPT, GPTConfig
 from glassllm.nn.utils import clip_grad_norm_
@@ -36,9 +36,10 @@ def make_run(out_dir, steps=60, eval_interval=20, stats_interval=2, seed=0):
                        n_embd=32)
     model = GPT(config, rng=np.random.default_rng(seed))
     optimizer = model.configure_optimizer(lr=1e-2, weight_decay=0.1)
-    stats = StepStats(model.named_parameters())
+    stats = StatsLog(out_dir / "stats.jsonl", model.named_parameters(), stats_interval, 1.0)
+    stats.start(None)
     rng = np.random.default_rng(seed + 1)
-    log_lines, stats_lines = [], []
+    log_lines = []
     best = None
 
     def evaluate(iteration):
@@ -59,13 +60,9 @@ def make_run(out_dir, steps=60, eval_interval=20, stats_interval=2, seed=0):
         _, loss = model(x, y)
         loss.backward()
         norm = clip_grad_norm_(model.parameters(), 1.0)
-        due = iteration % stats_interval == 0
-        if due:
-            stats.before_update()
+        stats.before_update(iteration - 1, norm, (iteration - 1) % eval_interval == 0)
         optimizer.step()
-        if due:
-            record = stats.after_update(iteration, float(loss.data), 1e-2, norm, 1.0)
-            stats_lines.append(json.dumps(record))
+        stats.after_update(float(loss.data), 1e-2)
         optimizer.zero_grad()
         if iteration % eval_interval == 0:
             evaluate(iteration)
@@ -79,5 +76,4 @@ def make_run(out_dir, steps=60, eval_interval=20, stats_interval=2, seed=0):
     model.eval()
     glassllm.save(out_dir / "ckpt.safetensors", model, optimizer, metadata)
     (out_dir / "log.jsonl").write_text("\n".join(log_lines) + "\n")
-    (out_dir / "stats.jsonl").write_text("\n".join(stats_lines) + "\n")
     return out_dir

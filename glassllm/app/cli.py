@@ -1,15 +1,16 @@
-"""The ``glassllm`` command: ``glassllm train``, ``glassllm sample`` and ``glassllm export``.
+"""The ``glassllm`` command: ``glassllm train``, ``sample``, ``export`` and ``view``.
 
 The options of each command are the fields of its configuration dataclass
 (:class:`glassllm.app.config.TrainConfig`, :class:`glassllm.app.config.SampleConfig`,
-:class:`glassllm.app.export.ExportConfig`), built by
+:class:`glassllm.app.export.ExportConfig`, :class:`glassllm.app.config.ViewConfig`), built by
 `glassllm.app.options.add_options`: the name with dashes (``n_layer`` -> ``--n-layer``), parsed
 with the field's type, help showing its range and default. Bad input (a missing data file, an
 impossible configuration, a broken checkpoint, ...) ends with one line on stderr,
 ``glassllm: error: ...``, and exit status 2, never a traceback. A traceback means a bug.
 
-Exit status: 0 done, 2 bad input (or a training run that diverged), 130 stopped by Ctrl-C
-(during training: after saving a checkpoint; before: at once, with one line).
+Exit status: 0 done (``view``: stopped by Ctrl-C), 2 bad input (or a training run that
+diverged), 130 stopped by Ctrl-C (during training: after saving a checkpoint; before: at once,
+with one line).
 
 Text the program prints that the terminal's encoding cannot show (a sample of a non-ASCII corpus
 under ``PYTHONIOENCODING=ascii``) is written with backslash escapes, never an error.
@@ -66,14 +67,14 @@ _SAMPLE_SMALLER = "a smaller --num-samples or --max-new-tokens"
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from glassllm.app.config import SampleConfig, TrainConfig
+    from glassllm.app.config import SampleConfig, TrainConfig, ViewConfig
     from glassllm.app.options import add_options
 
     parser = _Parser(
         prog="glassllm",
         description="Train a tiny GPT on text with a NumPy autograd engine, and sample from it.",
     )
-    commands = parser.add_subparsers(dest="command", metavar="{train,sample,export}")
+    commands = parser.add_subparsers(dest="command", metavar="{train,sample,export,view}")
 
     train = commands.add_parser(
         "train",
@@ -106,6 +107,16 @@ def build_parser() -> argparse.ArgumentParser:
         "that transformers' AutoModelForCausalLM and AutoTokenizer load.",
     )
     add_options(export, ExportConfig)
+
+    view = commands.add_parser(
+        "view",
+        help="a local web page onto a run: sampling, the model's insides, training, autograd",
+        description="Serve a page on this machine that shows the run in OUT_DIR: sample with "
+        "every token's probability and alternatives, attention, logit lens and MLP neurons, "
+        "the training curves (followed while the run trains) and the autograd graph of small "
+        "expressions. Stop it with Ctrl-C.",
+    )
+    add_options(view, ViewConfig)
     return parser
 
 
@@ -174,6 +185,22 @@ def _run_export(args: argparse.Namespace) -> int:
     return 0
 
 
+def _run_view(args: argparse.Namespace) -> int:
+    from glassllm.app.config import ViewConfig
+    from glassllm.app.options import given_options
+    from glassllm.app.view import serve
+
+    try:
+        config = ViewConfig(**given_options(args, ViewConfig))
+        config.validate()
+        serve(config.out_dir, config.checkpoint, config.host, config.port, config.browser)
+    except BrokenPipeError:
+        raise
+    except _INPUT_ERRORS as err:
+        return _fail(_describe(err, "a smaller model"))
+    return 0  # Ctrl-C while serving: serve says so and returns
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``glassllm`` console script and ``python -m glassllm``."""
     try:  # from the first statement: a Ctrl-C at any moment is one line and status 130
@@ -207,7 +234,7 @@ def _main(argv: Sequence[str] | None) -> int:
     args = parser.parse_args(argv)
     if args.command is None:
         parser.print_help(sys.stderr)
-        return _fail("choose a command: train, sample or export")
+        return _fail("choose a command: train, sample, export or view")
 
     from glassllm.app.allocator import tune_allocator
 
@@ -217,6 +244,8 @@ def _main(argv: Sequence[str] | None) -> int:
             return _run_train(args)
         if args.command == "export":
             return _run_export(args)
+        if args.command == "view":
+            return _run_view(args)
         return _run_sample(args)
     except BrokenPipeError:  # e.g. `glassllm sample | head`: the reader left, nothing to report
         sys.stderr.close()

@@ -1,5 +1,5 @@
-"""The configurations of the two commands: `TrainConfig` (``glassllm train``) and `SampleConfig`
-(``glassllm sample``), one dataclass each.
+"""The configurations of the commands: `TrainConfig` (``glassllm train``), `SampleConfig`
+(``glassllm sample``) and `ViewConfig` (``glassllm view``), one dataclass each.
 
 Each field is a command-line option (``n_layer`` -> ``--n-layer``) made by
 `glassllm.app.options.option`: its type, help and range live on the field, and ``--help``, the
@@ -25,7 +25,9 @@ from glassllm.data.bpe import DEFAULT_BPE_VOCAB_SIZE, import_tokenizers
 CHECKPOINT_NAME = "ckpt.safetensors"
 LOG_NAME = "log.jsonl"
 PLOT_NAME = "loss.png"
-OUT_FILES = {CHECKPOINT_NAME: "checkpoint", LOG_NAME: "log", PLOT_NAME: "loss plot"}
+STATS_NAME = "stats.jsonl"
+OUT_FILES = {CHECKPOINT_NAME: "checkpoint", LOG_NAME: "log", PLOT_NAME: "loss plot",
+             STATS_NAME: "training statistics"}
 DEFAULT_OUT_DIR = "out"
 
 # Upper bounds of the options (shown by --help): far beyond what a NumPy GPT can train, and low
@@ -117,6 +119,11 @@ class TrainConfig:
     )
     sample_tokens: int = option(
         300, "tokens sampled at the end of training (0: none)", min=0, max=MAX_NEW_TOKENS
+    )
+    stats_interval: int = option(
+        10, "steps between lines of OUT_DIR/stats.jsonl (gradient norms, update ratios; 0: none)",
+        min=0,
+        max=MAX_STEPS,
     )
 
     def problems(self, label: Callable[[str], str] = str) -> list[str]:
@@ -229,5 +236,38 @@ class SampleConfig:
                 f"temperature must be at least {MIN_TEMPERATURE:g}, got {self.temperature:g} "
                 "(for greedy decoding use --top-k 1)"
             )
+        if problems:
+            raise ValueError("; ".join(problems))
+
+
+@dataclasses.dataclass
+class ViewConfig:
+    """What ``glassllm view`` serves and where; ``--port 0`` sets ``port``."""
+
+    out_dir: str = option(
+        DEFAULT_OUT_DIR,
+        "the run's directory (its checkpoint, log.jsonl and stats.jsonl)",
+        metavar="DIR",
+        if_empty="out_dir must name a directory ('.' for the current one)",
+    )
+    checkpoint: str | None = option(
+        None,
+        "a glassllm checkpoint or a Hugging Face GPT-2 directory to look at (default: "
+        "OUT_DIR/ckpt.safetensors)",
+        metavar="PATH",
+        if_empty="checkpoint must name a file or a directory",
+    )
+    host: str = option(
+        "127.0.0.1",
+        "address to listen on (another than loopback lets others on the network read the model)",
+        metavar="ADDRESS",
+        if_empty="host must name an address, e.g. 127.0.0.1",
+    )
+    port: int = option(8000, "port to listen on (0: any free port, printed)", min=0, max=65535)
+    browser: bool = option(True, "open the page in a browser when there is a display")
+
+    def validate(self) -> None:
+        """Raise one ValueError naming every option that cannot work."""
+        problems = field_problems(self, label=_dashed)
         if problems:
             raise ValueError("; ".join(problems))

@@ -26,6 +26,11 @@ and writes ``record`` as one line of ``stats.jsonl``::
 
 Non-finite numbers are written as None (JSON has no nan).
 
+`StatsLog` is what ``glassllm train --stats-interval N`` uses: it owns ``OUT_DIR/stats.jsonl``,
+arms a `StepStats` on every N-th step, adds weight and gradient histograms (`histogram`) on the
+first step after each evaluation, and on ``--resume`` keeps the lines up to the checkpoint's
+iteration (`kept_lines`).
+
 >>> import numpy as np
 >>> from glassllm import Tensor
 >>> from glassllm.optim import SGD
@@ -41,16 +46,22 @@ Non-finite numbers are written as None (JSON has no nan).
 
 from __future__ import annotations
 
+import json
 import math
+import os
 from collections.abc import Iterable
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from glassllm.app.config import STATS_NAME  # the file in out_dir: one record per line
 from glassllm.tensor import Tensor
 
-# The file in out_dir that holds one record per stats step (one JSON object per line).
-STATS_NAME = "stats.jsonl"
+__all__ = ["STATS_NAME", "StatsLog", "StepStats", "histogram", "kept_lines", "rms",
+           "total_grad_norm", "was_clipped"]
+
+HISTOGRAM_BINS = 32
 
 
 def rms(array: np.ndarray) -> float:
@@ -120,7 +131,8 @@ class StepStats:
             ratio = (
                 math.log10(update_rms / w_rms) if w_rms > 0 and update_rms > 0 else None
             )
-            params[name] = [_number(w_rms), _number(grad_rms), None if ratio is None else ratio]
+            ratio = None if ratio is None else _number(ratio)
+            params[name] = [_number(w_rms), _number(grad_rms), ratio]
         self._before = None
         return {
             "iter": int(iteration),
@@ -130,3 +142,112 @@ class StepStats:
             "clipped": was_clipped(grad_norm, grad_clip),
             "params": params,
         }
+
+
+def histogram(array: np.ndarray | None, bins: int = HISTOGRAM_BINS) -> list[Any] | None:
+    """``[lo, hi, counts]``: ``bins`` equal bins from the smallest to the largest finite value
+    (``lo == hi``: every count in the middle bin); None for no array, or none of it finite."""
+    if array is None:
+        return None
+    flat = array.reshape(-1)
+    finite = flat[np.isfinite(flat)]
+    if finite.size == 0:
+        return None
+    lo, hi = float(finite.min()), float(finite.max())
+    if lo == hi:
+        counts = np.zeros(bins, dtype=np.int64)
+        counts[bins // 2] = finite.size
+        return [lo, hi, counts.tolist()]
+    # np.histogram's equal bins ([lo + i*w, lo + (i+1)*w), the last one closed) by index
+    # arithmetic, which is much faster than np.histogram's search of the bin edges.
+    index = ((finite.astype(np.float64) - lo) * (bins / (hi - lo))).astype(np.intp)
+    np.clip(index, 0, bins - 1, out=index)
+    return [lo, hi, np.bincount(index, minlength=bins).tolist()]
+
+
+class StatsLog:
+    """``stats.jsonl`` of a training run: a `StepStats` record every ``interval`` steps (0: none),
+    and, on the first step after each evaluation, weight and gradient histograms too.
+
+    The training step calls, after clipping and around ``optimizer.step()``::
+
+        stats.before_update(iteration, grad_norm, evaluated)   # nothing unless this step logs
+        optimizer.step()
+        stats.after_update(loss, lr)                           # appends the step's line
+
+    ``iteration`` is the count of steps done before this one (the line's ``iter`` is one more,
+    as in ``log.jsonl``, where ``iter`` is the steps done); ``grad_norm`` what
+    ``clip_grad_norm_`` returned, or None without clipping (then computed here, only on a
+    logged step); ``evaluated`` whether the run evaluated at ``iteration``: that step's line
+    gets ``"hist": {name: {"w": [lo, hi, counts], "g": [lo, hi, counts]}}``, the weights being
+    exactly those evaluated and the gradient the next batch's at those weights (at evaluation
+    time there is none). Lines are strict JSON (non-finite numbers are None).
+    """
+
+    def __init__(
+        self, path: str | os.PathLike[str], named_parameters: Iterable[tuple[str, Tensor]],
+        interval: int, grad_clip: float,
+    ) -> None:
+        self.path = Path(path)
+        self.interval = int(interval)
+        self.grad_clip = float(grad_clip)
+        self.stats = StepStats(named_parameters)
+        self._pending: tuple[int, float, dict[str, Any] | None] | None = None
+
+    def start(self, kept_until: int | None) -> None:
+        """Begin the file: a fresh run (``kept_until`` None) empties it; a resumed run keeps the
+        lines with ``iter <= kept_until`` (the checkpoint's iteration) and drops later ones and
+        garbled ones, as ``log.jsonl`` is kept. Without stats and without a file, nothing."""
+        if self.interval == 0 and not self.path.exists():
+            return
+        kept = "" if kept_until is None else kept_lines(self.path, kept_until)
+        self.path.write_text(kept, encoding="utf-8")
+
+    def before_update(self, iteration: int, grad_norm: float | None, evaluated: bool) -> None:
+        """Copy the weights and measure the gradients when step ``iteration + 1`` is logged."""
+        self._pending = None
+        if self.interval == 0:
+            return
+        step = iteration + 1
+        if step % self.interval != 0 and not evaluated:
+            return
+        if grad_norm is None:
+            grad_norm = total_grad_norm(param for _, param in self.stats.parameters)
+        hist = None
+        if evaluated:
+            hist = {
+                name: {"w": histogram(param.data), "g": histogram(param.grad)}
+                for name, param in self.stats.parameters
+            }
+        self.stats.before_update()
+        self._pending = (step, float(grad_norm), hist)
+
+    def after_update(self, loss: float, lr: float) -> dict[str, Any] | None:
+        """Append the line of the step `before_update` armed (and return it); else None."""
+        if self._pending is None:
+            return None
+        step, grad_norm, hist = self._pending
+        self._pending = None
+        record = self.stats.after_update(step, loss, lr, grad_norm, self.grad_clip)
+        if hist is not None:
+            record["hist"] = hist
+        line = json.dumps(record, allow_nan=False, separators=(",", ":")) + "\n"
+        with self.path.open("a", encoding="utf-8") as file:
+            file.write(line)
+        return record
+
+
+def kept_lines(path: str | os.PathLike[str], last: int) -> str:
+    """The lines of a JSON-lines log whose ``iter`` is at most ``last``, in order (a missing file
+    keeps nothing; a garbled line, e.g. half-written by a crash, is dropped)."""
+    path = Path(path)
+    if not path.is_file():
+        return ""
+    kept = []
+    for line in path.read_text(encoding="utf-8", errors="replace").splitlines():
+        try:
+            if json.loads(line)["iter"] <= last:
+                kept.append(line + "\n")
+        except (ValueError, KeyError, TypeError):
+            continue
+    return "".join(kept)

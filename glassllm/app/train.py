@@ -18,8 +18,9 @@ followed by a checkpoint. Differences from nanoGPT, and why:
 Files in ``out_dir``: ``ckpt.safetensors`` (model, optimizer, and JSON metadata: iteration, best
 validation loss, configuration, tokenizer (a BPE's whole ``tokenizer.json``), generator states),
 ``log.jsonl`` (one line per evaluation: losses in nats per token and, as ``train_bpc`` and
-``val_bpc``, in bits per character of text, which compare across tokenizers) and ``loss.png``
-(when matplotlib is installed).
+``val_bpc``, in bits per character of text, which compare across tokenizers), ``stats.jsonl``
+(every ``stats_interval`` steps: `glassllm.app.stats.StatsLog`) and ``loss.png`` (when
+matplotlib is installed).
 """
 
 from __future__ import annotations
@@ -43,6 +44,7 @@ from glassllm.app.config import (
     DEFAULT_OUT_DIR,
     LOG_NAME,
     PLOT_NAME,
+    STATS_NAME,
     TrainConfig,
 )
 from glassllm.app.plot import plot_losses
@@ -56,6 +58,7 @@ from glassllm.app.run_state import (
     read_checkpoint_metadata,
     resume_config,
 )
+from glassllm.app.stats import StatsLog
 from glassllm.app.stopping import StopOnCtrlC, TrainingDiverged
 from glassllm.checkpoint import load
 from glassllm.data import (
@@ -162,6 +165,8 @@ class Trainer:
         self.optimizer = self.model.configure_optimizer(
             config.lr, config.weight_decay, (config.beta1, config.beta2)
         )
+        self.stats = StatsLog(self.out_dir / STATS_NAME, self.model.named_parameters(),
+                              config.stats_interval, config.grad_clip)  # reads, never writes
         self.iteration = 0
         self.best_val_loss: float | None = None
         self.last_eval_iteration: int | None = None
@@ -242,6 +247,7 @@ class Trainer:
         if self.resumed:
             kept = kept_log(self.log_path, self.last_eval_iteration, self.last_eval_record)
         self._log_head: str | None = kept
+        self.stats.start(self.iteration if self.resumed else None)  # kept as far as the ckpt
 
     def evaluate(self) -> dict[str, float]:
         """Mean loss of ``eval_iters`` batches of each split, in eval mode under no_grad.
@@ -288,9 +294,12 @@ class Trainer:
         if not math.isfinite(loss_value):  # before the update: the weights stay as they were
             self._diverged(f"the training loss is {loss_value}")
         loss.backward()
+        norm = None
         if cfg.grad_clip > 0.0:
-            clip_grad_norm_(self.model.parameters(), cfg.grad_clip)
+            norm = clip_grad_norm_(self.model.parameters(), cfg.grad_clip)
+        self.stats.before_update(self.iteration, norm, self.iteration == self.last_eval_iteration)
         self.optimizer.step()
+        self.stats.after_update(loss_value, lr)
         self.optimizer.zero_grad()
         self.iteration += 1
         return loss_value

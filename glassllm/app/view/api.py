@@ -73,8 +73,10 @@ def _ids_from(run: Run, body: dict[str, Any], max_tokens: int) -> list[int]:
 # ---------------------------------------------------------------------- run and logs
 
 
-def info(run: Run, _request: dict[str, Any]) -> dict[str, Any]:
-    """What the page shows first: the checkpoint (or None), vocabulary and file names."""
+def info(run: Run, query: dict[str, Any]) -> dict[str, Any]:
+    """What the page shows first: the checkpoint (or None), vocabulary and file names. With
+    ``brief=1`` in the query the vocabulary is left out (the page polls that, to notice a new
+    checkpoint, without fetching a GPT-2-sized vocabulary every few seconds)."""
     with run.lock:
         run.refresh()
         answer: dict[str, Any] = {
@@ -98,8 +100,11 @@ def info(run: Run, _request: dict[str, Any]) -> dict[str, Any]:
             "model_config": run.model.config.to_dict(),
             "parameters": run.model.num_parameters(),
             "tokenizer": meta.get("tokenizer", {}).get("type"),
-            "vocab": [_token(run, i) for i in range(run.model.config.vocab_size)],
         }
+        if query.get("brief") != "1":
+            answer["checkpoint"]["vocab"] = [
+                _token(run, i) for i in range(run.model.config.vocab_size)
+            ]
         return answer
 
 

@@ -1,6 +1,12 @@
 """The run a viewer looks at: its checkpoint (reloaded when the file changes) and its logs.
 
-Only the paths fixed at startup are ever read; no request names a file.
+Only the paths fixed at startup are ever read; no request names a file. A checkpoint is read
+once per version through `SavedRun.read`, which verifies the file's digest before any of its
+metadata is decoded: nothing from a damaged or half-written file reaches the model. A training
+run replaces its checkpoint by an atomic rename, so a read sees either the old file or the new
+one; a file that changes while it is read is read again, and a reload that fails keeps the model
+already loaded. A Hugging Face GPT-2 directory (``--checkpoint path/to/gpt2``) is read once, with
+its tokenizer, and not followed.
 """
 
 from __future__ import annotations
@@ -13,15 +19,16 @@ from typing import Any
 
 import numpy as np
 
-from glassllm.app.config import CHECKPOINT_NAME, LOG_NAME
-from glassllm.app.run_state import load_trained_model, read_checkpoint_metadata
-from glassllm.app.stats import STATS_NAME
+from glassllm.app.config import CHECKPOINT_NAME, LOG_NAME, STATS_NAME
+from glassllm.app.run_state import SavedRun
 from glassllm.data import Tokenizer
 from glassllm.models import GPT
 from glassllm.models.inspect import Inspection, inspect
 
 # Inspections kept for follow-up requests (attention of one layer, one neuron) on the same text.
 INSPECTION_CACHE = 4
+# Reads of a checkpoint that changed while it was read, before the last one is taken as it is.
+READ_ATTEMPTS = 3
 
 
 class Run:
@@ -42,11 +49,13 @@ class Run:
         self.tokenizer: Tokenizer | None = None
         self.metadata: dict[str, Any] = {}
         self.reload_error: str | None = None
-        self._stamp: tuple[int, int] | None = None
+        self._stamp: tuple[int, int, int] | None = None
+        self.follows = True  # False for a Hugging Face directory: read once
         self._inspections: collections.OrderedDict[tuple, Inspection] = collections.OrderedDict()
-        if checkpoint is not None or self.checkpoint_path.exists():
-            read_checkpoint_metadata(self.checkpoint_path)  # ValueError: not a GPT checkpoint
-            self._load()
+        if checkpoint is not None and _is_pretrained(self.checkpoint_path):
+            self._load_pretrained()
+        elif checkpoint is not None or self.checkpoint_path.exists():
+            self._load()  # ValueError: damaged, or not a glassllm GPT checkpoint
         elif not self.log_path.is_file():
             raise ValueError(
                 f"no checkpoint or log in {str(self.out_dir)!r} (train first: glassllm train)"
@@ -54,28 +63,55 @@ class Run:
 
     # ---- the checkpoint
 
-    def _file_stamp(self) -> tuple[int, int] | None:
+    def _file_stamp(self) -> tuple[int, int, int] | None:
         try:
             stat = self.checkpoint_path.stat()
         except OSError:
             return None
-        return stat.st_mtime_ns, stat.st_size
+        return stat.st_ino, stat.st_mtime_ns, stat.st_size
+
+    def _read(self) -> tuple[SavedRun, tuple[int, int, int] | None]:
+        """The checkpoint read and verified, and the file's stamp taken before the read (so a
+        file replaced during the read is seen as changed at the next `refresh`). A read that
+        fails while the file changes under it is tried again."""
+        for attempt in range(READ_ATTEMPTS):
+            stamp = self._file_stamp()
+            try:
+                saved = SavedRun.read(self.checkpoint_path)
+            except (ValueError, OSError):
+                if attempt + 1 < READ_ATTEMPTS and self._file_stamp() != stamp:
+                    continue  # replaced mid-read: read the new file
+                raise
+            if self._file_stamp() == stamp or attempt + 1 == READ_ATTEMPTS:
+                return saved, stamp
+        raise AssertionError("unreachable")
 
     def _load(self) -> None:
-        stamp = self._file_stamp()
-        self.model, self.tokenizer, self.metadata = load_trained_model(self.checkpoint_path)
+        saved, stamp = self._read()
+        model = saved.model()  # built from verified metadata, loaded from the same bytes
+        self.model, self.tokenizer = model, saved.state.tokenizer
+        self.metadata = saved.state.to_metadata()
         self._stamp = stamp
         self._inspections.clear()
         self.reload_error = None
 
+    def _load_pretrained(self) -> None:
+        from glassllm.hf import load_pretrained
+
+        self.model, self.tokenizer = load_pretrained(self.checkpoint_path, require_tokenizer=True)
+        self.metadata = {"format": "huggingface", "iteration": None, "best_val_loss": None,
+                         "tokenizer": {"type": self.tokenizer.kind}}
+        self.follows = False
+
     def refresh(self) -> None:
         """Reload the checkpoint if its file changed (saves are atomic renames). A failed reload
         keeps the previous model and records the message in ``reload_error``. Call under lock."""
+        if not self.follows:
+            return
         stamp = self._file_stamp()
         if stamp is None or stamp == self._stamp:
             return
         try:
-            read_checkpoint_metadata(self.checkpoint_path)
             self._load()
         except (ValueError, OSError) as err:
             self._stamp = stamp  # do not retry the same file at every request
@@ -100,6 +136,12 @@ class Run:
         """Records of ``log.jsonl`` and ``stats.jsonl`` with ``iter > since``; a garbled or
         half-written line (a run writing right now) is skipped."""
         return {"evals": _records(self.log_path, since), "stats": _records(self.stats_path, since)}
+
+
+def _is_pretrained(path: Path) -> bool:
+    from glassllm.hf import is_pretrained_path
+
+    return is_pretrained_path(path)
 
 
 def _records(path: Path, since: int) -> list[dict[str, Any]]:

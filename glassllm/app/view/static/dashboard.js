@@ -143,10 +143,64 @@ function draw() {
     item.style.borderColor = layer === null ? "#888" : LAYER_COLOURS[layer % LAYER_COLOURS.length];
     legend.appendChild(item);
   }
+  drawHistograms();
   const last = evals[evals.length - 1];
   $("train-status").textContent = evals.length || stats.length
     ? `${evals.length} evaluations${last ? `, last at step ${last.iter}: train ${last.train_loss.toFixed(4)}, val ${last.val_loss.toFixed(4)}` : ""}; ${stats.length} stats steps`
     : "no log yet (log.jsonl appears with the first evaluation)";
+}
+
+// One small bar chart of a [lo, hi, counts] histogram (null: nothing to draw).
+function miniHistogram(hist, colour) {
+  const W = 118;
+  const H = 38;
+  const box = el("div");
+  const svg = svgEl("svg", { width: W, height: H, class: "hist" }, box);
+  if (!hist) {
+    svgEl("text", { x: W / 2, y: H / 2, "text-anchor": "middle", class: "empty" }, svg).textContent = "none";
+    return box;
+  }
+  const [lo, hi, counts] = hist;
+  const top = Math.log1p(Math.max(...counts)) || 1;
+  const bw = W / counts.length;
+  counts.forEach((c, i) => {
+    if (!c) return;
+    const h = Math.max(1, (Math.log1p(c) / top) * (H - 2));
+    const bar = svgEl("rect", { x: (i * bw).toFixed(1), y: (H - h).toFixed(1), width: Math.max(1, bw - 0.5).toFixed(1), height: h.toFixed(1), fill: colour }, svg);
+    const a = lo + ((hi - lo) * i) / counts.length;
+    const b = lo + ((hi - lo) * (i + 1)) / counts.length;
+    svgEl("title", {}, bar).textContent = `[${a.toPrecision(3)}, ${b.toPrecision(3)}): ${c}`;
+  });
+  if (lo < 0 && hi > 0) {
+    const x = ((0 - lo) / (hi - lo)) * W;
+    svgEl("line", { x1: x, x2: x, y1: 0, y2: H, class: "zero", stroke: "#999", "stroke-dasharray": "2 2" }, svg);
+  }
+  const range = el("div", { class: "range" });
+  range.append(el("span", {}, lo.toPrecision(2)), el("span", {}, hi.toPrecision(2)));
+  box.appendChild(range);
+  return box;
+}
+
+function drawHistograms() {
+  const withHist = stats.filter((s) => s.hist);
+  const select = $("hist-step");
+  const chosen = select.value;
+  const steps = withHist.map((s) => String(s.iter));
+  if ([...select.options].map((o) => o.value).join() !== steps.join()) {
+    select.replaceChildren(...withHist.map((s) => el("option", { value: String(s.iter) }, `${s.iter - 1}`)));
+    select.value = steps.includes(chosen) && chosen !== steps[steps.length - 2] ? chosen : steps[steps.length - 1] || "";
+  }
+  const record = withHist.find((s) => String(s.iter) === select.value);
+  if (!record) return;
+  const cells = Object.entries(record.hist).map(([name, h]) => {
+    const cell = el("div", { class: "hist-cell" });
+    cell.appendChild(el("div", { class: "name", title: name }, name));
+    const pair = el("div", { class: "hist-pair" });
+    pair.append(miniHistogram(h.w, "#3b6fc4"), miniHistogram(h.g, "#e07b1f"));
+    cell.appendChild(pair);
+    return cell;
+  });
+  $("hists").replaceChildren(...cells);
 }
 
 async function poll() {
@@ -165,6 +219,7 @@ async function poll() {
 export function initDashboard() {
   $("smooth").addEventListener("change", draw);
   $("logy").addEventListener("change", draw);
+  $("hist-step").addEventListener("change", drawHistograms);
   poll().then((ok) => {
     if (ok) polling = setInterval(poll, POLL_MS);
   });

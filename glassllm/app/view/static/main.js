@@ -21,7 +21,8 @@ function describe(info) {
   if (!c) return `${info.out_dir}: no checkpoint yet (training dashboard only)`;
   const m = c.model_config;
   const loss = c.best_val_loss === null || c.best_val_loss === undefined ? "" : `, best val loss ${c.best_val_loss.toFixed(4)}`;
-  return `step ${c.iteration}${loss} · GPT ${m.n_layer} layers × ${m.n_head} heads × ${m.n_embd} wide, context ${m.block_size}, ${(c.parameters / 1e6).toFixed(2)}M parameters · ${c.tokenizer} tokenizer, vocabulary ${m.vocab_size} · ${c.file}`;
+  const when = c.iteration === null || c.iteration === undefined ? "pretrained (Hugging Face)" : `step ${c.iteration}`;
+  return `${when}${loss} · GPT ${m.n_layer} layers × ${m.n_head} heads × ${m.n_embd} wide, context ${m.block_size}, ${(c.parameters / 1e6).toFixed(2)}M parameters · ${c.tokenizer} tokenizer, vocabulary ${m.vocab_size} · ${c.file}`;
 }
 
 async function start() {
@@ -46,10 +47,12 @@ async function start() {
 
 // A run training in another terminal rewrites its checkpoint: say so when the server reloads it.
 async function followCheckpoint() {
+  const brief = await call("/api/info?brief=1");
+  if (!brief || !brief.checkpoint) return;
+  const before = state.info && state.info.checkpoint;
+  if (before && JSON.stringify(before.stamp) === JSON.stringify(brief.checkpoint.stamp)) return;
   const info = await call("/api/info");
   if (!info || !info.checkpoint) return;
-  const before = state.info && state.info.checkpoint;
-  if (before && JSON.stringify(before.stamp) === JSON.stringify(info.checkpoint.stamp)) return;
   state.info = info;
   state.vocab = info.checkpoint.vocab;
   $("generate").disabled = false;
