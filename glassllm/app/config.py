@@ -52,7 +52,12 @@ class TrainConfig:
     tokenizer: str = option(
         "char", "'char' (one token per character) or 'byte' (UTF-8 bytes)", choices=TOKENIZER_KINDS
     )
-    batch_size: int = option(12, "blocks per step", min=1)
+    batch_size: int = option(
+        12, "blocks per optimizer step, whatever the ranks and --grad-accum", min=1
+    )
+    grad_accum: int = option(
+        1, "micro-batches per step, their gradients summed (batch/(ranks*K) rows each)", min=1
+    )
     # optimisation
     max_iters: int = option(2000, "training steps", min=0)
     lr: float = option(1e-3, "peak learning rate", above=0.0)
@@ -125,6 +130,29 @@ class TrainConfig:
         if unknown:
             raise ValueError(f"unknown TrainConfig fields {unknown}")
         return cls(**values)
+
+
+@dataclasses.dataclass
+class LaunchConfig:
+    """How this process takes part in a run under ``mpiexec -n N`` (see
+    `glassllm.app.parallel`): settings of the launch, not of the run, so a checkpoint does not
+    record them and ``--resume`` takes them afresh."""
+
+    dist_timeout: float = option(
+        300.0,
+        "seconds a rank waits for the others at a collective before naming the silent one "
+        "and ending the job; longer than an evaluation plus a checkpoint",
+        above=0.0,
+    )
+    blas_threads: int | None = option(
+        None, "BLAS threads of each process (default: its cores / the ranks sharing them)", min=1
+    )
+
+    def validate(self) -> None:
+        """Raise one ValueError naming every option that cannot work."""
+        problems = field_problems(self, label=_dashed)
+        if problems:
+            raise ValueError("; ".join(problems))
 
 
 # Below this, float32 logits / temperature can overflow to inf and the probabilities turn to nan

@@ -42,6 +42,7 @@ from glassllm.app.config import (
     PLOT_NAME,
     TrainConfig,
 )
+from glassllm.app.parallel import TrainParallel, agreement, stop_signals
 from glassllm.app.plot import plot_losses
 from glassllm.app.run_state import (
     GeneratorStates,
@@ -55,6 +56,7 @@ from glassllm.app.run_state import (
 )
 from glassllm.checkpoint import load
 from glassllm.data import TokenSplits, get_batch, tokenize_corpus
+from glassllm.distributed import World
 from glassllm.models import GPT, GPTConfig
 from glassllm.nn.utils import clip_grad_norm_
 from glassllm.optim.lr_scheduler import cosine_with_warmup
@@ -102,23 +104,28 @@ class _StopOnCtrlC:
     default behaviour.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, announce: bool = True, signals: tuple[int, ...] = (signal.SIGINT,)) -> None:
         self.requested = False
-        self._previous: Any = None
+        self._announce = announce  # on one rank only, under mpiexec
+        self._signals = signals  # Open MPI's mpiexec forwards SIGUSR1, not SIGINT
+        self._previous: dict[int, Any] = {}
 
     def __enter__(self) -> _StopOnCtrlC:
         if threading.current_thread() is threading.main_thread():
-            self._previous = signal.signal(signal.SIGINT, self._handle)
+            for signum in self._signals:
+                self._previous[signum] = signal.signal(signum, self._handle)
         return self
 
     def __exit__(self, *exc: object) -> None:
-        if self._previous is not None:
-            signal.signal(signal.SIGINT, self._previous)
+        for signum, previous in self._previous.items():
+            signal.signal(signum, previous)
 
     def _handle(self, signum: int, frame: object) -> None:
         if self.requested:
             raise KeyboardInterrupt
         self.requested = True
+        if not self._announce:
+            return
         print(
             "\nCtrl-C: stopping after this step and saving a checkpoint (Ctrl-C again to abort)",
             file=sys.stderr,
@@ -136,15 +143,28 @@ class Trainer:
     Construction does everything that can fail because of the input (configuration, out_dir,
     data, checkpoint) and raises ValueError or OSError before any file is written or the default
     generator is reseeded: a failed construction changes nothing.
+    world: the ranks of an ``mpiexec -n N`` run (see `glassllm.app.parallel`); None: alone.
     """
 
-    def __init__(self, config: TrainConfig, resume: bool | SavedRun = False) -> None:
+    def __init__(
+        self, config: TrainConfig, resume: bool | SavedRun = False, world: World | None = None
+    ) -> None:
+        self.world = World() if world is None else world
+        with agreement(self.world):  # every rank fails together, or none does
+            self._setup(config, resume)
+        self.parallel = TrainParallel(
+            self.world, self.model, config.grad_accum, self.model_rng, config.seed, config.dropout
+        )
+        self.parallel.check_same(config.to_dict())
+
+    def _setup(self, config: TrainConfig, resume: bool | SavedRun) -> None:
         config.validate()
         self.config = config
         self.out_dir = Path(config.out_dir)
         self.checkpoint_path = self.out_dir / CHECKPOINT_NAME
         self.log_path = self.out_dir / LOG_NAME
-        check_out_dir(self.out_dir)
+        if self.world.is_main:  # the one rank that writes
+            check_out_dir(self.out_dir)
         saved = SavedRun.read(self.checkpoint_path) if resume is True else resume or None
         if saved is not None:
             saved.check_resumable(config)
@@ -181,7 +201,8 @@ class Trainer:
         self.elapsed_s = 0.0
         if saved is not None:
             self._restore(saved)
-        self.out_dir.mkdir(parents=True, exist_ok=True)
+        if self.world.is_main:
+            self.out_dir.mkdir(parents=True, exist_ok=True)
         # Last, once nothing can fail: the default generator (which layers given no rng draw from).
         glassllm.manual_seed(config.seed)
         if saved is not None:
@@ -208,7 +229,7 @@ class Trainer:
         self.best_val_loss = state.best_val_loss
         self.last_eval_iteration = state.last_eval_iteration
         self.elapsed_s = float(state.elapsed_s)
-        if state.data_sha256 != self.corpus.sha256:
+        if state.data_sha256 != self.corpus.sha256 and self.world.is_main:
             print(
                 f"glassllm: warning: {self.config.data!r} is not the text this checkpoint was "
                 "trained on; the run continues on the new text",
@@ -236,7 +257,9 @@ class Trainer:
         return self.run_state().to_metadata()
 
     def save_checkpoint(self) -> Path:
-        glassllm.save(self.checkpoint_path, self.model, self.optimizer, self.metadata())
+        """Write the checkpoint (rank 0 only: the other ranks hold the same state)."""
+        if self.world.is_main:
+            glassllm.save(self.checkpoint_path, self.model, self.optimizer, self.metadata())
         return self.checkpoint_path
 
     def _start_log(self) -> None:
@@ -263,13 +286,15 @@ class Trainer:
                 ):
                     rng = np.random.default_rng([cfg.seed, 2, index])
                     total = 0.0
-                    for _ in range(cfg.eval_iters):
+                    for i in range(cfg.eval_iters):
                         x, y = get_batch(data, cfg.block_size, cfg.batch_size, rng)
-                        total += float(self.model(x, y)[1].data)
-                    losses[split] = total / cfg.eval_iters
+                        if self.parallel.evaluates(i):  # ranks share the batches
+                            total += float(self.model(x, y)[1].data)
+                    losses[split] = total
         finally:
             self.model.train(was_training)
-        return losses
+        totals = self.parallel.sum([losses["train"], losses["val"]])
+        return {split: total / cfg.eval_iters for split, total in zip(losses, totals, strict=True)}
 
     def learning_rate(self, iteration: int) -> float:
         cfg = self.config
@@ -284,14 +309,14 @@ class Trainer:
         for group in self.optimizer.param_groups:
             group["lr"] = lr
         x, y = get_batch(self.corpus.train, cfg.block_size, cfg.batch_size, self.batch_rng)
-        _, loss = self.model(x, y)  # (B, T) -> scalar mean cross-entropy
-        loss.backward()
+        # (B, T) -> scalar mean cross-entropy; its gradient averaged over micro-batches and ranks
+        loss = self.parallel.backward(self.model, x, y, self.iteration)
         if cfg.grad_clip > 0.0:
             clip_grad_norm_(self.model.parameters(), cfg.grad_clip)
         self.optimizer.step()
         self.optimizer.zero_grad()
         self.iteration += 1
-        return float(loss.data)
+        return loss
 
     def sample_text(
         self, max_new_tokens: int, temperature: float = FINAL_SAMPLE_TEMPERATURE
@@ -326,7 +351,9 @@ class Trainer:
 
         cfg = self.config
         tokens_per_step = cfg.batch_size * cfg.block_size
-        print(self._describe(), flush=True)
+        main = self.world.is_main  # the one rank that prints and writes
+        if main:
+            print(self._describe(), flush=True)
         self._start_log()
         losses: list[float] = []
         evaluations: list[dict[str, Any]] = []
@@ -336,17 +363,17 @@ class Trainer:
         bar = tqdm(
             total=cfg.max_iters,
             initial=self.iteration,
-            disable=None if progress is None else not progress,
+            disable=(None if progress is None else not progress) if main else True,
             desc="train",
             unit="step",
             dynamic_ncols=True,
             file=sys.stderr,
         )
         try:
-            with _StopOnCtrlC() as stop:
+            with _StopOnCtrlC(main, stop_signals(self.world)) as stop:
                 while True:
                     self.elapsed_s = elapsed_before + time.perf_counter() - clock
-                    if stop.requested:
+                    if self.parallel.stop_agreed(stop.requested):
                         interrupted = True
                         self.save_checkpoint()
                         break
@@ -354,11 +381,12 @@ class Trainer:
                     if self._evaluation_due():
                         record = self._evaluate_and_checkpoint(tokens_per_step, lr)
                         evaluations.append(record)
-                        bar.write(
-                            f"step {record['iter']}: train loss {record['train_loss']:.4f}, "
-                            f"val loss {record['val_loss']:.4f}",
-                            file=sys.stdout,
-                        )
+                        if main:
+                            bar.write(
+                                f"step {record['iter']}: train loss {record['train_loss']:.4f}, "
+                                f"val loss {record['val_loss']:.4f}",
+                                file=sys.stdout,
+                            )
                     if self.iteration >= cfg.max_iters:
                         break
                     started = time.perf_counter()
@@ -378,7 +406,7 @@ class Trainer:
                             stop.requested = True
         finally:
             bar.close()
-        if interrupted:
+        if interrupted and main:  # rank 0 reports, plots and samples
             resume = "glassllm train --resume"
             if cfg.out_dir != DEFAULT_OUT_DIR:
                 resume += f" --out-dir {shlex.quote(cfg.out_dir)}"  # pasteable as printed
@@ -387,9 +415,10 @@ class Trainer:
                 f"Continue with: {resume}",
                 flush=True,
             )
-        self._plot()
+        if main:
+            self._plot()
         sample = None
-        if not interrupted and cfg.sample_tokens > 0:
+        if main and not interrupted and cfg.sample_tokens > 0:
             sample = self.sample_text(cfg.sample_tokens)
             print(
                 f"--- sample ({cfg.sample_tokens} tokens, temperature "
@@ -425,6 +454,7 @@ class Trainer:
 
     def _evaluate_and_checkpoint(self, tokens_per_step: int, lr: float) -> dict[str, Any]:
         losses = self.evaluate()
+        self.parallel.check_replicas()  # every rank still holds rank 0's model
         if self.best_val_loss is None or losses["val"] < self.best_val_loss:
             self.best_val_loss = losses["val"]
         self.last_eval_iteration = self.iteration
@@ -437,6 +467,8 @@ class Trainer:
             "elapsed_s": round(self.elapsed_s, 3),
         }
         self.save_checkpoint()  # before the log line: a logged evaluation always has its checkpoint
+        if not self.world.is_main:
+            return record
         line = json.dumps(record) + "\n"
         if self._log_head is not None:  # the run's first evaluation: start the log
             self.log_path.write_text(self._log_head + line)
