@@ -16,6 +16,7 @@ every rank with exit status 2, an error of one rank during training ends them al
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import sys
 import typing
 from collections.abc import Sequence
@@ -111,7 +112,10 @@ def _run_train(args: argparse.Namespace) -> int:
     except (*_INPUT_ERRORS, RuntimeError) as err:  # RuntimeError: a launcher but no mpi4py
         return fail(_describe(err, _TRAIN_SMALLER))
     try:
-        world.check_same(vars(args), what="command line")
+        # What each rank was asked for: the whole configuration when not resuming (else the
+        # options given: the rest comes from rank 0's checkpoint), and how it was launched.
+        asked = {"resume": True, **given} if args.resume else config.to_dict()
+        world.check_same({**asked, **dataclasses.asdict(settings)}, what="configuration")
         if args.resume:  # rank 0 reads the checkpoint once, for the configuration and the state
             saved = None
             with parallel.agreement(world):
