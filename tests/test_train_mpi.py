@@ -209,6 +209,29 @@ def test_an_exception_on_one_rank_ends_every_rank_naming_it(mpiexec, text, tmp_p
 
 
 @pytest.mark.mpi
+def test_a_desynchronised_rank_is_caught_at_the_next_evaluation(mpiexec, text, tmp_path):
+    out, seconds = fault_run(mpiexec, tmp_path, text, "desync")
+    assert out.returncode != 0 and seconds < 20
+    assert "replicas differ from rank 0: rank 1 (wte.weight)" in out.stderr
+    assert iteration(tmp_path / "out") == 2  # the desynchronised state was never saved
+    assert_samples(tmp_path / "out", tmp_path)
+
+
+@pytest.mark.mpi
+def test_resume_on_ranks_that_do_not_split_the_batch_is_one_line(mpiexec, text, tmp_path):
+    out, _ = glassllm_train(mpiexec, 0, "--data", text, *TINY, "--max-iters", "2", cwd=tmp_path)
+    assert out.returncode == 0, out.stderr
+    before = tensors(tmp_path / "out")
+    out, _ = glassllm_train(mpiexec, 2, "--resume", "--max-iters", "4", "--grad-accum", "3",
+                            cwd=tmp_path)
+    assert out.returncode == 2
+    assert out.stderr == ("glassllm: error: batch_size 8 does not split into 2 ranks x 3 "
+                          "micro-batches (6 parts); with 2 ranks grad_accum 1, 2, 4 would\n")
+    after = tensors(tmp_path / "out")
+    assert all(np.array_equal(before[name], after[name]) for name in before)
+
+
+@pytest.mark.mpi
 def test_a_hung_rank_is_named_within_the_timeout(mpiexec, text, tmp_path):
     out, seconds = fault_run(mpiexec, tmp_path, text, "hang", "--dist-timeout", "3")
     assert out.returncode != 0 and seconds < 20, out.stderr

@@ -5,7 +5,8 @@ The worker patches `glassllm.app.train.Trainer` (nothing in glassllm itself know
 then runs the real command, ``glassllm.app.main``:
 
 * FAULT ``raise``: rank RANK raises a RuntimeError at the start of step STEP; ``kill``: it sends
-  itself SIGKILL there; ``hang``: it sleeps for ever there; ``none``: no fault.
+  itself SIGKILL there; ``hang``: it sleeps for ever there; ``desync``: it changes one weight
+  there (the replica check at the next evaluation must catch it); ``none``: no fault.
 * Every rank that leaves ``Trainer.fit`` writes the step it stopped at to ``RECORD_DIR/rank<r>``.
 """
 
@@ -31,6 +32,8 @@ def patch(fault: str, fault_rank: int, fault_step: int, record_dir: Path) -> Non
             if fault == "kill":
                 sys.stdout.flush()
                 os.kill(os.getpid(), signal.SIGKILL)
+            if fault == "desync":
+                next(iter(self.model.parameters())).data.flat[0] += 0.01
             if fault == "hang":
                 while True:
                     time.sleep(1)

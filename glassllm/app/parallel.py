@@ -130,6 +130,16 @@ class TrainParallel:
     def is_main(self) -> bool:
         return self.world.is_main
 
+    def describe(self, batch_size: int) -> str:
+        """How each step is split, for the run's first line ("" for one process, one batch)."""
+        size, accum = self.world.size, self.grad_accum
+        if size == 1 and accum == 1:
+            return ""
+        threads = self.world.blas_threads
+        blas = "" if threads is None else f", {threads} BLAS thread{'s' * (threads > 1)} each"
+        return (f" | {size} rank{'s' * (size > 1)} x {accum} micro-batch"
+                f"{'es' * (accum > 1)} of {batch_size // (size * accum)} rows{blas}")
+
     def backward(self, model: Module, x: np.ndarray, y: np.ndarray, step: int) -> float:
         """Forward and backward of this rank's micro-batches of the step's batch ``(x, y)``;
         leaves every ``.grad`` the mean gradient of the whole batch (summed over micro-batches

@@ -445,6 +445,7 @@ class Trainer:
             f"{self.model.num_parameters() / 1e6:.2f}M parameters | {cfg.tokenizer} tokenizer, "
             f"vocabulary {self.tokenizer.vocab_size} | data {cfg.data}: {len(self.corpus.train):,} "
             f"training and {len(self.corpus.val):,} validation tokens | out_dir {cfg.out_dir}"
+            f"{self.parallel.describe(cfg.batch_size)}"
         )
 
     def _evaluation_due(self) -> bool:
