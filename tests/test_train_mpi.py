@@ -187,6 +187,28 @@ def test_resume_one_then_two_then_one_process_continues_the_same_run(mpiexec, te
     assert losses(tmp_path / "legs") == losses(tmp_path / "whole")
 
 
+@pytest.mark.mpi
+def test_dropout_on_two_ranks_resumes_bit_for_bit(mpiexec, text, tmp_path):
+    """Rank 1's dropout stream is a function of (seed, rank, step): nothing to save for it."""
+    common = ["--data", text, *TINY, "--dropout", "0.2", "--eval-interval", "3"]
+    out, _ = glassllm_train(mpiexec, 2, *common, "--max-iters", "6", "--out-dir", "whole",
+                            cwd=tmp_path)
+    assert out.returncode == 0, out.stderr
+    out, _ = glassllm_train(mpiexec, 2, *common, "--max-iters", "3", "--out-dir", "legs",
+                            cwd=tmp_path)
+    assert out.returncode == 0, out.stderr
+    out, _ = glassllm_train(mpiexec, 2, "--resume", "--max-iters", "6", "--out-dir", "legs",
+                            cwd=tmp_path)
+    assert out.returncode == 0, out.stderr
+    assert_same_tensors(tmp_path / "legs", tmp_path / "whole")
+    # Each rank has its own masks: 2 ranks are not 1 process accumulating 2 micro-batches.
+    out, _ = glassllm_train(mpiexec, 0, *common, "--max-iters", "6", "--grad-accum", "2",
+                            "--out-dir", "one", cwd=tmp_path)
+    assert out.returncode == 0, out.stderr
+    assert not np.array_equal(tensors(tmp_path / "one")["wte.weight"],
+                              tensors(tmp_path / "whole")["wte.weight"])
+
+
 # ------------------------------------------------------------------------------ faults
 
 
