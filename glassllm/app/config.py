@@ -52,12 +52,7 @@ class TrainConfig:
     tokenizer: str = option(
         "char", "'char' (one token per character) or 'byte' (UTF-8 bytes)", choices=TOKENIZER_KINDS
     )
-    batch_size: int = option(
-        12, "blocks per optimizer step, whatever the ranks and --grad-accum", min=1
-    )
-    grad_accum: int = option(
-        1, "micro-batches per step, their gradients summed (batch/(ranks*K) rows each)", min=1
-    )
+    batch_size: int = option(12, "blocks per step", min=1)
     # optimisation
     max_iters: int = option(2000, "training steps", min=0)
     lr: float = option(1e-3, "peak learning rate", above=0.0)
@@ -74,6 +69,12 @@ class TrainConfig:
         "clip the gradient norm to this (0: no clipping)",
         min=0.0,
         note=" (0 turns clipping off)",
+    )
+    grad_accum: int = option(
+        1,
+        "micro-batches per step, gradients summed; --batch-size stays the blocks per step, "
+        "split into ranks x K micro-batches",
+        min=1,
     )
     # evaluation, checkpoints, reproducibility
     eval_interval: int = option(250, "steps between evaluations and checkpoints", min=1)
