@@ -212,11 +212,12 @@ def test_dropout_on_two_ranks_resumes_bit_for_bit(mpiexec, text, tmp_path):
 # ------------------------------------------------------------------------------ faults
 
 
-def fault_run(mpi_exe, tmp_path, text, fault, *extra, launcher_args=(), shell=False):
+def fault_run(mpi_exe, tmp_path, text, fault, *extra, launcher_args=(), shell=False, rank=1,
+              step=3):
     records = tmp_path / "records"
     records.mkdir(exist_ok=True)
     return glassllm_train(mpi_exe, 2, "--data", text, *TINY, "--max-iters", "50",
-                          "--eval-interval", "2", *extra, worker=(fault, 1, 3, records),
+                          "--eval-interval", "2", *extra, worker=(fault, rank, step, records),
                           cwd=tmp_path, launcher_args=launcher_args, shell=shell)
 
 
@@ -251,6 +252,19 @@ def test_resume_on_ranks_that_do_not_split_the_batch_is_one_line(mpiexec, text, 
                           "micro-batches (6 parts); with 2 ranks grad_accum 1, 2, 4 would\n")
     after = tensors(tmp_path / "out")
     assert all(np.array_equal(before[name], after[name]) for name in before)
+
+
+@pytest.mark.mpi
+def test_an_error_of_rank_0_alone_ends_every_rank_with_one_line(mpiexec, text, tmp_path):
+    """The disk fills up under rank 0's checkpoint: the others, waiting at the next collective,
+    are ended with it (not left to the timeout), and the previous checkpoint stays."""
+    out, seconds = fault_run(mpiexec, tmp_path, text, "disk-full", "--dist-timeout", "60",
+                             rank=0, step=4)
+    assert out.returncode == 2 and seconds < 20, out.stderr
+    assert ("glassllm: rank 0 of 2: training stopped at step 4: [Errno 28] No space left on "
+            "device" in out.stderr)
+    assert iteration(tmp_path / "out") == 2
+    assert_samples(tmp_path / "out", tmp_path)
 
 
 @pytest.mark.mpi

@@ -6,12 +6,14 @@ then runs the real command, ``glassllm.app.main``:
 
 * FAULT ``raise``: rank RANK raises a RuntimeError at the start of step STEP; ``kill``: it sends
   itself SIGKILL there; ``hang``: it sleeps for ever there; ``desync``: it changes one weight
-  there (the replica check at the next evaluation must catch it); ``none``: no fault.
+  there (the replica check at the next evaluation must catch it); ``disk-full``: its checkpoint
+  at step STEP raises ENOSPC (an error of one rank: rank 0 writes); ``none``: no fault.
 * Every rank that leaves ``Trainer.fit`` writes the step it stopped at to ``RECORD_DIR/rank<r>``.
 """
 
 from __future__ import annotations
 
+import errno
 import os
 import signal
 import sys
@@ -23,7 +25,7 @@ from glassllm.app.train import Trainer
 
 
 def patch(fault: str, fault_rank: int, fault_step: int, record_dir: Path) -> None:
-    step, fit = Trainer.train_step, Trainer.fit
+    step, fit, save = Trainer.train_step, Trainer.fit, Trainer.save_checkpoint
 
     def train_step(self: Trainer, lr: float | None = None) -> float:
         if self.world.rank == fault_rank and self.iteration == fault_step:
@@ -39,6 +41,11 @@ def patch(fault: str, fault_rank: int, fault_step: int, record_dir: Path) -> Non
                     time.sleep(1)
         return step(self, lr)
 
+    def save_checkpoint(self: Trainer):
+        if fault == "disk-full" and self.world.rank == fault_rank and self.iteration == fault_step:
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return save(self)
+
     def recorded_fit(self: Trainer, *args, **kwargs):
         result = fit(self, *args, **kwargs)
         (record_dir / f"rank{self.world.rank}").write_text(str(self.iteration))
@@ -46,6 +53,7 @@ def patch(fault: str, fault_rank: int, fault_step: int, record_dir: Path) -> Non
 
     Trainer.train_step = train_step
     Trainer.fit = recorded_fit
+    Trainer.save_checkpoint = save_checkpoint
 
 
 if __name__ == "__main__":
