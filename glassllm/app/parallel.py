@@ -11,7 +11,8 @@ The contract of a run on N ranks with K micro-batches (``--grad-accum K``):
   ``k*N + r`` of ``batch/(N*K)`` rows (`glassllm.distributed.micro_batch`). The micro-batch
   gradients are summed (locally, then over ranks) and divided once by ``N*K``, so N ranks give
   bit for bit what one process gives with ``--grad-accum N``.
-* Rank 0 alone prints, writes the log, the checkpoint and the plot; the others compute.
+* Rank 0 alone prints (the others' stdout is muted by `start_world`), writes the log, the
+  checkpoint and the plot; the others compute.
   Evaluation batches are split over the ranks and their losses summed, so the logged loss is
   the mean over the same batches as one process evaluates.
 * Dropout: rank 0 draws its masks from the run's model generator (saved in the checkpoint);
@@ -24,7 +25,9 @@ The contract of a run on N ranks with K micro-batches (``--grad-accum K``):
 from __future__ import annotations
 
 import contextlib
+import os
 import signal
+import sys
 from collections.abc import Iterator
 from typing import Any
 
@@ -64,13 +67,17 @@ def start_world(settings: LaunchConfig) -> World:
     """Join the run this process was launched into (size 1, no MPI, without a launcher).
 
     ``settings.blas_threads`` limits this process's BLAS pool, also on one process; without
-    it, ranks sharing cores split them (`glassllm.distributed.init`). RuntimeError when a
-    launcher started ranks but mpi4py is missing (the message names the extra).
+    it, ranks sharing cores split them (`glassllm.distributed.init`). On ranks other than 0,
+    standard output is muted from here on (as PyTorch's reference scripts do): rank 0 prints
+    for the run. RuntimeError when a launcher started ranks but mpi4py is missing (the message
+    names the extra).
     """
     settings.validate()
     world = init(timeout_s=settings.dist_timeout, blas_threads=settings.blas_threads)
     if world.size == 1 and settings.blas_threads is not None:
         limit_blas_threads(settings.blas_threads)
+    if not world.is_main:  # rank 0 speaks for the run; errors still reach stderr
+        sys.stdout = open(os.devnull, "w")  # noqa: SIM115 - for the life of the process
     return world
 
 
@@ -125,6 +132,15 @@ class TrainParallel:
         self.ddp = DataParallel(model, world, grad_accum=grad_accum)
         self._model_rng, self._seed = model_rng, seed
         self._rank_dropout = world.size > 1 and world.rank > 0 and dropout > 0.0
+
+    @classmethod
+    def join(cls, trainer: Any) -> TrainParallel:
+        """The link of a `glassllm.app.train.Trainer` built on every rank: refuses ranks whose
+        configuration or model differ, and gives every rank rank 0's weights."""
+        config = trainer.config
+        trainer.world.check_same(config.to_dict())
+        return cls(trainer.world, trainer.model, config.grad_accum, trainer.model_rng,
+                   config.seed, config.dropout)
 
     @property
     def is_main(self) -> bool:
@@ -186,6 +202,3 @@ class TrainParallel:
         if self.world.size > 1:
             self.ddp.check_replicas()
 
-    def check_same(self, settings: dict[str, Any]) -> None:
-        """ValueError on every rank unless all ranks run the same configuration."""
-        self.world.check_same(settings)

@@ -143,6 +143,7 @@ class Trainer:
     Construction does everything that can fail because of the input (configuration, out_dir,
     data, checkpoint) and raises ValueError or OSError before any file is written or the default
     generator is reseeded: a failed construction changes nothing.
+
     world: the ranks of an ``mpiexec -n N`` run (see `glassllm.app.parallel`); None: alone.
     """
 
@@ -152,10 +153,7 @@ class Trainer:
         self.world = World() if world is None else world
         with agreement(self.world):  # every rank fails together, or none does
             self._setup(config, resume)
-        self.parallel = TrainParallel(
-            self.world, self.model, config.grad_accum, self.model_rng, config.seed, config.dropout
-        )
-        self.parallel.check_same(config.to_dict())
+        self.parallel = TrainParallel.join(self)  # the same model and configuration everywhere
 
     def _setup(self, config: TrainConfig, resume: bool | SavedRun) -> None:
         config.validate()
@@ -163,8 +161,7 @@ class Trainer:
         self.out_dir = Path(config.out_dir)
         self.checkpoint_path = self.out_dir / CHECKPOINT_NAME
         self.log_path = self.out_dir / LOG_NAME
-        if self.world.is_main:  # the one rank that writes
-            check_out_dir(self.out_dir)
+        check_out_dir(self.out_dir)
         saved = SavedRun.read(self.checkpoint_path) if resume is True else resume or None
         if saved is not None:
             saved.check_resumable(config)
@@ -201,8 +198,7 @@ class Trainer:
         self.elapsed_s = 0.0
         if saved is not None:
             self._restore(saved)
-        if self.world.is_main:
-            self.out_dir.mkdir(parents=True, exist_ok=True)
+        self.out_dir.mkdir(parents=True, exist_ok=True)
         # Last, once nothing can fail: the default generator (which layers given no rng draw from).
         glassllm.manual_seed(config.seed)
         if saved is not None:
@@ -257,8 +253,7 @@ class Trainer:
         return self.run_state().to_metadata()
 
     def save_checkpoint(self) -> Path:
-        """Write the checkpoint (rank 0 only: the other ranks hold the same state)."""
-        if self.world.is_main:
+        if self.world.is_main:  # every rank holds the same state
             glassllm.save(self.checkpoint_path, self.model, self.optimizer, self.metadata())
         return self.checkpoint_path
 
@@ -351,9 +346,8 @@ class Trainer:
 
         cfg = self.config
         tokens_per_step = cfg.batch_size * cfg.block_size
-        main = self.world.is_main  # the one rank that prints and writes
-        if main:
-            print(self._describe(), flush=True)
+        main = self.world.is_main  # the one rank that writes (the others' stdout is muted)
+        print(self._describe(), flush=True)
         self._start_log()
         losses: list[float] = []
         evaluations: list[dict[str, Any]] = []
@@ -381,12 +375,11 @@ class Trainer:
                     if self._evaluation_due():
                         record = self._evaluate_and_checkpoint(tokens_per_step, lr)
                         evaluations.append(record)
-                        if main:
-                            bar.write(
-                                f"step {record['iter']}: train loss {record['train_loss']:.4f}, "
-                                f"val loss {record['val_loss']:.4f}",
-                                file=sys.stdout,
-                            )
+                        bar.write(
+                            f"step {record['iter']}: train loss {record['train_loss']:.4f}, "
+                            f"val loss {record['val_loss']:.4f}",
+                            file=sys.stdout,
+                        )
                     if self.iteration >= cfg.max_iters:
                         break
                     started = time.perf_counter()
@@ -406,7 +399,7 @@ class Trainer:
                             stop.requested = True
         finally:
             bar.close()
-        if interrupted and main:  # rank 0 reports, plots and samples
+        if interrupted:
             resume = "glassllm train --resume"
             if cfg.out_dir != DEFAULT_OUT_DIR:
                 resume += f" --out-dir {shlex.quote(cfg.out_dir)}"  # pasteable as printed
@@ -415,7 +408,7 @@ class Trainer:
                 f"Continue with: {resume}",
                 flush=True,
             )
-        if main:
+        if main:  # rank 0 plots and samples
             self._plot()
         sample = None
         if main and not interrupted and cfg.sample_tokens > 0:
