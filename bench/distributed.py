@@ -10,7 +10,7 @@ global batch (same rows on every rank), runs forward+backward on this rank's row
 slower one, and the Allreduce with the division), clip and AdamW. Reported per N: median ms per
 step on the slowest rank, tokens/s of the global batch, median ms of the Allreduce and its share
 of the step, and the arrival wait. Then Allreduce alone of the tiny GPT's and of the 6x384
-model's gradient (float32) on the largest N, for the cost model in bench/distributed.md.
+model's gradient (float32) on the largest N, for the cost model in bench/RESULTS.md.
 Standalone: needs numpy, glassllm (PYTHONPATH) and the mpi extra.
 """
 

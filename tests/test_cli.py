@@ -17,9 +17,10 @@ import numpy as np
 import pytest
 
 import glassllm
+import glassllm.app.run_state
 import glassllm.nn as nn
 from glassllm.app.cli import main
-from glassllm.app.train import CHECKPOINT_NAME, LOG_NAME
+from glassllm.app.config import CHECKPOINT_NAME, LOG_NAME
 
 TEXT = "".join(f"line {i}: the quick brown fox jumps over the lazy dog.\n" for i in range(60))
 TINY = [
@@ -133,7 +134,7 @@ def test_options_map_onto_the_config_with_types(text_file, tmp_path, capsys):
     ]
     status, out, err = run(argv, capsys)
     assert status == 0, err
-    metadata = glassllm.app.train.read_checkpoint_metadata(out_dir / CHECKPOINT_NAME)
+    metadata = glassllm.app.run_state.read_checkpoint_metadata(out_dir / CHECKPOINT_NAME)
     config = metadata["train_config"]
     assert config["lr"] == 3e-3 and config["bias"] is True and config["dropout"] == 0.1
     assert config["lr_decay_iters"] == 20 and config["beta2"] == 0.95

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from glassllm.app.cli import main
-from glassllm.app.train import CHECKPOINT_NAME
+from glassllm.app.config import CHECKPOINT_NAME
 
 FIXTURE = Path(__file__).parent / "fixtures" / "hf_gpt2_tiny"
 EXPECTED = Path(__file__).parent / "fixtures" / "hf_gpt2_tiny.expected.npz"

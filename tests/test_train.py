@@ -13,16 +13,10 @@ import pytest
 from conftest import optional
 
 import glassllm
-from glassllm.app.train import (
-    CHECKPOINT_NAME,
-    LOG_NAME,
-    TrainConfig,
-    Trainer,
-    load_trained_model,
-    plot_losses,
-    read_checkpoint_metadata,
-    resume_config,
-)
+from glassllm.app.config import CHECKPOINT_NAME, LOG_NAME
+from glassllm.app.plot import plot_losses
+from glassllm.app.run_state import load_trained_model, read_checkpoint_metadata, resume_config
+from glassllm.app.train import TrainConfig, Trainer
 
 TEXT = "".join(f"line {i}: the quick brown fox jumps over the lazy dog.\n" for i in range(60))
 

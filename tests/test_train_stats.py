@@ -93,7 +93,8 @@ def test_stats_interval_rules(capsys, text_file, tmp_path):
     status = main(["train", "--data", str(text_file), "--out-dir", str(tmp_path),
                    "--stats-interval", "-1"])
     err = capsys.readouterr().err
-    assert status == 2 and err.count("\n") == 1 and "stats_interval must be in [0, 1000000000], got -1" in err
+    assert status == 2 and err.count("\n") == 1
+    assert "stats_interval must be in [0, 1000000000], got -1" in err
 
 
 def test_histogram_and_kept_lines(tmp_path):

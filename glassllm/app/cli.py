@@ -14,12 +14,16 @@ with one line).
 
 Text the program prints that the terminal's encoding cannot show (a sample of a non-ASCII corpus
 under ``PYTHONIOENCODING=ascii``) is written with backslash escapes, never an error.
+
+Under ``mpiexec -n N`` (see `glassllm.app.parallel`) rank 0 alone prints; a bad start ends
+every rank with exit status 2, an error of one rank during training ends them all.
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import io
 import sys
 import typing
@@ -67,7 +71,7 @@ _SAMPLE_SMALLER = "a smaller --num-samples or --max-new-tokens"
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from glassllm.app.config import SampleConfig, TrainConfig, ViewConfig
+    from glassllm.app.config import LaunchConfig, SampleConfig, TrainConfig, ViewConfig
     from glassllm.app.options import add_options
 
     parser = _Parser(
@@ -83,6 +87,8 @@ def build_parser() -> argparse.ArgumentParser:
         "Python documentation that ships with Python, in a few minutes on a laptop CPU.",
     )
     add_options(train, TrainConfig)
+    add_options(train.add_argument_group("on N processes (mpiexec -n N glassllm train)"),
+                LaunchConfig)
     train.add_argument(
         "--resume",
         action="store_true",
@@ -121,40 +127,74 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _run_train(args: argparse.Namespace) -> int:
-    from glassllm.app.config import DEFAULT_OUT_DIR, TrainConfig
+    from glassllm.app import parallel
+    from glassllm.app.config import DEFAULT_OUT_DIR, LaunchConfig, TrainConfig
     from glassllm.app.options import given_options
     from glassllm.app.run_state import read_for_resume
     from glassllm.app.train import Trainer, TrainingDiverged
 
+    launch = parallel.detect_launch()  # from the environment: MPI has not started
+    fail = _fail if launch is None or launch.rank == 0 else _fail_quietly
     given = given_options(args, TrainConfig)
-    saved = None
-    if args.resume:  # the checkpoint is read once, for the configuration and the state
-        try:
-            saved = read_for_resume(given.get("out_dir", DEFAULT_OUT_DIR))
-        except BrokenPipeError:
-            raise
-        except _INPUT_ERRORS as err:  # the file's fault, not the options'
-            return _fail(_describe(err, None))
     try:
-        if saved is not None:
-            trainer = Trainer(saved.resume_config(given), resume=saved)
-        else:
-            trainer = Trainer(TrainConfig(**given))
+        settings = LaunchConfig(**given_options(args, LaunchConfig))
+        settings.validate()
+        if not args.resume:  # what can be checked before MPI starts
+            config = TrainConfig(**given)
+            config.validate()
+            parallel.check_split(config.batch_size, config.grad_accum, launch)
+        world = parallel.start_world(settings)
+    except (*_INPUT_ERRORS, RuntimeError) as err:  # RuntimeError: a launcher but no mpi4py
+        return fail(_describe(err, _TRAIN_SMALLER))
+    saved = None
+    try:
+        # What each rank was asked for: the whole configuration when not resuming (else the
+        # options given: the rest comes from rank 0's checkpoint), and how it was launched.
+        asked = {"resume": True, **given} if args.resume else config.to_dict()
+        world.check_same({**asked, **dataclasses.asdict(settings)}, what="configuration")
+        if args.resume:  # rank 0 reads the checkpoint once, for the configuration and the state
+            with parallel.agreement(world):
+                if world.is_main:
+                    saved = read_for_resume(given.get("out_dir", DEFAULT_OUT_DIR))
+            saved = world.broadcast_object(saved)
     except BrokenPipeError:
         raise
-    except _INPUT_ERRORS as err:
-        return _fail(_describe(err, _TRAIN_SMALLER))
+    except _INPUT_ERRORS as err:  # the file's fault, not the options'
+        return fail(_describe(err, None))
+    try:
+        if saved is not None:
+            with parallel.agreement(world):
+                config = saved.resume_config(given)
+                parallel.check_split(config.batch_size, config.grad_accum,
+                                     parallel.Launch("", world.rank, world.size))
+        trainer = Trainer(config, resume=False if saved is None else saved, world=world)
+    except BrokenPipeError:
+        raise
+    except _INPUT_ERRORS as err:  # the same error on every rank (agreed): rank 0 prints it
+        return fail(_describe(err, _TRAIN_SMALLER))
     try:
         result = trainer.fit()  # Ctrl-C: fit saves a checkpoint and returns interrupted
     except BrokenPipeError:
         raise
-    except TrainingDiverged as err:  # says where, and that the last checkpoint is kept
-        return _fail(str(err))
+    except TrainingDiverged as err:  # every rank at the same step (the losses are summed)
+        return fail(str(err))
     except _INPUT_ERRORS as err:  # e.g. the disk filled up; the last checkpoint is intact
-        return _fail(
-            f"training stopped at step {trainer.iteration}: {_describe(err, _TRAIN_SMALLER)}"
+        message = f"training stopped at step {trainer.iteration}: " + _describe(
+            err, _TRAIN_SMALLER
         )
+        if world.size > 1:  # one rank's error: the others wait at the next collective
+            world.abort(" ".join(message.split()), EXIT_BAD_INPUT)
+        return _fail(message)
+    except KeyboardInterrupt:  # a second Ctrl-C: end every rank now
+        if world.size > 1:
+            world.abort("interrupted (a second Ctrl-C)", EXIT_INTERRUPTED)
+        raise
     return EXIT_INTERRUPTED if result.interrupted else 0
+
+
+def _fail_quietly(message: str) -> int:
+    """A rank other than 0 failing as every rank does: rank 0 prints the message."""
+    return EXIT_BAD_INPUT
 
 
 def _run_sample(args: argparse.Namespace) -> int:

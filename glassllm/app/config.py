@@ -103,6 +103,12 @@ class TrainConfig:
         min=0.0,
         note=" (0 turns clipping off)",
     )
+    grad_accum: int = option(
+        1,
+        "micro-batches per step, gradients summed; --batch-size stays the blocks per step, "
+        "split into ranks x K micro-batches",
+        min=1,
+    )
     # evaluation, checkpoints, reproducibility
     eval_interval: int = option(
         250, "steps between evaluations and checkpoints", min=1, max=MAX_STEPS
@@ -190,6 +196,29 @@ class TrainConfig:
         if unknown:
             raise ValueError(f"unknown TrainConfig fields {unknown}")
         return cls(**values)
+
+
+@dataclasses.dataclass
+class LaunchConfig:
+    """How this process takes part in a run under ``mpiexec -n N`` (see
+    `glassllm.app.parallel`): settings of the launch, not of the run, so a checkpoint does not
+    record them and ``--resume`` takes them afresh."""
+
+    dist_timeout: float = option(
+        300.0,
+        "seconds a rank waits for the others at a collective before naming the silent one "
+        "and ending the job; longer than an evaluation plus a checkpoint",
+        above=0.0,
+    )
+    blas_threads: int | None = option(
+        None, "BLAS threads of each process (default: its cores / the ranks sharing them)", min=1
+    )
+
+    def validate(self) -> None:
+        """Raise one ValueError naming every option that cannot work."""
+        problems = field_problems(self, label=_dashed)
+        if problems:
+            raise ValueError("; ".join(problems))
 
 
 # Below this, float32 logits / temperature can overflow to inf and the probabilities turn to nan

@@ -32,3 +32,14 @@ def plot_losses(log_path: str | Path, png_path: str | Path) -> bool:
     fig.savefig(png_path, dpi=100)
     plt.close(fig)
     return True
+
+
+def plot_or_say_how(log_path: str | Path, png_path: str | Path) -> None:
+    """`plot_losses`, or one line saying how to get the plot when matplotlib is missing."""
+    if not plot_losses(log_path, png_path):
+        # A source checkout (pip install -e .) has no extra to name: say both.
+        print(
+            f"{Path(png_path).name} skipped: matplotlib is not installed (pip install matplotlib, "
+            "or pip install 'glassllm[plot]')",
+            flush=True,
+        )

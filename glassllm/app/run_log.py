@@ -94,3 +94,22 @@ def _not_json(name: str) -> Any:
 
 def _is_int(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
+
+
+class RunLog:
+    """``log.jsonl`` while a run trains: ``kept`` (the records a resume keeps, "" for a fresh
+    run) is written together with the first new record, so a run that fails before its first
+    evaluation leaves an old log as it was; later records are appended."""
+
+    def __init__(self, path: str | os.PathLike[str], kept: str) -> None:
+        self.path = Path(path)
+        self._head: str | None = kept
+
+    def append(self, record: EvalRecord) -> None:
+        line = record.to_line()
+        if self._head is not None:  # the run's first evaluation: start the log
+            self.path.write_text(self._head + line)
+            self._head = None
+        else:
+            with self.path.open("a") as log:
+                log.write(line)

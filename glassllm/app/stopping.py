@@ -19,23 +19,28 @@ class StopOnCtrlC:
     default behaviour.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, announce: bool = True, signals: tuple[int, ...] = (signal.SIGINT,)) -> None:
         self.requested = False
-        self._previous: Any = None
+        self._announce = announce  # on one rank only, under mpiexec
+        self._signals = signals  # Open MPI's mpiexec forwards SIGUSR1, not SIGINT
+        self._previous: dict[int, Any] = {}
 
     def __enter__(self) -> StopOnCtrlC:
         if threading.current_thread() is threading.main_thread():
-            self._previous = signal.signal(signal.SIGINT, self._handle)
+            for signum in self._signals:
+                self._previous[signum] = signal.signal(signum, self._handle)
         return self
 
     def __exit__(self, *exc: object) -> None:
-        if self._previous is not None:
-            signal.signal(signal.SIGINT, self._previous)
+        for signum, previous in self._previous.items():
+            signal.signal(signum, previous)
 
     def _handle(self, signum: int, frame: object) -> None:
         if self.requested:
             raise KeyboardInterrupt
         self.requested = True
+        if not self._announce:
+            return
         print(
             "\nCtrl-C: stopping after this step and saving a checkpoint (Ctrl-C again to abort)",
             file=sys.stderr,

@@ -47,17 +47,10 @@ from glassllm.app.config import (
     STATS_NAME,
     TrainConfig,
 )
-from glassllm.app.plot import plot_losses
-from glassllm.app.run_log import EvalRecord, kept_log
-from glassllm.app.run_state import (
-    GeneratorStates,
-    RunState,
-    SavedRun,
-    check_out_dir,
-    load_trained_model,
-    read_checkpoint_metadata,
-    resume_config,
-)
+from glassllm.app.parallel import TrainParallel, agreement, stop_signals
+from glassllm.app.plot import plot_or_say_how
+from glassllm.app.run_log import EvalRecord, RunLog, kept_log
+from glassllm.app.run_state import GeneratorStates, RunState, SavedRun, check_out_dir
 from glassllm.app.stats import StatsLog
 from glassllm.app.stopping import StopOnCtrlC, TrainingDiverged
 from glassllm.checkpoint import load
@@ -68,26 +61,12 @@ from glassllm.data import (
     get_batch,
     tokenize_corpus,
 )
+from glassllm.distributed import World
 from glassllm.models import GPT, GPTConfig
 from glassllm.nn.utils import clip_grad_norm_
 from glassllm.optim.lr_scheduler import cosine_with_warmup
 
-__all__ = [
-    "CHECKPOINT_NAME",
-    "LOG_NAME",
-    "PLOT_NAME",
-    "TrainConfig",
-    "TrainResult",
-    "Trainer",
-    "TrainingDiverged",
-    "load_trained_model",
-    "plot_losses",
-    "read_checkpoint_metadata",
-    "resume_config",
-    "RunState",
-    "SavedRun",
-    "train",
-]
+__all__ = ["TrainConfig", "TrainResult", "Trainer", "TrainingDiverged", "train"]
 
 FINAL_SAMPLE_TEMPERATURE = 0.8  # nanoGPT's sample.py default
 
@@ -119,9 +98,19 @@ class Trainer:
     Construction does everything that can fail because of the input (configuration, out_dir,
     data, checkpoint) and raises ValueError or OSError before any file is written or the default
     generator is reseeded: a failed construction changes nothing.
+
+    world: the ranks of an ``mpiexec -n N`` run (see `glassllm.app.parallel`); None: alone.
     """
 
-    def __init__(self, config: TrainConfig, resume: bool | SavedRun = False) -> None:
+    def __init__(
+        self, config: TrainConfig, resume: bool | SavedRun = False, world: World | None = None
+    ) -> None:
+        self.world = World() if world is None else world
+        with agreement(self.world):  # every rank fails together, or none does
+            self._setup(config, resume)
+        self.parallel = TrainParallel.join(self)  # the same model and configuration everywhere
+
+    def _setup(self, config: TrainConfig, resume: bool | SavedRun) -> None:
         config.validate()
         self.config = config
         self.out_dir = Path(config.out_dir)
@@ -165,8 +154,12 @@ class Trainer:
         self.optimizer = self.model.configure_optimizer(
             config.lr, config.weight_decay, (config.beta1, config.beta2)
         )
-        self.stats = StatsLog(self.out_dir / STATS_NAME, self.model.named_parameters(),
-                              config.stats_interval, config.grad_clip)  # reads, never writes
+        self.stats = StatsLog(  # reads the model, never writes it; rank 0 alone writes the file
+            self.out_dir / STATS_NAME,
+            self.model.named_parameters(),
+            config.stats_interval if self.world.is_main else 0,
+            config.grad_clip,
+        )
         self.iteration = 0
         self.best_val_loss: float | None = None
         self.last_eval_iteration: int | None = None
@@ -202,7 +195,7 @@ class Trainer:
         self.last_eval_iteration = state.last_eval_iteration
         self.last_eval_record = state.last_eval_record
         self.elapsed_s = float(state.elapsed_s)
-        if state.data_sha256 != self.corpus.sha256:
+        if state.data_sha256 != self.corpus.sha256 and self.world.is_main:
             print(
                 f"glassllm: warning: {self.config.data!r} is not the text this checkpoint was "
                 "trained on; the run continues on the new text",
@@ -231,12 +224,13 @@ class Trainer:
         return self.run_state().to_metadata()
 
     def save_checkpoint(self) -> Path:
-        """Write the checkpoint (atomically); `TrainingDiverged` instead if a weight is not
-        finite, so that the last good checkpoint stays."""
+        """Write the checkpoint (atomically, on rank 0: every rank holds the same state);
+        `TrainingDiverged` instead if a weight is not finite, so that the last good one stays."""
         for name, param in self.model.named_parameters():
             if not np.isfinite(param.data).all():
                 self._diverged(f"the weights {name} hold NaN or infinite values")
-        glassllm.save(self.checkpoint_path, self.model, self.optimizer, self.metadata())
+        if self.world.is_main:
+            glassllm.save(self.checkpoint_path, self.model, self.optimizer, self.metadata())
         return self.checkpoint_path
 
     def _start_log(self) -> None:
@@ -246,7 +240,7 @@ class Trainer:
         kept = ""
         if self.resumed:
             kept = kept_log(self.log_path, self.last_eval_iteration, self.last_eval_record)
-        self._log_head: str | None = kept
+        self.log = RunLog(self.log_path, kept)
         self.stats.start(self.iteration if self.resumed else None)  # kept as far as the ckpt
 
     def evaluate(self) -> dict[str, float]:
@@ -266,13 +260,15 @@ class Trainer:
                 ):
                     rng = np.random.default_rng([cfg.seed, 2, index])
                     total = 0.0
-                    for _ in range(cfg.eval_iters):
+                    for i in range(cfg.eval_iters):
                         x, y = get_batch(data, cfg.block_size, cfg.batch_size, rng)
-                        total += float(self.model(x, y)[1].data)
-                    losses[split] = total / cfg.eval_iters
+                        if self.parallel.evaluates(i):  # ranks share the batches
+                            total += float(self.model(x, y)[1].data)
+                    losses[split] = total
         finally:
             self.model.train(was_training)
-        return losses
+        totals = self.parallel.sum([losses["train"], losses["val"]])
+        return {split: total / cfg.eval_iters for split, total in zip(losses, totals, strict=True)}
 
     def learning_rate(self, iteration: int) -> float:
         cfg = self.config
@@ -289,11 +285,11 @@ class Trainer:
         for group in self.optimizer.param_groups:
             group["lr"] = lr
         x, y = get_batch(self.corpus.train, cfg.block_size, cfg.batch_size, self.batch_rng)
-        _, loss = self.model(x, y)  # (B, T) -> scalar mean cross-entropy
-        loss_value = float(loss.data)
+        # (B, T) -> the whole batch's mean cross-entropy, the same on every rank; its gradient
+        # averaged over micro-batches and ranks
+        loss_value = self.parallel.backward(self.model, x, y, self.iteration)
         if not math.isfinite(loss_value):  # before the update: the weights stay as they were
             self._diverged(f"the training loss is {loss_value}")
-        loss.backward()
         norm = None
         if cfg.grad_clip > 0.0:
             norm = clip_grad_norm_(self.model.parameters(), cfg.grad_clip)
@@ -348,6 +344,7 @@ class Trainer:
 
         cfg = self.config
         tokens_per_step = cfg.batch_size * cfg.block_size
+        main = self.world.is_main  # the one rank that writes (the others' stdout is muted)
         print(self._describe(), flush=True)
         self._start_log()
         losses: list[float] = []
@@ -358,7 +355,7 @@ class Trainer:
         bar = tqdm(
             total=cfg.max_iters,
             initial=self.iteration,
-            disable=None if progress is None else not progress,
+            disable=(None if progress is None else not progress) if main else True,
             desc="train",
             unit="step",
             dynamic_ncols=True,
@@ -367,12 +364,12 @@ class Trainer:
         try:
             # NaN and overflow are caught as values (TrainingDiverged), not warned about
             with (
-                StopOnCtrlC() as stop,
+                StopOnCtrlC(main, stop_signals(self.world)) as stop,
                 np.errstate(over="ignore", invalid="ignore", divide="ignore"),
             ):
                 while True:
                     self.elapsed_s = elapsed_before + time.perf_counter() - clock
-                    if stop.requested:
+                    if self.parallel.stop_agreed(stop.requested):
                         interrupted = True
                         self.save_checkpoint()
                         break
@@ -414,9 +411,10 @@ class Trainer:
                 f"Continue with: {resume}",
                 flush=True,
             )
-        self._plot()
+        if main:  # rank 0 plots and samples
+            plot_or_say_how(self.log_path, self.out_dir / PLOT_NAME)
         sample = None
-        if not interrupted and cfg.sample_tokens > 0:
+        if main and not interrupted and cfg.sample_tokens > 0:
             with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
                 sample = self.sample_text(cfg.sample_tokens)
             print(
@@ -444,6 +442,7 @@ class Trainer:
             f"{self.model.num_parameters() / 1e6:.2f}M parameters | {cfg.tokenizer} tokenizer, "
             f"vocabulary {self.tokenizer.vocab_size} | data {cfg.data}: {len(self.corpus.train):,} "
             f"training and {len(self.corpus.val):,} validation tokens | out_dir {cfg.out_dir}"
+            f"{self.parallel.describe(cfg.batch_size)}"
         )
 
     def _evaluation_due(self) -> bool:
@@ -453,6 +452,7 @@ class Trainer:
 
     def _evaluate_and_checkpoint(self, tokens_per_step: int, lr: float) -> dict[str, Any]:
         losses = self.evaluate()
+        self.parallel.check_replicas()  # every rank still holds rank 0's model
         for split, loss in losses.items():
             if not math.isfinite(loss):  # before the checkpoint: the last good one stays
                 self._diverged(f"the {split} loss is {loss}")
@@ -473,25 +473,10 @@ class Trainer:
         # checkpoint, and a line lost by a kill before the append is restored on resume.
         self.save_checkpoint()
         record = self.last_eval_record.to_dict()
-        line = self.last_eval_record.to_line()
-        if self._log_head is not None:  # the run's first evaluation: start the log
-            self.log_path.write_text(self._log_head + line)
-            self._log_head = None
-        else:
-            with self.log_path.open("a") as log:
-                log.write(line)
+        if not self.world.is_main:
+            return record
+        self.log.append(self.last_eval_record)
         return record
-
-    def _plot(self) -> None:
-        path = self.out_dir / PLOT_NAME
-        if not plot_losses(self.log_path, path):
-            # A source checkout (pip install -e .) has no extra to name: say both.
-            print(
-                f"{PLOT_NAME} skipped: matplotlib is not installed (pip install matplotlib, "
-                "or pip install 'glassllm[plot]')",
-                flush=True,
-            )
-
 
 def train(config: TrainConfig, resume: bool = False, progress: bool | None = None) -> TrainResult:
     """Train as ``glassllm train`` does: ``train(TrainConfig(max_iters=100))``."""
