@@ -42,6 +42,7 @@ import numpy as np
 import safetensors
 import safetensors.numpy
 
+from glassllm._checks import shown
 from glassllm.atomic_file import write_bytes_atomically
 from glassllm.nn.module import Module
 from glassllm.optim.optimizer import Optimizer
@@ -156,7 +157,7 @@ def read(path: PathLike) -> Checkpoint:
     fmt = header.get(_FORMAT_KEY)
     if fmt is not None and fmt != FORMAT:
         raise CheckpointError(
-            f"checkpoint {path} has layout {_short(fmt)}; this glassllm reads {FORMAT!r}"
+            f"checkpoint {path} has layout {shown(fmt)}; this glassllm reads {FORMAT!r}"
             + ("" if intact else " (or the file is corrupted: its digest does not match)")
         )
     if not intact:
@@ -169,10 +170,6 @@ def read(path: PathLike) -> Checkpoint:
         path=path, tensors=tensors, metadata=metadata, optimizer=optimizer, verified=verified
     )
 
-
-def _short(value: Any, limit: int = 60) -> str:
-    text = repr(value)
-    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 def load(

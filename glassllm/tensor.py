@@ -83,8 +83,6 @@ class Tensor:
             for parent in parents:
                 if not isinstance(parent, Tensor):
                     raise TypeError(f"parents must be Tensors, got {type(parent).__name__}")
-            # The one tracking gate: an operation's result keeps its graph only when it
-            # requires grad and recording is on (not under no_grad). A leaf keeps its flag.
             if not (requires_grad and autograd._grad_enabled):
                 parents, backward, requires_grad = (), None, False
         self.parents: tuple[Tensor, ...] = parents
@@ -95,12 +93,7 @@ class Tensor:
     def from_op(cls, data: Any, parents: Sequence[Tensor], backward: Backward) -> Tensor:
         """An operation's result: ``Tensor(data, parents, backward, requires_grad=r)`` with
         ``r = any(p.requires_grad for p in parents)``."""
-        requires_grad = False
-        for parent in parents:
-            if parent.requires_grad:
-                requires_grad = True
-                break
-        return cls(data, parents, backward, requires_grad)
+        return cls(data, parents, backward, any(p.requires_grad for p in parents))
 
     # ----------------------------------------------------------- attributes
     @property
@@ -123,10 +116,7 @@ class Tensor:
         return len(self.data)
 
     def __bool__(self) -> bool:
-        raise TypeError(
-            "the truth value of a Tensor is not defined; test its values with NumPy on .data, "
-            "e.g. bool(t.data.all())"
-        )
+        raise TypeError("a Tensor has no truth value; test its .data with NumPy (.data.all())")
 
     def __repr__(self) -> str:
         body = np.array2string(self.data, separator=", ", prefix="Tensor(")
@@ -174,8 +164,10 @@ class Tensor:
         a, b = self, self._operand(other)
 
         def backward(g: np.ndarray):
-            return (unbroadcast(g, a.shape) if a.requires_grad else None,
-                    unbroadcast(g, b.shape) if b.requires_grad else None)
+            return (
+                unbroadcast(g, a.shape) if a.requires_grad else None,
+                unbroadcast(g, b.shape) if b.requires_grad else None,
+            )
 
         return Tensor.from_op(a.data + b.data, (a, b), backward)
 
@@ -192,8 +184,10 @@ class Tensor:
         a, b = self, self._operand(other)
 
         def backward(g: np.ndarray):
-            return (unbroadcast(g, a.shape) if a.requires_grad else None,
-                    -unbroadcast(g, b.shape) if b.requires_grad else None)
+            return (
+                unbroadcast(g, a.shape) if a.requires_grad else None,
+                -unbroadcast(g, b.shape) if b.requires_grad else None,
+            )
 
         return Tensor.from_op(a.data - b.data, (a, b), backward)
 
@@ -205,8 +199,10 @@ class Tensor:
         a, b = self, self._operand(other)
 
         def backward(g: np.ndarray):
-            return (unbroadcast(g * b.data, a.shape) if a.requires_grad else None,
-                    unbroadcast(g * a.data, b.shape) if b.requires_grad else None)
+            return (
+                unbroadcast(g * b.data, a.shape) if a.requires_grad else None,
+                unbroadcast(g * a.data, b.shape) if b.requires_grad else None,
+            )
 
         return Tensor.from_op(a.data * b.data, (a, b), backward)
 
@@ -220,8 +216,10 @@ class Tensor:
 
         def backward(g: np.ndarray):
             g_over_b = g / b.data
-            return (unbroadcast(g_over_b, a.shape) if a.requires_grad else None,
-                    unbroadcast(-g_over_b * out, b.shape) if b.requires_grad else None)
+            return (
+                unbroadcast(g_over_b, a.shape) if a.requires_grad else None,
+                unbroadcast(-g_over_b * out, b.shape) if b.requires_grad else None,
+            )
 
         return Tensor.from_op(out, (a, b), backward)
 
@@ -231,7 +229,7 @@ class Tensor:
     def __pow__(self, other: Any) -> Tensor:
         """d(a^b) = b a^(b-1) da + a^b log(a) db (the log only when b needs a gradient)."""
         a, b = self, self._operand(other)
-        out = a.data ** b.data
+        out = a.data**b.data
 
         def backward(g: np.ndarray):
             grad_a = grad_b = None

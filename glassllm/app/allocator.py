@@ -3,9 +3,8 @@
 A training step allocates and frees the same few hundred arrays each
 iteration. glibc serves blocks above ``M_MMAP_THRESHOLD`` with fresh ``mmap``
 calls and returns freed heap tops above ``M_TRIM_THRESHOLD`` to the kernel, so
-every step pays thousands of page faults to get the same memory back (the
-issue-5 probe measured ~15,000 faults per step: 77-80 ms instead of 45-49 ms).
-Raising both thresholds keeps the pages mapped and reused.
+every step pays thousands of page faults to get the same memory back (bench/RESULTS.md has the
+measured cost). Raising both thresholds keeps the pages mapped and reused.
 
 This changes process-wide allocator policy, so the library never calls it on
 import: the ``glassllm`` command and the benchmarks do, and a user's own script

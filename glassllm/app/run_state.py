@@ -52,7 +52,7 @@ from glassllm.app.config import (
     OUT_FILES,
     TrainConfig,
 )
-from glassllm.app.options import field_problems
+from glassllm.app.options import field_problems, shown
 from glassllm.app.run_log import EvalRecord
 from glassllm.checkpoint import Checkpoint, CheckpointError, load, read
 from glassllm.data import Tokenizer, tokenizer_from_dict
@@ -103,7 +103,7 @@ class GeneratorStates:
         """Inverse of `to_dict`; each state must be one that NumPy's default bit generator
         (PCG64) accepts, else a ValueError naming it (``rng.batches: ...``)."""
         if not isinstance(values, dict):
-            raise ValueError(f"rng must be a JSON object, got {_short(values)}")
+            raise ValueError(f"rng must be a JSON object, got {shown(values)}")
         states = {}
         for name in ("model", "batches", "default"):
             if name not in values:
@@ -119,10 +119,6 @@ class GeneratorStates:
             states[name] = values[name]
         return cls(**states)
 
-
-def _short(value: Any, limit: int = 60) -> str:
-    text = repr(value)
-    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 @dataclasses.dataclass
