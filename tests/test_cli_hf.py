@@ -179,7 +179,7 @@ def test_overwrite_replaces_only_a_model_directory(trained, tmp_path, capsys, mo
     monkeypatch.chdir(tmp_path)
     shutil.copy(trained, mine / CHECKPOINT_NAME)
     status, _, err = _export(mine / CHECKPOINT_NAME, mine, capsys, "--overwrite")
-    assert_one_line_error(status, err, "holds the checkpoint being exported")
+    assert_one_line_error(status, err, "holds the model's source", str(mine / CHECKPOINT_NAME))
     assert sorted(p.name for p in mine.iterdir()) == [CHECKPOINT_NAME, "config.json", "keep.txt"]
 
 

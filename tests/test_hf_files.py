@@ -111,6 +111,28 @@ def test_export_refuses_a_non_empty_directory_unless_overwrite(tmp_path):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["out"]
 
 
+def test_overwrite_replaces_only_a_model_directory_holding_neither_source_nor_cwd(
+    tmp_path, monkeypatch
+):
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / "keep.txt").write_text("mine")
+    with pytest.raises(HFFormatError, match="no config.json"):
+        save_pretrained(tiny(), None, mine, overwrite=True)
+    (mine / "config.json").write_text("{}")
+    monkeypatch.chdir(mine / ".")
+    with pytest.raises(HFFormatError, match="holds the working directory"):
+        save_pretrained(tiny(), None, mine, overwrite=True)
+    monkeypatch.chdir(tmp_path)
+    (mine / "sub").mkdir()
+    with pytest.raises(HFFormatError, match="holds the model's source"):
+        save_pretrained(tiny(), None, tmp_path / "." / "mine", overwrite=True, source=mine / "sub")
+    assert sorted(p.name for p in mine.iterdir()) == ["config.json", "keep.txt", "sub"]
+    save_pretrained(tiny(), None, mine, overwrite=True, source=tmp_path / "elsewhere")
+    assert sorted(p.name for p in mine.iterdir()) == ["config.json", "model.safetensors"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["mine"]
+
+
 def test_a_failed_export_leaves_nothing(tmp_path, monkeypatch):
     def fail(*args, **kwargs):
         raise OSError("disk full")
