@@ -80,11 +80,16 @@ HOSTILE = {
     "eps 10**400": (lambda d: edit_config_text(d, "layer_norm_epsilon", "1" + "0" * 400), "eps"),
     "huge int": (lambda d: edit_config_text(d, "n_layer", "9" * 5000), "config.json"),
     "duplicate key": (
-        lambda d: (d / "config.json").write_text('{"model_type": "gpt2", "n_layer": 2, '
-                                                 '"n_layer": 3}'), "n_layer"),  # fmt: skip
+        lambda d: (d / "config.json").write_text(
+            '{"model_type": "gpt2", "n_layer": 2, "n_layer": 3}'
+        ),
+        "n_layer",
+    ),  # fmt: skip
     "deep header": (_raw_deep_header, "nested"),
-    "metadata list": (lambda d: edit_header(d, lambda h: h.update(__metadata__=[1, 2])),
-                      "__metadata__"),  # fmt: skip
+    "metadata list": (
+        lambda d: edit_header(d, lambda h: h.update(__metadata__=[1, 2])),
+        "__metadata__",
+    ),  # fmt: skip
     "float offsets": (lambda d: edit_header(d, _float_offsets), "wte.weight"),
     "overlapping tensors": (lambda d: edit_header(d, _overlapping), "overlap"),
 }

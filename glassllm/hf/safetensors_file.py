@@ -53,8 +53,8 @@ def read_header(path: str) -> tuple[dict[str, TensorEntry], dict[str, str]]:
     implementation checks it: a JSON object of at most MAX_HEADER_BYTES, each entry a known dtype,
     a shape of non-negative integers and integer ``data_offsets`` holding exactly that many bytes,
     the entries' bytes tiling the data after the header with no gap and no overlap (so the tensors
-    together are never larger than the file), ``__metadata__`` an object of strings. A malformed
-    file raises HFFormatError."""
+    together are never larger than the file), ``__metadata__`` null or an object of strings. A
+    malformed file raises HFFormatError."""
     try:
         file_size = os.path.getsize(path)
         with open(path, "rb") as handle:
@@ -73,7 +73,8 @@ def read_header(path: str) -> tuple[dict[str, TensorEntry], dict[str, str]]:
         raise _malformed(path, str(err)) from None
     if not isinstance(header, dict):
         raise _malformed(path, "its header is not a JSON object")
-    metadata = header.pop("__metadata__", {})
+    metadata = header.pop("__metadata__", None)
+    metadata = {} if metadata is None else metadata  # null: none, as the reference reads it
     if not isinstance(metadata, dict) or not all(isinstance(v, str) for v in metadata.values()):
         raise _malformed(path, f"its __metadata__ {shown(metadata)} is not an object of strings")
     data_size = file_size - 8 - length
