@@ -10,6 +10,7 @@ import time
 from pathlib import Path
 
 import pytest
+from conftest import optional
 
 from glassllm.app.cli import main
 from glassllm.hf import HFFormatError, load_pretrained
@@ -142,6 +143,22 @@ def test_shard_names_cannot_leave_the_directory(tmp_path, shard):
     with pytest.raises(HFFormatError, match="model.safetensors.index.json") as caught:
         load_pretrained(directory)
     assert "shard" in str(caught.value)
+
+
+@pytest.mark.parametrize(
+    "name, text",
+    [("tokenizer.json", '{"model": {"type": "BPE", "vocab": [1, 2]}}'),
+     ("tokenizer.json", "[" * 10_000), ("merges.txt", "#version: 0.2\nnot-a-pair\n")],
+)  # fmt: skip
+def test_a_malformed_tokenizer_file_is_an_hf_format_error(tmp_path, name, text):
+    optional("tokenizers")
+    directory = copy_fixture(tmp_path / "gpt2")
+    if name != "tokenizer.json":
+        (directory / "tokenizer.json").unlink()
+    (directory / name).write_text(text)
+    with pytest.raises(HFFormatError, match="unreadable tokenizer") as caught:
+        load_pretrained(directory)
+    assert "\n" not in str(caught.value)
 
 
 def test_a_shard_named_plainly_loads(tmp_path):

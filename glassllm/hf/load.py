@@ -204,7 +204,8 @@ def _weight_files(path: Path) -> tuple[list[Path], list[str]]:
         bad = [s for s in shards if not _plain_shard_name(s)]
         if bad:
             return [], [
-                f"{WEIGHTS_INDEX} names shards that are not .safetensors files in {path}: "
+                f"{WEIGHTS_INDEX} names shards that are not plain .safetensors file names (in "
+                f"{path} itself): "
                 f"{listed(sorted(map(shown, bad)))}"
             ]
         missing = sorted(s for s in shards if not (path / s).is_file())
