@@ -70,7 +70,12 @@ def _overlapping(header):
     header["h.1.mlp.c_fc.weight"]["data_offsets"] = header["h.0.mlp.c_fc.weight"]["data_offsets"]
 
 
+def _head_instead_of_wte(header):
+    header["lm_head.weight"] = header.pop("wte.weight")
+
+
 HOSTILE = {
+    "lm_head, no wte": (lambda d: edit_header(d, _head_instead_of_wte), "missing tensors: wte"),
     "n_layer 10**8": (lambda d: edit_config_text(d, "n_layer", str(10**8)), "n_layer"),
     "n_layer 1000": (lambda d: edit_config_text(d, "n_layer", "1000"), "n_layer=1000"),
     "n_embd too wide": (lambda d: edit_config_text(d, "n_embd", str(2**20)), "n_embd"),

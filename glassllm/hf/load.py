@@ -177,8 +177,8 @@ def _check(path: Path) -> tuple[GPTConfig, dict[str, TensorEntry], TensorEntry |
             if headers[hf].dtype not in FLOAT_DTYPES
         ]
         head = next((headers[n] for n in (HEAD, PREFIX + HEAD) if n in headers), None)
-        if head is not None and (head.shape != headers[sources["wte.weight"]].shape
-                                 or head.dtype not in FLOAT_DTYPES):  # fmt: skip
+        wte = headers[sources["wte.weight"]] if "wte.weight" in sources else None
+        if head and wte and (head.shape != wte.shape or head.dtype not in FLOAT_DTYPES):
             problems += head_problems(np.zeros(0), np.zeros(1))  # differs, whatever it holds
     if problems:
         raise HFFormatError(f"cannot load {path}", problems)
