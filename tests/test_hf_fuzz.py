@@ -131,9 +131,10 @@ def mutate(directory: Path, rng) -> str:
                                   body))  # fmt: skip
         return f"metadata {raw[:20]}"
     if kind == 9:  # shards named by a hostile index
-        shard = str(rng.choice(["../model.safetensors", "/etc/passwd", "model.safetensors",
-                                "x.safetensors", ".safetensors", "..", "a/../model.safetensors",
-                                "nul\0.safetensors", "model.safetensors/"]))  # fmt: skip
+        shards = ["../model.safetensors", "/etc/passwd", "model.safetensors", "x.safetensors",
+                  ".safetensors", "..", "a/../model.safetensors", "nul\0.safetensors",
+                  "model.safetensors/", None, 7, ["a"], {"a": 1}]  # fmt: skip
+        shard = shards[int(rng.integers(0, len(shards)))]
         weights.rename(directory / "model-1.safetensors")
         weight_map = {n: shard if rng.random() < 0.5 else "model-1.safetensors" for n in names}
         index = {"weight_map": weight_map} if rng.random() < 0.8 else rng.choice(VALUES)

@@ -200,13 +200,13 @@ def _weight_files(path: Path) -> tuple[list[Path], list[str]]:
         weight_map = index.get("weight_map") if isinstance(index, dict) else None
         if not isinstance(weight_map, dict) or not weight_map:
             return [], [f"{WEIGHTS_INDEX} has no weight_map object naming the shards"]
-        shards = set(weight_map.values())
-        bad = [s for s in shards if not _plain_shard_name(s)]
+        bad = [s for s in weight_map.values() if not _plain_shard_name(s)]
+        shards = set(weight_map.values()) if not bad else set()
         if bad:
             return [], [
                 f"{WEIGHTS_INDEX} names shards that are not plain .safetensors file names (in "
                 f"{path} itself): "
-                f"{listed(sorted(map(shown, bad)))}"
+                f"{listed(sorted(set(map(shown, bad))))}"
             ]
         missing = sorted(s for s in shards if not (path / s).is_file())
         if missing:
