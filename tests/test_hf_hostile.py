@@ -91,6 +91,10 @@ HOSTILE = {
         ),
         "n_layer",
     ),  # fmt: skip
+    "huge config": (
+        lambda d: (d / "config.json").write_text('{"x": "' + "a" * 5 * 2**20 + '"}'),
+        "larger than 4,194,304 bytes",
+    ),
     "deep header": (_raw_deep_header, "nested"),
     "metadata list": (
         lambda d: edit_header(d, lambda h: h.update(__metadata__=[1, 2])),

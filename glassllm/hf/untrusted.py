@@ -23,8 +23,8 @@ MAX_CONTEXT = 65_536  # n_positions: one attention matrix of this many positions
 MAX_VOCAB = 1_000_000_000
 # No GPT-2 file nests deeper than a few levels (tokenizer.json: 5).
 MAX_JSON_DEPTH = 64
-# config.json and model.safetensors.index.json: GPT-2's are under 1 KB and 30 KB.
-MAX_JSON_BYTES = 16 * 2**20
+# config.json (GPT-2's: under 1 KB), model.safetensors.index.json (a line a tensor: tens of KB).
+MAX_JSON_BYTES = 4 * 2**20
 # tokenizer.json, vocab.json, merges.txt: the largest in use are tens of MB.
 MAX_TOKENIZER_BYTES = 256 * 2**20
 
