@@ -5,6 +5,7 @@ command says so in one line with exit status 2."""
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import time
 from pathlib import Path
@@ -192,3 +193,20 @@ def test_a_tensor_given_in_two_shards_is_refused(tmp_path):
     (directory / "model.safetensors.index.json").write_text(json.dumps(index))
     with pytest.raises(HFFormatError, match="given twice"):
         load_pretrained(directory)
+
+
+def test_a_fifo_is_refused_without_blocking(tmp_path):
+    directory = copy_fixture(tmp_path / "gpt2")
+    fifo = directory / "fifo.safetensors"
+    os.mkfifo(fifo)
+    from glassllm.hf import is_pretrained_path
+    from glassllm.hf.safetensors_file import read_header
+    from glassllm.hf.untrusted import read_json
+
+    assert is_pretrained_path(fifo)  # loading it says what is wrong
+    with pytest.raises(HFFormatError, match="not a regular file"):
+        read_header(str(fifo))
+    with pytest.raises(HFFormatError, match="not a regular file"):
+        read_json(fifo)
+    with pytest.raises(HFFormatError):
+        load_pretrained(fifo)

@@ -6,10 +6,10 @@ tokenizer in ``tokenizer.json`` or ``vocab.json`` + ``merges.txt``. Every file i
 checked (`glassllm.hf.untrusted`): the configuration is bounded, then held to the files' own
 tensors (the number of blocks, the embeddings' shapes) before anything is sized from it, so a
 malformed directory costs no more than reading its headers. Every check runs before a byte of
-weights is read (but one: a stored
-``lm_head.weight`` is compared with ``wte.weight`` after both are read), and every problem found
-goes into one `HFFormatError`. The model is built without drawing random initial weights (each
-array is read from the file into place): a load costs the file read, not an initialisation too.
+weights is read (but one: a stored ``lm_head.weight`` is compared with ``wte.weight`` after both
+are read), and every problem found goes into one `HFFormatError`. The model is built without
+drawing random initial weights (each array is read from the file into place): a load costs the
+file read, not an initialisation too.
 """
 
 from __future__ import annotations

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import math
 import os
+import stat
 from dataclasses import dataclass
 
 import numpy as np
@@ -56,7 +57,10 @@ def read_header(path: str) -> tuple[dict[str, TensorEntry], dict[str, str]]:
     together are never larger than the file), ``__metadata__`` null or an object of strings. A
     malformed file raises HFFormatError."""
     try:
-        file_size = os.path.getsize(path)
+        status = os.stat(path)
+        if not stat.S_ISREG(status.st_mode):  # a FIFO would block, a device never end
+            raise _malformed(path, "not a regular file")
+        file_size = status.st_size
         with open(path, "rb") as handle:
             prefix = handle.read(8)
             if len(prefix) < 8:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import stat
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
@@ -71,6 +72,8 @@ def read_json(path: str | os.PathLike[str], max_bytes: int = MAX_JSON_BYTES) -> 
     object, nested at most MAX_JSON_DEPTH deep; anything else raises HFFormatError."""
     path = Path(path)
     try:
+        if not stat.S_ISREG(os.stat(path).st_mode):  # a FIFO would block, a device never end
+            raise HFFormatError(str(path), ["not a regular file"])
         with open(path, "rb") as handle:
             data = handle.read(max_bytes + 1)
     except OSError as err:
