@@ -97,6 +97,10 @@ HOSTILE = {
         "larger than 4,194,304 bytes",
     ),
     "deep header": (_raw_deep_header, "nested"),
+    "shape of huge numbers": (
+        lambda d: edit_header(d, lambda h: h["wte.weight"].update(shape=[10**4000] * 2000)),
+        "malformed entries",
+    ),
     "metadata list": (
         lambda d: edit_header(d, lambda h: h.update(__metadata__=[1, 2])),
         "__metadata__",

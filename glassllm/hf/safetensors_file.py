@@ -117,9 +117,22 @@ def _entry(path: str, data_start: int, data_size: int, info: object) -> TensorEn
     if not isinstance(offsets, list) or len(offsets) != 2 or not all(map(_natural, offsets)):
         return None
     begin, end = offsets
-    if not begin <= end <= data_size or end - begin != math.prod(shape) * _ITEM_SIZES[dtype]:
+    if not begin <= end <= data_size or end - begin != _nbytes(shape, dtype, data_size):
         return None
     return TensorEntry(path, dtype, tuple(shape), data_start + begin)
+
+
+def _nbytes(shape: list[int], dtype: str, limit: int) -> int | None:
+    """The bytes of a tensor of ``shape``, None when above ``limit`` (found without multiplying
+    integers of thousands of digits)."""
+    if 0 in shape:
+        return 0
+    total = _ITEM_SIZES[dtype]
+    for n in shape:
+        total *= n
+        if total > limit:
+            return None
+    return total
 
 
 def _natural(value: object) -> bool:
