@@ -52,7 +52,7 @@ def write_bytes_atomically(path: str | os.PathLike[str], data: bytes) -> None:
         with contextlib.suppress(OSError):
             os.unlink(temporary)
         raise
-    _fsync_directory(directory)
+    fsync_path(directory)
     remove_stale_temporaries(path)
 
 
@@ -119,10 +119,11 @@ def _refuse_non_regular(path: str) -> None:
         raise OSError(errno.EEXIST, f"{path} is {kind}, not a regular file; not replaced")
 
 
-def _fsync_directory(directory: str) -> None:
-    """Make the rename durable; not possible on every platform (e.g. Windows)."""
+def fsync_path(path: str | os.PathLike[str]) -> None:
+    """Flush a file or a directory (making a rename in it durable) to disk; silently nothing where
+    the platform cannot (a directory on Windows)."""
     try:
-        descriptor = os.open(directory, os.O_RDONLY)
+        descriptor = os.open(path, os.O_RDONLY)
     except OSError:
         return
     try:

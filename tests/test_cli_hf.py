@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import importlib
 import json
-import os
 import shutil
 from pathlib import Path
 
 import numpy as np
 import pytest
+from conftest import optional
 
 from glassllm.app.cli import main
 from glassllm.app.config import CHECKPOINT_NAME
@@ -21,12 +20,6 @@ TINY = ["--n-layer", "1", "--n-head", "2", "--n-embd", "16", "--block-size", "16
         "--batch-size", "4", "--max-iters", "3", "--eval-interval", "2", "--eval-iters", "1",
         "--sample-tokens", "0", "--warmup-iters", "1"]  # fmt: skip
 
-
-def require(module: str):
-    """The module, or a skip when it is not installed (a failure under CI=true)."""
-    if os.environ.get("CI", "").lower() == "true":
-        return importlib.import_module(module)
-    return pytest.importorskip(module, reason=f"{module} is not installed")
 
 
 def run(argv, capsys):
@@ -52,7 +45,7 @@ def assert_one_line_error(status, err, *fragments):
 @pytest.mark.parametrize("path", [FIXTURE, FIXTURE / "model.safetensors"])
 @pytest.mark.parametrize("explain", [False, True])
 def test_sample_a_hugging_face_model_gives_transformers_greedy_ids(path, explain, capsys):
-    require("tokenizers")
+    optional("tokenizers")
     from glassllm.hf import find_tokenizer
 
     tokenizer = find_tokenizer(FIXTURE)
@@ -115,7 +108,7 @@ RUNS = {"char": [], "bpe-bias": ["--tokenizer", "bpe", "--vocab-size", "300", "-
 def trained(request, tmp_path_factory):
     """A tiny run's checkpoint path: char-level with bias off, or BPE with bias on."""
     if "bpe" in request.param:
-        require("tokenizers")
+        optional("tokenizers")
     root = tmp_path_factory.mktemp("run")
     (root / "tiny.txt").write_text(TEXT)
     argv = ["train", *TINY, *RUNS[request.param], "--data", str(root / "tiny.txt")]
@@ -129,8 +122,8 @@ def _export(checkpoint, out_dir, capsys, *extra):
 
 
 def test_export_loads_in_transformers_with_the_same_logits(trained, tmp_path, capsys):
-    torch = require("torch")
-    transformers = require("transformers")
+    torch = optional("torch")
+    transformers = optional("transformers")
     from glassllm.app.sample import open_model
 
     status, out, err = _export(trained, tmp_path / "hf", capsys)
@@ -156,7 +149,7 @@ def test_export_loads_in_transformers_with_the_same_logits(trained, tmp_path, ca
 
 
 def test_export_refuses_a_non_empty_directory_unless_overwrite(trained, tmp_path, capsys):
-    require("tokenizers")
+    optional("tokenizers")
     out_dir = tmp_path / "hf"
     status, _, err = _export(trained, out_dir, capsys)
     assert status == 0, err
@@ -172,7 +165,7 @@ def test_export_refuses_a_non_empty_directory_unless_overwrite(trained, tmp_path
 
 
 def test_overwrite_replaces_only_a_model_directory(trained, tmp_path, capsys, monkeypatch):
-    require("tokenizers")
+    optional("tokenizers")
     mine = tmp_path / "mine"
     mine.mkdir()
     (mine / "keep.txt").write_text("mine")
@@ -186,12 +179,12 @@ def test_overwrite_replaces_only_a_model_directory(trained, tmp_path, capsys, mo
     monkeypatch.chdir(tmp_path)
     shutil.copy(trained, mine / CHECKPOINT_NAME)
     status, _, err = _export(mine / CHECKPOINT_NAME, mine, capsys, "--overwrite")
-    assert_one_line_error(status, err, "holds the checkpoint being exported")
+    assert_one_line_error(status, err, "holds the model's source", str(mine / CHECKPOINT_NAME))
     assert sorted(p.name for p in mine.iterdir()) == [CHECKPOINT_NAME, "config.json", "keep.txt"]
 
 
 def test_export_a_hugging_face_directory_again(tmp_path, capsys):
-    require("tokenizers")
+    optional("tokenizers")
     from glassllm.hf import load_pretrained
 
     status, _, err = _export(FIXTURE, tmp_path / "copy", capsys)
@@ -234,7 +227,7 @@ def _train(argv, tmp_path, capsys, *extra):
 
 
 def test_bpe_train_sample_resume(tmp_path, capsys, monkeypatch):
-    require("tokenizers")
+    optional("tokenizers")
     from glassllm.app.run_state import SavedRun
     from glassllm.data import BPETokenizer, train_bpe
 

@@ -2,25 +2,18 @@
 
 from __future__ import annotations
 
-import importlib
-import os
-
 import numpy as np
 import pytest
+from conftest import optional
 
 from glassllm.data import tokenize_corpus, train_bpe
 
 TEXT = "".join(f"row {i}: naïve café, the quick brown fox.\n" for i in range(80)) + "zebra " * 40
 
 
-def require(module: str):
-    if os.environ.get("CI", "").lower() == "true":
-        return importlib.import_module(module)
-    return pytest.importorskip(module, reason=f"{module} is not installed")
-
 
 def test_bpe_is_learned_on_the_training_text_only(tmp_path):
-    require("tokenizers")
+    optional("tokenizers")
     path = tmp_path / "t.txt"
     path.write_text(TEXT, encoding="utf-8")
     splits = tokenize_corpus(str(path), "bpe", 8, vocab_size=300)

@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import importlib
 import json
-import os
 
 import numpy as np
 import pytest
+from conftest import optional
 
 from glassllm.data import (
     BPETokenizer,
@@ -20,14 +19,6 @@ from glassllm.data import (
     train_bpe,
 )
 
-
-def require(module: str):
-    """The module, or a skip when it is not installed (a failure under CI=true)."""
-    if os.environ.get("CI", "").lower() == "true":
-        return importlib.import_module(module)
-    return pytest.importorskip(module, reason=f"{module} is not installed")
-
-
 NON_ASCII = "naïve café — 日本語 🙂\r\n\t  x\n\n\n  y<|endoftext|>z\x00"
 
 
@@ -38,7 +29,7 @@ def corpus() -> str:
 
 @pytest.fixture(scope="module")
 def bpe(corpus) -> BPETokenizer:
-    require("tokenizers")
+    optional("tokenizers")
     return train_bpe(corpus, 400)
 
 
@@ -60,7 +51,7 @@ def test_training_is_deterministic(bpe, corpus):
 
 
 def test_a_small_text_gives_a_smaller_vocabulary():
-    require("tokenizers")
+    optional("tokenizers")
     tok = train_bpe("abababab", 1000)
     assert 257 < tok.vocab_size < 270
     assert tok.decode(tok.encode("abba")) == "abba"

@@ -147,7 +147,7 @@ def test_state_dict_from_hf_drops_buffers_and_a_tied_head(prefix):
 def test_state_dict_from_hf_lists_every_tensor_problem():
     hf, _ = _hf_tensors(TINY, True, np.random.default_rng(0))
     del hf["transformer.h.1.mlp.c_fc.bias"], hf["transformer.ln_f.weight"]
-    hf["transformer.h.2.ln_1.weight"] = np.ones(4, np.float32)  # a third block
+    hf["transformer.score.weight"] = np.ones(4, np.float32)
     hf["transformer.h.0.attn.c_attn.weight"] = np.zeros((4, 4), np.float32)
     hf["h.0.ln_1.bias"] = np.zeros(4, np.float32)  # the same tensor, unprefixed
     hf["lm_head.weight"] = hf["transformer.wte.weight"] + 1.0
@@ -155,10 +155,28 @@ def test_state_dict_from_hf_lists_every_tensor_problem():
         state_dict_from_hf(hf, TINY)
     message = str(caught.value)
     assert "missing tensors: h.1.mlp.c_fc.bias, ln_f.weight" in message
-    assert "unexpected tensors: transformer.h.2.ln_1.weight" in message
+    assert "unexpected tensors: transformer.score.weight" in message
     assert "transformer.h.0.ln_1.bias and h.0.ln_1.bias" in message
     assert "transformer.h.0.attn.c_attn.weight (4, 4) (expected (4, 12))" in message
     assert "untied lm_head.weight" in message
+
+
+def test_tensors_of_another_size_than_the_config_are_refused_before_matching():
+    hf, _ = _hf_tensors(TINY, True, np.random.default_rng(0))
+    hf["transformer.h.2.ln_1.weight"] = np.ones(4, np.float32)  # a third block
+    with pytest.raises(HFFormatError, match="n_layer=2 but the weights hold 3 blocks"):
+        state_dict_from_hf(hf, TINY)
+    # A configuration of 1024 blocks costs nothing against a file of 2: no name is made for it.
+    big = GPTConfig(**{**TINY.__dict__, "n_layer": 1024, "vocab_size": 7})
+    with pytest.raises(HFFormatError) as caught:
+        state_dict_from_hf(_hf_tensors(TINY, True, np.random.default_rng(0))[0], big)
+    assert caught.value.problems == [
+        "config.json has n_layer=1024 but the weights hold 2 blocks",
+        f"config.json's vocab_size=7 and n_embd=4 do not match transformer.wte.weight of shape "
+        f"({TINY.vocab_size}, 4) (expected (7, 4))",
+    ]
+    with pytest.raises(HFFormatError, match=r"n_layer=1025 \(must be an integer in \[1, 1024\]\)"):
+        config_from_hf({"model_type": "gpt2", "n_layer": 1025})
 
 
 @pytest.mark.parametrize("bias", [True, False])

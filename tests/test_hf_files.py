@@ -4,15 +4,14 @@ These run without torch, transformers or tokenizers (tests needing tokenizers sa
 
 from __future__ import annotations
 
-import importlib
 import json
-import os
 import shutil
 from pathlib import Path
 
 import numpy as np
 import pytest
 import safetensors.numpy
+from conftest import optional
 
 import glassllm
 import glassllm.nn.init as nn_init
@@ -29,12 +28,6 @@ FIXTURE = Path(__file__).parent / "fixtures" / "hf_gpt2_tiny"
 EXPECTED = Path(__file__).parent / "fixtures" / "hf_gpt2_tiny.expected.npz"
 PROMPTS = ["def f(x):\n    return", "The quick brown fox"]  # as make_gpt2_fixture.py
 
-
-def require(module: str):
-    """The module, or a skip when it is not installed (a failure under CI=true)."""
-    if os.environ.get("CI", "").lower() == "true":
-        return importlib.import_module(module)
-    return pytest.importorskip(module, reason=f"{module} is not installed")
 
 
 def tiny(bias: bool = True, seed: int = 0) -> GPT:
@@ -67,7 +60,7 @@ def test_fixture_matches_transformers_logits_and_greedy_ids(target):
 
 
 def test_fixture_tokenizer_from_tokenizer_json_and_from_vocab_merges(tmp_path):
-    require("tokenizers")
+    optional("tokenizers")
     expected = np.load(EXPECTED)
     width = expected["input_ids"].shape[1]
     model, tokenizer = load_pretrained(FIXTURE)
@@ -116,6 +109,28 @@ def test_export_refuses_a_non_empty_directory_unless_overwrite(tmp_path):
     with pytest.raises(HFFormatError, match="not a directory"):
         save_pretrained(tiny(), None, out / "config.json", overwrite=True)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["out"]
+
+
+def test_overwrite_replaces_only_a_model_directory_holding_neither_source_nor_cwd(
+    tmp_path, monkeypatch
+):
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / "keep.txt").write_text("mine")
+    with pytest.raises(HFFormatError, match="no config.json"):
+        save_pretrained(tiny(), None, mine, overwrite=True)
+    (mine / "config.json").write_text("{}")
+    monkeypatch.chdir(mine / ".")
+    with pytest.raises(HFFormatError, match="holds the working directory"):
+        save_pretrained(tiny(), None, mine, overwrite=True)
+    monkeypatch.chdir(tmp_path)
+    (mine / "sub").mkdir()
+    with pytest.raises(HFFormatError, match="holds the model's source"):
+        save_pretrained(tiny(), None, tmp_path / "." / "mine", overwrite=True, source=mine / "sub")
+    assert sorted(p.name for p in mine.iterdir()) == ["config.json", "keep.txt", "sub"]
+    save_pretrained(tiny(), None, mine, overwrite=True, source=tmp_path / "elsewhere")
+    assert sorted(p.name for p in mine.iterdir()) == ["config.json", "model.safetensors"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["mine"]
 
 
 def test_a_failed_export_leaves_nothing(tmp_path, monkeypatch):

@@ -3,23 +3,13 @@ ids, and glassllm's exports load into transformers (model and tokenizer) with th
 
 from __future__ import annotations
 
-import importlib
-import os
-
 import numpy as np
 import pytest
+from conftest import optional
 
 from glassllm.data import ByteTokenizer, CharTokenizer, train_bpe
 from glassllm.hf import load_pretrained, save_pretrained
 from glassllm.models import GPT, GPTConfig
-
-
-def require(module: str):
-    """The module, or a skip when it is not installed (a failure under CI=true)."""
-    if os.environ.get("CI", "").lower() == "true":
-        return importlib.import_module(module)
-    return pytest.importorskip(module, reason=f"{module} is not installed")
-
 
 TEXT = "First Citizen:\nBefore we proceed any further, hear me speak.\n\nAll:\nSpeak, speak.\n"
 
@@ -36,8 +26,8 @@ def _randomise(model, torch) -> None:
 
 
 def test_a_transformers_save_loads_with_the_same_logits_and_greedy_ids(tmp_path):
-    torch = require("torch")
-    transformers = require("transformers")
+    torch = optional("torch")
+    transformers = optional("transformers")
     config = transformers.GPT2Config(
         vocab_size=97, n_positions=64, n_embd=32, n_layer=2, n_head=2, bos_token_id=0,
         eos_token_id=0,
@@ -62,8 +52,8 @@ def test_a_transformers_save_loads_with_the_same_logits_and_greedy_ids(tmp_path)
 @pytest.mark.parametrize("bias", [True, False])
 @pytest.mark.parametrize("kind", ["char", "byte", "bpe"])
 def test_an_export_loads_in_transformers_with_the_same_logits_and_ids(tmp_path, bias, kind):
-    torch = require("torch")
-    transformers = require("transformers")
+    torch = optional("torch")
+    transformers = optional("transformers")
     if kind == "char":
         tokenizer = CharTokenizer.from_text(TEXT)
     elif kind == "byte":

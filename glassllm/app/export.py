@@ -5,8 +5,8 @@ Face GPT-2 directory (``config.json``, ``model.safetensors``, tokenizer files) t
 ``AutoModelForCausalLM`` and ``AutoTokenizer`` load and that computes the same logits (see
 `glassllm.hf.save_pretrained`). The source may also be a Hugging Face directory (copied in
 glassllm's layout). The directory appears whole or not at all; an existing non-empty one is
-refused unless ``--overwrite``, which replaces only a directory holding a ``config.json`` (a model
-directory) and neither the source nor the working directory.
+refused unless ``--overwrite``, which replaces only a directory that `glassllm.hf.check_target`
+allows (one holding a ``config.json``, and neither the source nor the working directory).
 """
 
 from __future__ import annotations
@@ -55,23 +55,24 @@ def export(config: ExportConfig, out: TextIO | None = None) -> Path:
     """Export as ``glassllm export`` does; returns the directory written. Every failure is a
     ValueError (or OSError) with a message for the user, raised before anything is written."""
     from glassllm.app.sample import open_model
-    from glassllm.hf import HFFormatError, save_pretrained
+    from glassllm.hf import HFFormatError, check_target, save_pretrained
 
     config.validate()
     assert config.out_dir is not None
     out_dir = Path(config.out_dir)
-    if out_dir.exists() and not out_dir.is_dir():
-        raise ValueError(f"--out-dir {str(out_dir)!r} exists and is not a directory")
-    if out_dir.is_dir() and any(out_dir.iterdir()):
-        if not config.overwrite:
-            raise ValueError(
-                f"--out-dir {str(out_dir)!r} exists and is not empty; pass --overwrite to "
-                "replace it"
-            )
-        _check_replaceable(out_dir, Path(config.checkpoint))
+    if out_dir.is_dir() and any(out_dir.iterdir()) and not config.overwrite:
+        raise ValueError(
+            f"--out-dir {str(out_dir)!r} exists and is not empty; pass --overwrite to replace it"
+        )
+    try:  # before the model is read: the library's rule for what may be replaced
+        check_target(out_dir, config.overwrite, source=config.checkpoint)
+    except HFFormatError as err:
+        raise ValueError(f"--out-dir {err}") from None
     model, tokenizer, _ = open_model(config.checkpoint)
     try:
-        path = save_pretrained(model, tokenizer, out_dir, overwrite=config.overwrite)
+        path = save_pretrained(
+            model, tokenizer, out_dir, overwrite=config.overwrite, source=config.checkpoint
+        )
     except HFFormatError as err:
         raise ValueError(f"cannot export {config.checkpoint!r}: {err}") from None
     if out is not None:
@@ -83,19 +84,3 @@ def export(config: ExportConfig, out: TextIO | None = None) -> Path:
         out.flush()
     return path
 
-
-def _check_replaceable(out_dir: Path, source: Path) -> None:
-    """``--overwrite`` replaces a whole directory: only one that holds a model (a
-    ``config.json``), and never one holding the source or the working directory."""
-    from glassllm.hf.load import CONFIG
-
-    if not (out_dir / CONFIG).is_file():
-        raise ValueError(
-            f"--overwrite replaces only a model directory, and {str(out_dir)!r} has no {CONFIG}; "
-            "remove it yourself or choose another --out-dir"
-        )
-    target = out_dir.resolve()
-    cwd = "the working directory"
-    for inside, what in ((source, "the checkpoint being exported"), (Path.cwd(), cwd)):
-        if inside.resolve().is_relative_to(target):
-            raise ValueError(f"--out-dir {str(out_dir)!r} holds {what}; choose another --out-dir")

@@ -19,11 +19,12 @@ from glassllm.hf.convert import (
     state_dict_from_hf,
     state_dict_to_hf,
 )
-from glassllm.hf.export import hf_tokenizer_of, save_pretrained
+from glassllm.hf.export import check_target, hf_tokenizer_of, save_pretrained
 from glassllm.hf.load import find_tokenizer, is_pretrained_path, load_model, load_pretrained
 
 __all__ = [
     "HFFormatError",
+    "check_target",
     "config_from_hf",
     "config_to_hf",
     "find_tokenizer",

@@ -32,11 +32,21 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
 
+from glassllm.hf.untrusted import (
+    MAX_CONTEXT,
+    MAX_HEADS,
+    MAX_LAYERS,
+    MAX_VOCAB,
+    MAX_WIDTH,
+    HFFormatError,
+    listed,
+    shown,
+)
 from glassllm.models.gpt import GPTConfig
 
 PREFIX = "transformer."
@@ -72,17 +82,15 @@ _TO_HF_BLOCK = {ours: theirs for theirs, ours in _BLOCK_NAMES.items()}
 _HF_BLOCK = re.compile(r"h\.(\d+)\.(ln_1|ln_2|attn\.c_attn|attn\.c_proj|mlp\.c_fc|mlp\.c_proj)\.")
 _OUR_BLOCK = re.compile(r"blocks\.(\d+)\.(ln_1|ln_2|attn\.qkv|attn\.proj|mlp\.fc|mlp\.proj)\.")
 _MASK_BUFFER = re.compile(r"h\.\d+\.attn\.(bias|masked_bias)")
-
-
-class HFFormatError(ValueError):
-    """A file or directory that is not a Hugging Face GPT-2 glassllm can load, or a model that
-    cannot be written as one. ``problems`` lists every problem found; the message joins them on one
-    line."""
-
-    def __init__(self, subject: str, problems: Iterable[str]) -> None:
-        self.subject = subject
-        self.problems = list(problems)
-        super().__init__(f"{subject}: {'; '.join(self.problems)}")
+_BLOCK_INDEX = re.compile(r"(?:transformer\.)?h\.(\d+)\.")
+# The shape keys of config.json and their bounds.
+_SHAPE_KEYS = {
+    "vocab_size": MAX_VOCAB,
+    "n_positions": MAX_CONTEXT,
+    "n_embd": MAX_WIDTH,
+    "n_layer": MAX_LAYERS,
+    "n_head": MAX_HEADS,
+}
 
 
 # ---------------------------------------------------------------------------- configurations
@@ -100,16 +108,15 @@ def config_from_hf(hf: Mapping[str, Any], dropout: float = 0.0) -> GPTConfig:
         raise HFFormatError("config.json", [f"expected a JSON object, got {type(hf).__name__}"])
     model_type = hf.get("model_type")
     if model_type != "gpt2":
-        raise HFFormatError(
-            "config.json", [f"model_type is {model_type!r}; glassllm loads model_type 'gpt2' only"]
-        )
+        only = "glassllm loads model_type 'gpt2' only"
+        raise HFFormatError("config.json", [f"model_type is {shown(model_type)}; {only}"])
     values = {**HF_DEFAULTS, **{k: v for k, v in hf.items() if k in HF_DEFAULTS}}
     problems = []
     shape = {}
-    for key in ("vocab_size", "n_positions", "n_embd", "n_layer", "n_head"):
+    for key, most in _SHAPE_KEYS.items():
         value = values[key]
-        if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-            problems.append(f"{key}={value!r} (must be a positive integer)")
+        if isinstance(value, bool) or not isinstance(value, int) or not 0 < value <= most:
+            problems.append(f"{key}={shown(value)} (must be an integer in [1, {most}])")
         shape[key] = value
     if not problems and shape["n_embd"] % shape["n_head"] != 0:
         problems.append(f"n_embd={shape['n_embd']} is not divisible by n_head={shape['n_head']}")
@@ -117,25 +124,29 @@ def config_from_hf(hf: Mapping[str, Any], dropout: float = 0.0) -> GPTConfig:
     if n_inner is not None and not (
         isinstance(shape["n_embd"], int) and n_inner == 4 * shape["n_embd"]
     ):
-        problems.append(f"n_inner={n_inner!r} (glassllm's MLP is 4 * n_embd wide)")
-    if values["activation_function"] not in TANH_GELUS:
+        problems.append(f"n_inner={shown(n_inner)} (glassllm's MLP is 4 * n_embd wide)")
+    if not isinstance(values["activation_function"], str) or (
+        values["activation_function"] not in TANH_GELUS
+    ):
         problems.append(
-            f"activation_function={values['activation_function']!r} (glassllm supports "
+            f"activation_function={shown(values['activation_function'])} (glassllm supports "
             f"{', '.join(TANH_GELUS)})"
         )
     eps = values["layer_norm_epsilon"]
-    if not isinstance(eps, (int, float)) or not math.isclose(eps, LAYER_NORM_EPS, rel_tol=1e-9):
-        problems.append(f"layer_norm_epsilon={eps!r} (glassllm's LayerNorm uses {LAYER_NORM_EPS})")
+    if not isinstance(eps, float) or not math.isclose(eps, LAYER_NORM_EPS, rel_tol=1e-9):
+        problems.append(
+            f"layer_norm_epsilon={shown(eps)} (glassllm's LayerNorm uses {LAYER_NORM_EPS})"
+        )
     for key, wanted in (
         ("scale_attn_weights", True),
         ("scale_attn_by_inverse_layer_idx", False),
         ("add_cross_attention", False),
     ):
         if values[key] is not wanted:
-            problems.append(f"{key}={values[key]!r} (glassllm supports {wanted})")
+            problems.append(f"{key}={shown(values[key])} (glassllm supports {wanted})")
     if values["tie_word_embeddings"] is not True:
         problems.append(
-            f"tie_word_embeddings={values['tie_word_embeddings']!r} (an untied lm_head is not "
+            f"tie_word_embeddings={shown(values['tie_word_embeddings'])} (an untied lm_head is not "
             "supported: glassllm's output head is wte.weight)"
         )
     if problems:
@@ -235,15 +246,42 @@ def name_to_hf(name: str, prefix: bool = True) -> str:
     return PREFIX + name if prefix else name
 
 
+def size_problems(shapes: Mapping[str, tuple[int, ...]], config: GPTConfig) -> list[str]:
+    """Whether the HF tensors ``shapes`` hold a model of ``config``'s size: as many blocks
+    (distinct ``h.N.`` indices) as ``n_layer``, and ``wte``/``wpe`` of shapes ``(vocab_size,
+    n_embd)``/``(n_positions, n_embd)``. Cheap whatever ``config`` says: checked before anything
+    (`expected_shapes` included) is sized from the configuration."""
+    problems = []
+    blocks = {m.group(1) for m in map(_BLOCK_INDEX.match, shapes) if m is not None}
+    if len(blocks) != config.n_layer:
+        problems.append(
+            f"config.json has n_layer={config.n_layer} but the weights hold {len(blocks)} blocks"
+        )
+    for name, rows, key in (("wte.weight", config.vocab_size, "vocab_size"),
+                            ("wpe.weight", config.block_size, "n_positions")):  # fmt: skip
+        found = next((n for n in (name, PREFIX + name) if n in shapes), None)
+        wanted = (rows, config.n_embd)
+        if found is not None and tuple(shapes[found]) != wanted:
+            problems.append(
+                f"config.json's {key}={rows} and n_embd={config.n_embd} do not match "
+                f"{found} of shape {shown(tuple(shapes[found]))} (expected {wanted})"
+            )
+    return problems
+
+
 def rename_from_hf(
     shapes: Mapping[str, tuple[int, ...]], config: GPTConfig
 ) -> tuple[dict[str, str], list[str]]:
     """Match HF tensor names (with their shapes) to the glassllm GPT of ``config``.
 
     Returns ``({glassllm name: HF name}, problems)``: problems list every missing, unexpected,
-    duplicated and mis-shaped tensor. ``lm_head.weight`` is neither: the caller checks that it
-    equals ``wte.weight`` (a tied head); mask buffers are dropped.
+    duplicated and mis-shaped tensor; only `size_problems` when the tensors are not a model of
+    ``config``'s size (then nothing is matched). ``lm_head.weight`` is neither: the caller checks
+    that it equals ``wte.weight`` (a tied head); mask buffers are dropped.
     """
+    problems = size_problems(shapes, config)
+    if problems:
+        return {}, problems
     wanted = expected_shapes(config)
     sources: dict[str, str] = {}
     unexpected, duplicated, wrong = [], [], []
@@ -260,17 +298,17 @@ def rename_from_hf(
         else:
             sources[ours] = hf_name
             if tuple(shape) != wanted[ours]:
-                wrong.append(f"{hf_name} {tuple(shape)} (expected {wanted[ours]})")
+                wrong.append(f"{hf_name} {shown(tuple(shape))} (expected {wanted[ours]})")
     missing = [name_to_hf(ours, prefix=False) for ours in wanted if ours not in sources]
     problems = []
     if missing:
-        problems.append(f"missing tensors: {', '.join(missing)}")
+        problems.append(f"missing tensors: {listed(missing)}")
     if unexpected:
-        problems.append(f"unexpected tensors: {', '.join(unexpected)}")
+        problems.append(f"unexpected tensors: {listed(unexpected)}")
     if duplicated:
-        problems.append(f"tensors given twice: {', '.join(duplicated)}")
+        problems.append(f"tensors given twice: {listed(duplicated)}")
     if wrong:
-        problems.append(f"wrong shapes: {', '.join(wrong)}")
+        problems.append(f"wrong shapes: {listed(wrong)}")
     return sources, problems
 
 
@@ -310,9 +348,9 @@ def state_dict_to_hf(
     missing = [name for name in wanted if name not in state]
     unexpected = [name for name in state if name not in wanted]
     if missing:
-        problems.append(f"missing tensors: {', '.join(missing)}")
+        problems.append(f"missing tensors: {listed(missing)}")
     if unexpected:
-        problems.append(f"unexpected tensors: {', '.join(unexpected)}")
+        problems.append(f"unexpected tensors: {listed(unexpected)}")
     problems += [
         f"{name} has shape {np.shape(state[name])}, expected {shape}"
         for name, shape in wanted.items()

@@ -18,7 +18,6 @@ directory beside it, flushed, and renamed into place.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import secrets
@@ -28,6 +27,7 @@ from typing import Any
 
 import safetensors.numpy
 
+from glassllm.atomic_file import fsync_path
 from glassllm.data.bpe import END_OF_TEXT, BPETokenizer, byte_level_alphabet, import_tokenizers
 from glassllm.data.tokenizers import ByteTokenizer, CharTokenizer
 from glassllm.hf.convert import HFFormatError, config_to_hf, state_dict_to_hf
@@ -42,14 +42,17 @@ def save_pretrained(
     tokenizer: CharTokenizer | ByteTokenizer | BPETokenizer | None,
     out_dir: str | os.PathLike[str],
     overwrite: bool = False,
+    source: str | os.PathLike[str] | None = None,
 ) -> Path:
     """Write ``model`` (and ``tokenizer``, unless None) as a Hugging Face GPT-2 directory; returns
     its path. An existing non-empty ``out_dir`` is refused unless ``overwrite``, then replaced as a
-    whole. Raises HFFormatError (a ValueError) for a model or tokenizer that cannot be written."""
+    whole, and only when `check_target` allows it (``source``: the file or directory the model was
+    read from, never replaced). Raises HFFormatError (a ValueError) for a model or tokenizer that
+    cannot be written, or a directory that may not be replaced."""
     if not isinstance(model, GPT):
         raise TypeError(f"save_pretrained writes a glassllm GPT, got {type(model).__name__}")
     out = Path(out_dir)
-    _check_target(out, overwrite)
+    check_target(out, overwrite, source)
     config = model.config
     if tokenizer is not None and tokenizer.vocab_size > config.vocab_size:
         raise HFFormatError(
@@ -73,8 +76,8 @@ def save_pretrained(
         if hf_tokenizer is not None:
             _write_tokenizer(hf_tokenizer, eos, config.block_size, temporary)
         for file in temporary.iterdir():
-            _fsync(file)
-        _fsync(temporary)
+            fsync_path(file)
+        fsync_path(temporary)
         _move_into_place(temporary, out)
     except BaseException:
         shutil.rmtree(temporary, ignore_errors=True)
@@ -119,11 +122,33 @@ def _write_tokenizer(hf: Any, eos: int | None, block_size: int, directory: Path)
     _write_json(directory / TOKENIZER_CONFIG, config)
 
 
-def _check_target(out: Path, overwrite: bool) -> None:
+def check_target(
+    out_dir: str | os.PathLike[str],
+    overwrite: bool = False,
+    source: str | os.PathLike[str] | None = None,
+) -> None:
+    """Raise HFFormatError unless `save_pretrained` may write ``out_dir``: absent or empty, or,
+    with ``overwrite``, a directory it may replace as a whole: one holding a model (a
+    ``config.json``), and holding neither ``source`` nor the working directory."""
+    out = Path(out_dir)
     if out.exists() and not out.is_dir():
         raise HFFormatError(str(out), ["exists and is not a directory"])
-    if out.is_dir() and any(out.iterdir()) and not overwrite:
+    if not (out.is_dir() and any(out.iterdir())):
+        return
+    if not overwrite:
         raise HFFormatError(str(out), ["exists and is not empty (overwrite to replace it)"])
+    problems = []
+    if not (out / CONFIG).is_file():
+        problems.append(
+            f"overwrite replaces only a model directory, and this one has no {CONFIG}: remove "
+            "it yourself or choose another directory"
+        )
+    target = out.resolve()
+    for inside, what in ((source, "the model's source"), (Path.cwd(), "the working directory")):
+        if inside is not None and Path(inside).resolve().is_relative_to(target):
+            problems.append(f"it holds {what} ({inside}), which overwrite would delete")
+    if problems:
+        raise HFFormatError(str(out), problems)
 
 
 def _move_into_place(temporary: Path, out: Path) -> None:
@@ -139,18 +164,9 @@ def _move_into_place(temporary: Path, out: Path) -> None:
         os.rename(out, old)
         os.rename(temporary, out)
         shutil.rmtree(old, ignore_errors=True)
-    _fsync(out.parent)
+    fsync_path(out.parent)
 
 
 def _write_json(path: Path, value: Any) -> None:
     path.write_text(json.dumps(value, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
 
-
-def _fsync(path: Path) -> None:
-    """Flush a file or directory to disk (directories: not possible on every platform)."""
-    with contextlib.suppress(OSError):
-        descriptor = os.open(path, os.O_RDONLY)
-        try:
-            os.fsync(descriptor)
-        finally:
-            os.close(descriptor)

@@ -1,32 +1,29 @@
 """Open a Hugging Face GPT-2 directory as a glassllm GPT (and its tokenizer).
 
 A directory holds ``config.json``, the weights in ``model.safetensors`` (or shards listed in
-``model.safetensors.index.json``), and a tokenizer in ``tokenizer.json`` or ``vocab.json`` +
-``merges.txt``. Every check runs before a byte of weights is read (but one: a stored
-``lm_head.weight`` is compared with ``wte.weight`` after both are read), and every problem found
-goes into one `HFFormatError`. The model is built without drawing random initial weights (each
-array is read from the file into place): a load costs the file read, not an initialisation too.
+``model.safetensors.index.json``: plain ``.safetensors`` file names in the directory), and a
+tokenizer in ``tokenizer.json`` or ``vocab.json`` + ``merges.txt``. Every file is hostile until
+checked (`glassllm.hf.untrusted`): the configuration is bounded, then held to the files' own
+tensors (the number of blocks, the embeddings' shapes) before anything is sized from it, so a
+malformed directory costs no more than reading its headers. Every check runs before a byte of
+weights is read (but one: a stored ``lm_head.weight`` is compared with ``wte.weight`` after both
+are read), and every problem found goes into one `HFFormatError`. The model is built without
+drawing random initial weights (each array is read from the file into place): a load costs the
+file read, not an initialisation too.
 """
 
 from __future__ import annotations
 
-import json
 import os
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from glassllm.data.bpe import BPETokenizer
-from glassllm.hf.convert import (
-    HEAD,
-    PREFIX,
-    HFFormatError,
-    config_from_hf,
-    head_problems,
-    rename_from_hf,
-)
+from glassllm.data.bpe import BPETokenizer, MissingDependencyError
+from glassllm.hf.convert import HEAD, PREFIX, config_from_hf, head_problems, rename_from_hf
 from glassllm.hf.safetensors_file import FLOAT_DTYPES, TensorEntry, read_header, read_into
+from glassllm.hf.untrusted import MAX_TOKENIZER_BYTES, HFFormatError, listed, read_json, shown
 from glassllm.models.gpt import GPT, GPTConfig
 
 CONFIG = "config.json"
@@ -50,7 +47,7 @@ def load_pretrained(
     every problem with the files.
     """
     path = Path(path)
-    config, entries = _check(path)
+    config, entries, head = _check(path)
     directory = _directory_of(path)
     tokenizer = find_tokenizer(directory)
     if tokenizer is None and require_tokenizer:
@@ -65,30 +62,47 @@ def load_pretrained(
                 f"only {config.vocab_size}"
             ],
         )
-    return _build(path, config, entries, dtype), tokenizer
+    return _build(path, config, entries, head, dtype), tokenizer
 
 
 def load_model(path: str | os.PathLike[str], dtype: Any = np.float32) -> GPT:
     """The GPT of a Hugging Face GPT-2 directory or ``model.safetensors``; see `load_pretrained`."""
     path = Path(path)
-    config, entries = _check(path)
-    return _build(path, config, entries, dtype)
+    config, entries, head = _check(path)
+    return _build(path, config, entries, head, dtype)
 
 
 def find_tokenizer(directory: str | os.PathLike[str]) -> BPETokenizer | None:
     """The tokenizer of a Hugging Face directory: ``tokenizer.json``, else ``vocab.json`` +
-    ``merges.txt``; None when it has neither."""
+    ``merges.txt``; None when it has neither. A malformed file raises HFFormatError; a missing
+    ``tokenizers`` package MissingDependencyError."""
     directory = Path(directory)
     if (directory / TOKENIZER_JSON).is_file():
-        return BPETokenizer.from_file(directory / TOKENIZER_JSON)
+        return _tokenizer(directory, [TOKENIZER_JSON], BPETokenizer.from_file)
     vocab, merges = (directory / VOCAB).is_file(), (directory / MERGES).is_file()
     if vocab and merges:
-        return BPETokenizer.from_vocab_merges(directory / VOCAB, directory / MERGES)
+        return _tokenizer(directory, [VOCAB, MERGES], BPETokenizer.from_vocab_merges)
     if vocab or merges:
         raise HFFormatError(
             str(directory), [f"{VOCAB if vocab else MERGES} without {MERGES if vocab else VOCAB}"]
         )
     return None
+
+
+def _tokenizer(directory: Path, names: list[str], read: Any) -> BPETokenizer:
+    """``read(*files)``, its errors (but a missing package) as HFFormatError."""
+    files = [directory / name for name in names]
+    too_big = [f.name for f in files if f.stat().st_size > MAX_TOKENIZER_BYTES]
+    if too_big:
+        limit = f"larger than {MAX_TOKENIZER_BYTES:,} bytes"
+        raise HFFormatError(str(directory), [f"{listed(too_big)} {limit}"])
+    try:
+        return read(*files)
+    except MissingDependencyError:
+        raise
+    except (ValueError, OSError) as err:
+        why = shown(str(err), 300)[1:-1]
+        raise HFFormatError(str(directory), [f"unreadable tokenizer ({why})"]) from None
 
 
 def is_pretrained_path(path: str | os.PathLike[str]) -> bool:
@@ -102,7 +116,7 @@ def is_pretrained_path(path: str | os.PathLike[str]) -> bool:
         return False
     try:
         metadata = read_header(str(path))[1]
-    except (OSError, ValueError):
+    except ValueError:
         return True  # loading it reports what is wrong
     return not any(key.startswith("glassllm.") for key in metadata)
 
@@ -114,8 +128,9 @@ def _directory_of(path: Path) -> Path:
     return path if path.is_dir() else path.parent
 
 
-def _check(path: Path) -> tuple[GPTConfig, dict[str, TensorEntry]]:
-    """The model's config and, for each glassllm parameter, where its values are in the files."""
+def _check(path: Path) -> tuple[GPTConfig, dict[str, TensorEntry], TensorEntry | None]:
+    """The model's config, for each glassllm parameter where its values are in the files, and
+    where a stored (tied) ``lm_head.weight`` is."""
     if not path.exists():
         raise HFFormatError(str(path), ["no such file or directory"])
     directory = _directory_of(path)
@@ -124,14 +139,11 @@ def _check(path: Path) -> tuple[GPTConfig, dict[str, TensorEntry]]:
         raise HFFormatError(where, [f"no {CONFIG} in {directory} (need {CONFIG} + {WEIGHTS})"])
     problems: list[str] = []
     config = None
-    try:
-        hf_config = json.loads((directory / CONFIG).read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
-        raise HFFormatError(str(directory / CONFIG), [f"unreadable ({err})"]) from None
+    hf_config = read_json(directory / CONFIG)
     model_type = hf_config.get("model_type") if isinstance(hf_config, dict) else None
     if model_type != "gpt2":
         holds = (
-            f"it holds a {model_type!r} model" if model_type else f"{CONFIG} has no model_type"
+            f"it holds a {shown(model_type)} model" if model_type else f"{CONFIG} has no model_type"
         )
         raise HFFormatError(str(directory), [f"{holds}; glassllm loads model_type 'gpt2' only"])
     try:
@@ -141,12 +153,20 @@ def _check(path: Path) -> tuple[GPTConfig, dict[str, TensorEntry]]:
     files, file_problems = _weight_files(path)
     problems += file_problems
     headers: dict[str, TensorEntry] = {}
+    twice = []
     for file in files:
         try:
-            headers.update(read_header(str(file))[0])
-        except (OSError, ValueError) as err:
+            entries = read_header(str(file))[0]
+        except HFFormatError as err:
             problems.append(str(err))
-    if config is not None and not file_problems:
+            continue
+        twice += [name for name in entries if name in headers]
+        headers.update(entries)
+    if twice:
+        problems.append(f"tensors given twice (in two shards): {listed(twice)}")
+    sources: dict[str, str] = {}
+    head = None
+    if config is not None and not problems:
         sources, tensor_problems = rename_from_hf(
             {name: entry.shape for name, entry in headers.items()}, config
         )
@@ -156,10 +176,14 @@ def _check(path: Path) -> tuple[GPTConfig, dict[str, TensorEntry]]:
             for hf in sources.values()
             if headers[hf].dtype not in FLOAT_DTYPES
         ]
+        head = next((headers[n] for n in (HEAD, PREFIX + HEAD) if n in headers), None)
+        wte = headers[sources["wte.weight"]] if "wte.weight" in sources else None
+        if head and wte and (head.shape != wte.shape or head.dtype not in FLOAT_DTYPES):
+            problems += head_problems(np.zeros(0), np.zeros(1))  # differs, whatever it holds
     if problems:
         raise HFFormatError(f"cannot load {path}", problems)
     assert config is not None
-    return config, {ours: headers[hf] for ours, hf in sources.items()}
+    return config, {ours: headers[hf] for ours, hf in sources.items()}, head
 
 
 def _weight_files(path: Path) -> tuple[list[Path], list[str]]:
@@ -170,14 +194,24 @@ def _weight_files(path: Path) -> tuple[list[Path], list[str]]:
         return [path / WEIGHTS], []
     if (path / WEIGHTS_INDEX).is_file():
         try:
-            index = json.loads((path / WEIGHTS_INDEX).read_text(encoding="utf-8"))
-            shards = sorted(set(index["weight_map"].values()))
-        except (OSError, ValueError, KeyError, TypeError, AttributeError) as err:
-            return [], [f"unreadable {WEIGHTS_INDEX} ({err!r})"]
-        missing = [s for s in shards if not (path / s).is_file()]
+            index = read_json(path / WEIGHTS_INDEX)
+        except HFFormatError as err:
+            return [], [str(err)]
+        weight_map = index.get("weight_map") if isinstance(index, dict) else None
+        if not isinstance(weight_map, dict) or not weight_map:
+            return [], [f"{WEIGHTS_INDEX} has no weight_map object naming the shards"]
+        bad = [s for s in weight_map.values() if not _plain_shard_name(s)]
+        shards = set(weight_map.values()) if not bad else set()
+        if bad:
+            return [], [
+                f"{WEIGHTS_INDEX} names shards that are not plain .safetensors file names (in "
+                f"{path} itself): "
+                f"{listed(sorted(set(map(shown, bad))))}"
+            ]
+        missing = sorted(s for s in shards if not (path / s).is_file())
         if missing:
-            return [], [f"missing shards listed in {WEIGHTS_INDEX}: {', '.join(missing)}"]
-        return [path / s for s in shards], []
+            return [], [f"missing shards listed in {WEIGHTS_INDEX}: {listed(missing)}"]
+        return [path / s for s in sorted(shards)], []
     pickled = [name for name in PICKLED if (path / name).is_file()]
     if pickled:
         return [], [
@@ -186,20 +220,30 @@ def _weight_files(path: Path) -> tuple[list[Path], list[str]]:
     return [], [f"no {WEIGHTS} in {path}"]
 
 
-def _head_entry(path: Path) -> TensorEntry | None:
-    """The ``lm_head.weight`` entry when the file stores the (tied) head as well."""
-    for file in _weight_files(path)[0]:
-        entries = read_header(str(file))[0]
-        for name in (HEAD, PREFIX + HEAD):
-            if name in entries:
-                return entries[name]
-    return None
+def _plain_shard_name(name: object) -> bool:
+    """A file name of the directory itself: no folder, no ``..``, ending in ``.safetensors``.
+    (A symbolic link there is followed, as for ``model.safetensors``: Hugging Face's cache
+    stores every file as one.)"""
+    return (
+        isinstance(name, str)
+        and name.endswith(".safetensors")
+        and len(name) > len(".safetensors")
+        and name == os.path.basename(name)
+        and not any(c in name for c in "/\\\0")
+        and Path(name).name == name
+    )
 
 
 # ---------------------------------------------------------------------------- building
 
 
-def _build(path: Path, config: GPTConfig, entries: dict[str, TensorEntry], dtype: Any) -> GPT:
+def _build(
+    path: Path,
+    config: GPTConfig,
+    entries: dict[str, TensorEntry],
+    head: TensorEntry | None,
+    dtype: Any,
+) -> GPT:
     """A GPT of ``config`` whose every parameter is read from ``entries``, in eval mode."""
     model = GPT(config, dtype=dtype, init=False)  # no draws: every array is read from the file
     params = dict(model.named_parameters())
@@ -207,7 +251,6 @@ def _build(path: Path, config: GPTConfig, entries: dict[str, TensorEntry], dtype
         raise RuntimeError(f"GPT's parameters {sorted(set(params) ^ set(entries))} are not mapped")
     for name, entry in entries.items():
         read_into(entry, params[name].data)
-    head = _head_entry(path)
     if head is not None:  # a stored copy of the tied head must be exactly wte.weight
         values = np.empty(head.shape, dtype=params["wte.weight"].dtype)
         read_into(head, values)

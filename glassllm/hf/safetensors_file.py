@@ -10,12 +10,14 @@ NumPy has no type for: a bfloat16 is the top 16 bits of a float32.
 
 from __future__ import annotations
 
-import json
 import math
 import os
+import stat
 from dataclasses import dataclass
 
 import numpy as np
+
+from glassllm.hf.untrusted import HFFormatError, listed, parse_json, shown
 
 # safetensors dtype -> NumPy dtype of the stored bytes (little-endian).
 FLOAT_DTYPES = {"F64": "<f8", "F32": "<f4", "F16": "<f2", "BF16": "<u2"}
@@ -42,44 +44,103 @@ class TensorEntry:
     def size(self) -> int:
         return math.prod(self.shape)
 
+    @property
+    def nbytes(self) -> int:
+        return self.size * _ITEM_SIZES[self.dtype]
+
 
 def read_header(path: str) -> tuple[dict[str, TensorEntry], dict[str, str]]:
-    """``({name: TensorEntry}, metadata)`` of a safetensors file, every entry checked against the
-    file's size; a malformed file raises ValueError."""
+    """``({name: TensorEntry}, metadata)`` of a safetensors file, checked as the reference
+    implementation checks it: a JSON object of at most MAX_HEADER_BYTES, each entry a known dtype,
+    a shape of non-negative integers and integer ``data_offsets`` holding exactly that many bytes,
+    the entries' bytes tiling the data after the header with no gap and no overlap (so the tensors
+    together are never larger than the file), ``__metadata__`` null or an object of strings. A
+    malformed file raises HFFormatError."""
     try:
-        file_size = os.path.getsize(path)
+        status = os.stat(path)
+        if not stat.S_ISREG(status.st_mode):  # a FIFO would block, a device never end
+            raise _malformed(path, "not a regular file")
+        file_size = status.st_size
         with open(path, "rb") as handle:
             prefix = handle.read(8)
             if len(prefix) < 8:
-                raise ValueError("shorter than a safetensors header")
+                raise _malformed(path, "shorter than a safetensors header")
             length = int.from_bytes(prefix, "little")
             if length > min(MAX_HEADER_BYTES, file_size - 8):
-                raise ValueError(f"its header length {length} does not fit the file")
-            header = json.loads(handle.read(length).decode("utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as err:
-        raise ValueError(f"{path!r} is not a safetensors file (its header: {err})") from None
-    except ValueError as err:
-        raise ValueError(f"{path!r} is not a safetensors file ({err})") from None
+                raise _malformed(path, f"its header length {length} does not fit the file")
+            raw = handle.read(length)
+    except OSError as err:
+        raise _malformed(path, f"unreadable ({err.strerror or err})") from None
+    try:
+        header = parse_json(raw, "its header")
+    except HFFormatError as err:
+        raise _malformed(path, str(err)) from None
     if not isinstance(header, dict):
-        raise ValueError(f"{path!r} is not a safetensors file (its header is not an object)")
-    metadata = header.pop("__metadata__", None) or {}
-    data_start = 8 + length
-    entries = {}
+        raise _malformed(path, "its header is not a JSON object")
+    metadata = header.pop("__metadata__", None)
+    metadata = {} if metadata is None else metadata  # null: none, as the reference reads it
+    if not isinstance(metadata, dict) or not all(isinstance(v, str) for v in metadata.values()):
+        raise _malformed(path, f"its __metadata__ {shown(metadata)} is not an object of strings")
+    data_size = file_size - 8 - length
+    entries, spans, bad = {}, [], []
     for name, info in header.items():
-        try:
-            dtype, shape, (begin, end) = info["dtype"], tuple(info["shape"]), info["data_offsets"]
-            if dtype not in _ITEM_SIZES or not all(isinstance(n, int) and n >= 0 for n in shape):
-                raise ValueError
-            if not 0 <= begin <= end <= file_size - data_start:
-                raise ValueError
-            if end - begin != math.prod(shape) * _ITEM_SIZES[dtype]:
-                raise ValueError
-        except (KeyError, TypeError, ValueError):
-            raise ValueError(
-                f"{path!r} has a malformed entry for tensor {name!r}: {info!r}"
-            ) from None
-        entries[name] = TensorEntry(path, dtype, shape, data_start + begin)
+        entry = _entry(path, 8 + length, data_size, info)
+        if entry is None:
+            bad.append(f"{name} {shown(info)}")
+        else:
+            entries[name] = entry
+            spans.append((entry.offset, entry.offset + entry.nbytes))
+    if bad:
+        raise _malformed(path, f"malformed entries for tensors {listed(bad, 3)}")
+    position = 8 + length
+    for begin, end in sorted(spans):
+        if begin != position:
+            why = "overlap" if begin < position else "leave a gap"
+            at = begin - 8 - length
+            raise _malformed(path, f"its tensors' data_offsets {why} (at byte {at})")
+        position = end
+    if position != file_size:
+        left = file_size - position
+        raise _malformed(path, f"its tensors do not cover the data ({left} bytes left over)")
     return entries, metadata
+
+
+def _entry(path: str, data_start: int, data_size: int, info: object) -> TensorEntry | None:
+    """The TensorEntry of one header entry, None when it is malformed."""
+    if not isinstance(info, dict):
+        return None
+    dtype, shape, offsets = info.get("dtype"), info.get("shape"), info.get("data_offsets")
+    if not isinstance(dtype, str) or dtype not in _ITEM_SIZES:
+        return None
+    if not isinstance(shape, list) or not all(_natural(n) for n in shape):
+        return None
+    if not isinstance(offsets, list) or len(offsets) != 2 or not all(map(_natural, offsets)):
+        return None
+    begin, end = offsets
+    if not begin <= end <= data_size or end - begin != _nbytes(shape, dtype, data_size):
+        return None
+    return TensorEntry(path, dtype, tuple(shape), data_start + begin)
+
+
+def _nbytes(shape: list[int], dtype: str, limit: int) -> int | None:
+    """The bytes of a tensor of ``shape``, None when above ``limit`` (found without multiplying
+    integers of thousands of digits)."""
+    if 0 in shape:
+        return 0
+    total = _ITEM_SIZES[dtype]
+    for n in shape:
+        total *= n
+        if total > limit:
+            return None
+    return total
+
+
+def _natural(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+
+def _malformed(path: str, problem: str) -> HFFormatError:
+    return HFFormatError(f"{path!r} is not a valid safetensors file", [problem])
 
 
 def read_into(entry: TensorEntry, out: np.ndarray) -> None:
@@ -105,5 +166,5 @@ def _read_exactly(handle, buffer: memoryview, entry: TensorEntry) -> None:
     while done < len(buffer):
         count = handle.readinto(buffer[done:])
         if not count:
-            raise ValueError(f"{entry.file!r} ends inside a tensor's data")
+            raise _malformed(entry.file, "it ends inside a tensor's data (changed while read?)")
         done += count
