@@ -20,6 +20,7 @@ from typing import Any
 from glassllm.app.options import field_problems, option, type_problems
 from glassllm.data import MIN_BPE_VOCAB_SIZE, TOKENIZER_KINDS, MissingDependencyError
 from glassllm.data.bpe import DEFAULT_BPE_VOCAB_SIZE, import_tokenizers
+from glassllm.models.gpt import MAX_CONTEXT, MAX_HEADS, MAX_LAYERS, MAX_VOCAB, MAX_WIDTH
 
 # The files a run writes in out_dir, and what each is (for messages).
 CHECKPOINT_NAME = "ckpt.safetensors"
@@ -30,19 +31,14 @@ OUT_FILES = {CHECKPOINT_NAME: "checkpoint", LOG_NAME: "log", PLOT_NAME: "loss pl
              STATS_NAME: "training statistics"}
 DEFAULT_OUT_DIR = "out"
 
-# Upper bounds of the options (shown by --help): far beyond what a NumPy GPT can train, and low
-# enough that no value within them makes a run endless or a model larger than any machine
-# holds, whether it was typed or read from a checkpoint.
-MAX_LAYERS = 1024
-MAX_HEADS = 1024
-MAX_WIDTH = 65_536  # n_embd: GPT-3's is 12,288
-MAX_CONTEXT = 65_536  # block_size: one attention matrix of this many positions is 16 GiB
+# Upper bounds of the options (shown by --help), whether typed or read from a checkpoint: the
+# model's shape as glassllm.models.gpt bounds it (MAX_LAYERS, ...), and no value that makes a
+# run endless.
 MAX_BATCH = 65_536
 MAX_STEPS = 1_000_000_000  # steps, warm-up, decay and evaluation intervals
 MAX_EVAL_BATCHES = 100_000  # eval_iters (nanoGPT evaluates 200)
 MAX_NEW_TOKENS = 1_000_000  # sample_tokens, max_new_tokens
 MAX_SAMPLES = 10_000
-MAX_VOCAB = 1_000_000_000  # top_k
 
 
 @dataclasses.dataclass

@@ -37,17 +37,15 @@ from typing import Any
 
 import numpy as np
 
-from glassllm.hf.untrusted import (
+from glassllm.hf.untrusted import HFFormatError, listed, shown
+from glassllm.models.gpt import (
     MAX_CONTEXT,
     MAX_HEADS,
     MAX_LAYERS,
     MAX_VOCAB,
     MAX_WIDTH,
-    HFFormatError,
-    listed,
-    shown,
+    GPTConfig,
 )
-from glassllm.models.gpt import GPTConfig
 
 PREFIX = "transformer."
 HEAD = "lm_head.weight"

@@ -16,12 +16,6 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-# The largest GPT-2 shape glassllm builds (the glassllm command's options have the same bounds).
-MAX_LAYERS = 1024
-MAX_HEADS = 1024
-MAX_WIDTH = 65_536  # n_embd
-MAX_CONTEXT = 65_536  # n_positions: one attention matrix of this many positions is 16 GiB
-MAX_VOCAB = 1_000_000_000
 # No GPT-2 file nests deeper than a few levels (tokenizer.json: 5).
 MAX_JSON_DEPTH = 64
 # config.json (GPT-2's: under 1 KB), model.safetensors.index.json (a line a tensor: tens of KB).

@@ -41,6 +41,16 @@ from glassllm.tensor import Tensor
 # Scale of every Linear weight and embedding at initialisation (GPT-2).
 INIT_STD = 0.02
 
+# The largest shape a GPT read from a file may have (a glassllm checkpoint, a Hugging Face
+# directory, the command's options): far beyond what a NumPy GPT trains, and low enough that no
+# value within them asks for a model larger than any machine holds before the file's own
+# tensors are compared with it.
+MAX_LAYERS = 1024
+MAX_HEADS = 1024
+MAX_WIDTH = 65_536  # n_embd: GPT-3's is 12,288
+MAX_CONTEXT = 65_536  # block_size: one attention matrix of this many positions is 16 GiB
+MAX_VOCAB = 1_000_000_000
+
 
 @dataclasses.dataclass
 class GPTConfig:
