@@ -358,3 +358,52 @@ def test_a_browser_opens_only_with_a_display(monkeypatch):
     assert view_server.has_display() is False
     monkeypatch.setenv("DISPLAY", ":0")
     assert view_server.has_display() is True
+
+
+# ---------------------------------------------------------------------- hostile values
+
+HOSTILE = [10**400, -(10**400), 10**4000, 1e308, -1e308, [], {}, "x", None, True,
+           [[[1.0]]], [10**400], {"a": 1}]
+
+
+@pytest.mark.parametrize(
+    "endpoint, base, fields",
+    [
+        (api.generate, {"prompt": "def ", "max_new_tokens": 1},
+         ["prompt", "ids", "max_new_tokens", "temperature", "top_k", "seed"]),
+        (api.distribution, {"prompt": "def "}, ["prompt", "ids"]),
+        (api.attention, {"ids": [1, 2], "layer": 0}, ["ids", "layer"]),
+        (api.neuron, {"ids": [1, 2], "layer": 0, "index": 0}, ["ids", "layer", "index"]),
+    ],
+)
+def test_any_json_value_in_any_field_is_an_answer_or_a_400(run, endpoint, base, fields):
+    for field in fields:
+        for value in HOSTILE:
+            try:
+                endpoint(run, {**base, field: value})
+            except ApiError as err:
+                assert err.status == 400 and len(err.message) < 300, (field, value, err.message)
+
+
+@pytest.mark.parametrize("value", HOSTILE, ids=range(len(HOSTILE)))
+def test_graph_inputs_of_any_json_value_are_an_answer_or_a_400(run, value):
+    for name in ("x1", "b"):
+        try:
+            api.graph(run, {"example": "neuron", "inputs": {name: value}})
+        except ApiError as err:
+            assert err.status == 400 and name in err.message and len(err.message) < 300
+
+
+def test_a_huge_integer_is_a_400_naming_the_field(run):
+    status, message = error_of(api.generate, run, {"prompt": "def ", "temperature": 10**400})
+    assert status == 400 and "temperature" in message
+    status, message = error_of(api.graph, run, {"example": "layer_norm",
+                                                "inputs": {"x": [1, 2, 3, 10**400]}})
+    assert status == 400 and "'x'" in message
+
+
+def test_deeply_nested_json_is_a_400(server):
+    raw = b'{"prompt": ' + b"[" * 20_000 + b"]" * 20_000 + b"}"
+    response, data = request(server, "POST", "/api/generate", raw=raw,
+                             headers={"Content-Type": "application/json"})
+    assert response.status == 400 and "JSON" in json.loads(data)["error"]
