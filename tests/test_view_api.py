@@ -12,10 +12,11 @@ from view_helpers import make_run
 
 import glassllm
 from glassllm.app.config import SampleConfig
-from glassllm.app.sample import SampleJob, TokenChoice, format_choice
+from glassllm.app.sample import EXPLAIN_TOP, SampleJob, TokenChoice, format_choice
 from glassllm.app.view import api, make_server
 from glassllm.app.view.fields import ApiError
 from glassllm.app.view.run import Run
+from glassllm.models.inspect import LENS_TOP
 
 
 @pytest.fixture(scope="module")
@@ -407,3 +408,92 @@ def test_deeply_nested_json_is_a_400(server):
     response, data = request(server, "POST", "/api/generate", raw=raw,
                              headers={"Content-Type": "application/json"})
     assert response.status == 400 and "JSON" in json.loads(data)["error"]
+
+
+# ---------------------------------------------------------------------- real models' sizes
+
+HF_TINY = __import__("pathlib").Path(__file__).parent / "fixtures" / "hf_gpt2_tiny"
+
+
+def test_a_gpt2_directory_is_inspected_and_sampled(tmp_path):
+    from conftest import optional
+
+    from glassllm.models.inspect import inspect as inspect_model
+
+    optional("tokenizers")
+    run = Run(tmp_path, checkpoint=HF_TINY)
+    vocab = run.model.config.vocab_size
+    assert len(api.info(run, {})["checkpoint"]["vocab"]) == vocab
+    answer = api.generate(run, {"prompt": "Hello world", "max_new_tokens": 6, "seed": 3,
+                                "top_k": 5})
+    assert len(answer["tokens"]) == 6
+    for token in answer["tokens"]:
+        assert token["id"] in [a["id"] for a in token["top"]]
+        for choice in token["top"]:
+            assert choice["repr"] == run.tokenizer.token_repr(choice["id"])
+    seen = api.inspect(run, {"prompt": "Hello world, hello there"})
+    ids = [t["id"] for t in seen["tokens"]]
+    assert seen["logits_diff"] < 1e-5
+    full = inspect_model(run.model, ids, full_lens=True).lens.full  # (L + 1, T, V)
+    expected = np.argsort(-full, axis=-1, kind="stable")[..., :LENS_TOP]
+    assert np.array_equal(seen["lens"]["top_ids"], expected)
+    np.testing.assert_allclose(seen["lens"]["top_p"], np.take_along_axis(full, expected, -1),
+                               atol=1e-6)
+    steps = len(ids)
+    np.testing.assert_allclose(seen["lens"]["p_next"],
+                               full[:, np.arange(steps - 1), ids[1:]], atol=1e-6)
+
+
+def test_vocabulary_maps_are_built_once_per_model(out_dir, monkeypatch):
+    run = Run(out_dir)
+    api.generate(run, {"prompt": "def ", "max_new_tokens": 3})
+    calls = []
+    for name in ("decode", "token_repr"):
+        real = getattr(run.tokenizer, name)
+        monkeypatch.setattr(run.tokenizer, name,
+                            lambda *a, _real=real, _name=name: calls.append(_name) or _real(*a))
+    api.generate(run, {"prompt": "def ", "max_new_tokens": 2})
+    api.info(run, {})
+    api.inspect(run, {"prompt": "def f"})
+    # Only generate_explained's own calls (the token and its alternatives, at each step): the
+    # token table is built once per model, not once per request (46 tokens here).
+    assert calls.count("token_repr") <= 2 * (1 + EXPLAIN_TOP) < run.model.config.vocab_size
+    assert calls.count("decode") == 0
+
+
+def test_the_inspection_cache_is_bounded_by_bytes(out_dir, monkeypatch):
+    from glassllm.app.view import run as run_module
+
+    run = Run(out_dir)
+    one = run.inspection([1, 2, 3, 4, 5, 6, 7, 8]).nbytes
+    monkeypatch.setattr(run_module, "INSPECTION_CACHE_BYTES", int(2.5 * one))
+    for start in range(1, 6):
+        run.inspection([start, 2, 3, 4, 5, 6, 7, 8])
+    assert len(run._inspections) == 2
+    assert run.inspection([5, 2, 3, 4, 5, 6, 7, 8]) is run.inspection([5, 2, 3, 4, 5, 6, 7, 8])
+    monkeypatch.setattr(run_module, "INSPECTION_CACHE_BYTES", 1)
+    latest = run.inspection(list(range(20)))  # larger than the budget: the latest stays
+    assert list(run._inspections.values()) == [latest]
+
+
+def test_inspect_of_a_large_vocabulary_keeps_memory_small():
+    """A GPT-2-sized vocabulary: /api/inspect sorts no (L + 1, T, V) array."""
+    import tracemalloc
+
+    from glassllm.data import ByteTokenizer
+    from glassllm.models import GPT, GPTConfig
+
+    config = GPTConfig(vocab_size=50257, block_size=64, n_layer=8, n_head=2, n_embd=16)
+    run = Run.of_model(GPT(config, rng=np.random.default_rng(0)), ByteTokenizer())
+    ids = np.random.default_rng(1).integers(0, 256, 64).tolist()
+    assert run.token(300)["repr"] == "<id 300 not in the tokenizer>"  # built once per model
+    logits = 64 * 50257 * 4  # bytes of the (T, V) logits; the whole lens is 9 times that
+    tracemalloc.start()
+    try:
+        answer = api.inspect(run, {"ids": ids})
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert np.array(answer["lens"]["top_ids"]).shape == (9, 64, LENS_TOP)
+    # the inspection, the plain forward and their difference: a few (T, V), never (L + 1, T, V)
+    assert peak < 4 * logits, f"peak {peak / 2**20:.1f} MiB"
