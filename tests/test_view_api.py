@@ -1,9 +1,12 @@
 """glassllm view's API functions (no server) and its HTTP surface (a real server, no browser)."""
 
 import http.client
+import importlib
 import io
 import json
 import os
+import pathlib
+import re
 import threading
 
 import numpy as np
@@ -497,3 +500,37 @@ def test_inspect_of_a_large_vocabulary_keeps_memory_small():
     assert np.array(answer["lens"]["top_ids"]).shape == (9, 64, LENS_TOP)
     # the inspection, the plain forward and their difference: a few (T, V), never (L + 1, T, V)
     assert peak < 4 * logits, f"peak {peak / 2**20:.1f} MiB"
+
+
+# ---------------------------------------------------------------------- named sources
+
+CITATION = re.compile(r"(glassllm/[\w/]+\.py)(?::\s*([A-Za-z_][\w.]*))?")
+REPO = pathlib.Path(__file__).resolve().parent.parent
+
+
+def check_citation(path, name):
+    """``path`` exists and, when given, ``name`` (function or Class.attribute) is defined in it."""
+    assert (REPO / path).is_file(), f"{path} does not exist"
+    if name:
+        module = importlib.import_module(path[:-3].replace("/", "."))
+        target = module
+        for part in name.split("."):
+            assert hasattr(target, part), f"{path} defines no {name}"
+            target = getattr(target, part)
+
+
+def test_every_file_and_function_the_page_names_exists(run):
+    view = REPO / "glassllm" / "app" / "view"
+    texts = [p.read_text() for p in sorted((view / "static").iterdir()) if p.suffix != ".svg"]
+    texts.append((view / "api.py").read_text())
+    answers = [api.generate(run, {"prompt": "def ", "max_new_tokens": 1}),
+               api.distribution(run, {"prompt": "def "}), api.inspect(run, {"prompt": "def "}),
+               api.neuron(run, {"ids": [1, 2], "layer": 0, "index": 0}),
+               api.graph_examples(run, {}), api.graph(run, {"example": "neuron"})]
+    texts += [json.dumps(answer.get("source")) + json.dumps(answer.get("sources"))
+              for answer in answers]
+    citations = {match for text in texts for match in CITATION.findall(text)}
+    assert len(citations) >= 8
+    for path, name in sorted(citations):
+        check_citation(path, name)
+    assert all(source for source in answers[2]["sources"].values())
