@@ -7,6 +7,7 @@ import json
 import os
 import pathlib
 import re
+import shutil
 import threading
 
 import numpy as np
@@ -50,7 +51,8 @@ def test_generate_prints_what_glassllm_sample_explain_prints(run, out_dir, top_k
                           num_samples=1, explain=True, **options)
     job = SampleJob.prepare(config)
     texts = job.run(out)
-    expected = [line for line in out.getvalue().splitlines() if line[:5].strip().isdigit()]
+    explain_line = re.compile(r"^ {0,4}\d+  .*\d%  \| ")  # format_choice's, not sample text
+    expected = [line for line in out.getvalue().splitlines() if explain_line.match(line)]
     mine = [format_choice(TokenChoice(t["step"], t["repr"], t["p"],
                                       [(a["repr"], a["p"]) for a in t["top"]]))
             for t in answer["tokens"]]
@@ -182,8 +184,7 @@ def test_checkpoint_is_reloaded_when_its_file_changes(tmp_path):
     run = Run(out)
     assert api.info(run, {})["checkpoint"]["iteration"] == 4
     first = api.generate(run, {"prompt": "def ", "max_new_tokens": 5})
-    make_run(out, steps=6, eval_interval=2, seed=5)
-    os.utime(out / "ckpt.safetensors", ns=(1, 10**18))  # a new stamp even on a coarse clock
+    make_run(out, steps=6, eval_interval=2, resume=True)  # the run goes on: an atomic save
     assert api.info(run, {})["checkpoint"]["iteration"] == 6
     assert api.generate(run, {"prompt": "def ", "max_new_tokens": 5}) != first
     (out / "ckpt.safetensors").write_bytes(b"not a checkpoint")
@@ -198,6 +199,7 @@ def test_a_checkpoint_replaced_while_it_is_read_is_read_again(tmp_path, monkeypa
     out = make_run(tmp_path / "out", steps=4, eval_interval=2)
     newer = make_run(tmp_path / "newer", steps=6, eval_interval=2, seed=5)
     run = Run(out)
+    shutil.copy(out / "ckpt.safetensors", tmp_path / "copy")
     real, calls = run_module.SavedRun.read, []
 
     def racing(path):
@@ -208,7 +210,7 @@ def test_a_checkpoint_replaced_while_it_is_read_is_read_again(tmp_path, monkeypa
         return real(path)
 
     monkeypatch.setattr(run_module.SavedRun, "read", racing)
-    os.utime(out / "ckpt.safetensors", ns=(1, 10**18))  # the file changed: reload it
+    os.replace(tmp_path / "copy", out / "ckpt.safetensors")  # a save: the file changed
     with run.lock:
         run.refresh()
     assert len(calls) == 2 and run.reload_error is None
@@ -216,6 +218,25 @@ def test_a_checkpoint_replaced_while_it_is_read_is_read_again(tmp_path, monkeypa
     with run.lock:
         run.refresh()  # unchanged since: not read again
     assert len(calls) == 2
+
+
+def test_an_atomic_save_of_the_same_size_and_time_is_seen(tmp_path):
+    """A save is a rename of a new file: a new inode, even where the clock is too coarse to
+    change the modification time and the size stays the same."""
+    out = make_run(tmp_path / "out", steps=2, eval_interval=2)
+    run = Run(out)
+    loaded = run.model
+    checkpoint = out / "ckpt.safetensors"
+    before = checkpoint.stat()
+    shutil.copy(checkpoint, tmp_path / "saved")
+    os.utime(tmp_path / "saved", ns=(before.st_atime_ns, before.st_mtime_ns))
+    os.replace(tmp_path / "saved", checkpoint)
+    after = checkpoint.stat()
+    assert (after.st_size, after.st_mtime_ns) == (before.st_size, before.st_mtime_ns)
+    assert after.st_ino != before.st_ino
+    with run.lock:
+        run.refresh()
+    assert run.model is not loaded and run.reload_error is None
 
 
 def test_startup_errors(tmp_path):
