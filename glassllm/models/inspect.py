@@ -142,15 +142,29 @@ def inspect(
     if idx.ndim != 1:
         raise ValueError(f"ids must be a 1-D sequence of token ids, got shape {idx.shape}")
     idx = model.check_idx(idx[None, :])  # (1, T): the model's own checks and messages
-    num_heads = model.config.n_head
+    num_heads, layers = model.config.n_head, len(model.blocks)
     embeddings: list[np.ndarray] = []
     streams: list[np.ndarray] = []
-    probabilities: list[np.ndarray] = []
+    recomputed: list[np.ndarray] = []  # P @ V of each block, (T, E)
     attention_outputs: list[np.ndarray] = []
-    activations: list[np.ndarray] = []
+    # (L, H, T, T) and (L, T, 4E), written layer by layer: no list of layers stacked afterwards,
+    # which would hold both copies at once (GPT-2 at T = 1024: 600 MB of attention)
+    attention: np.ndarray | None = None
+    mlp: np.ndarray | None = None
 
     def record_qkv(_args: tuple, qkv: Tensor) -> None:
-        probabilities.append(_packed_probabilities(qkv.data, num_heads))
+        nonlocal attention
+        probs, merged = _packed_probabilities(qkv.data, num_heads)  # (1, H, T, T), (1, T, E)
+        if attention is None:
+            attention = np.empty((layers,) + probs.shape[1:], dtype=probs.dtype)
+        attention[len(recomputed)] = probs[0]
+        recomputed.append(merged[0])
+
+    def record_gelu(_args: tuple, out: Tensor) -> None:
+        nonlocal mlp
+        if mlp is None:
+            mlp = np.empty((layers,) + out.shape[1:], dtype=out.dtype)
+        mlp[len(streams)] = out.data[0]  # block len(streams) is running
 
     with ExitStack() as stack:
         stack.enter_context(_eval_mode(model))
@@ -160,21 +174,20 @@ def inspect(
             stack.enter_context(_recording(block, lambda _a, out: streams.append(out.data)))
             stack.enter_context(_recording(block.attn.qkv, record_qkv))
             stack.enter_context(
-                _recording(block.attn.proj, lambda args, _o: attention_outputs.append(args[0].data))
+                _recording(block.attn.proj,
+                           lambda args, _o: attention_outputs.append(args[0].data[0]))
             )
-            stack.enter_context(
-                _recording(block.mlp.gelu, lambda _a, out: activations.append(out.data))
-            )
+            stack.enter_context(_recording(block.mlp.gelu, record_gelu))
         logits, _ = model(idx)  # (1, T, V)
-        if len(streams) != len(model.blocks) or len(embeddings) != 1:
+        if len(streams) != layers or len(embeddings) != 1 or len(recomputed) != layers:
             raise RuntimeError("inspect: the forward did not run each block exactly once")
+        assert attention is not None and mlp is not None
         residual = np.concatenate([embeddings[0], *streams], axis=0)  # (L + 1, T, E)
         lens = logit_lens(model, residual, idx[0], lens_top, full_lens)
 
-    attention = np.stack([p[0] for p, _ in probabilities])  # (L, H, T, T)
     check = max(
         float(np.max(np.abs(out - fused))) if out.size else 0.0
-        for (_, out), fused in zip(probabilities, attention_outputs, strict=True)
+        for out, fused in zip(recomputed, attention_outputs, strict=True)
     )
     return Inspection(
         ids=idx[0],
@@ -182,7 +195,7 @@ def inspect(
         attention=attention,
         residual=residual,
         lens=lens,
-        mlp=np.stack([a[0] for a in activations]),
+        mlp=mlp,
         attention_check=check,
     )
 
