@@ -5,8 +5,9 @@ import pytest
 
 import glassllm
 import glassllm.functional as F
+from glassllm.functional.attention import attention_probabilities
 from glassllm.models import GPT, GPTConfig
-from glassllm.models.inspect import inspect
+from glassllm.models.inspect import LENS_TOP, inspect, top_k
 
 
 def tiny_gpt(block_size=96, bias=False, seed=1):
@@ -37,16 +38,18 @@ def test_logits_equal_the_forward(length):
 def test_last_lens_row_is_softmax_of_the_logits(bias):
     model = tiny_gpt(bias=bias)
     ids = ids_of(20)
-    seen = inspect(model, ids)
+    seen = inspect(model, ids, full_lens=True)
     expected = F.softmax(model(ids[None])[0], axis=-1).data[0]
-    np.testing.assert_allclose(seen.lens[-1], expected, rtol=0, atol=1e-6)
-    np.testing.assert_allclose(seen.lens.sum(-1), 1.0, atol=1e-5)
-    assert seen.lens.shape == (4, 20, 23)
+    np.testing.assert_allclose(seen.lens.full[-1], expected, rtol=0, atol=1e-6)
+    np.testing.assert_allclose(seen.lens.full.sum(-1), 1.0, atol=1e-5)
+    assert seen.lens.full.shape == (4, 20, 23)
+    assert inspect(model, ids).lens.full is None  # the full lens is opt-in
 
 
 def test_lens_rows_read_each_stream_through_ln_f_and_the_tied_head():
     model = tiny_gpt()
-    seen = inspect(model, ids_of(12))
+    ids = ids_of(12)
+    seen = inspect(model, ids, full_lens=True)
     w = model.wte.weight.data.astype(np.float64)
     g = model.ln_f.weight.data.astype(np.float64)
     for layer in range(4):
@@ -55,7 +58,15 @@ def test_lens_rows_read_each_stream_through_ln_f_and_the_tied_head():
         logits = (xhat * g) @ w.T
         p = np.exp(logits - logits.max(-1, keepdims=True))
         p /= p.sum(-1, keepdims=True)
-        np.testing.assert_allclose(seen.lens[layer], p, rtol=0, atol=1e-5)
+        np.testing.assert_allclose(seen.lens.full[layer], p, rtol=0, atol=1e-5)
+        # What is kept by default: the top tokens and the actual next token's probability.
+        expected = np.argsort(-p, axis=-1, kind="stable")[:, :LENS_TOP]
+        assert np.array_equal(seen.lens.top_ids[layer], expected)
+        np.testing.assert_allclose(seen.lens.top_p[layer],
+                                   np.take_along_axis(p, expected, -1), rtol=0, atol=1e-5)
+        np.testing.assert_allclose(seen.lens.next_p[layer], p[np.arange(11), ids[1:]],
+                                   rtol=0, atol=1e-5)
+    assert seen.lens.top_ids.shape == (4, 12, LENS_TOP) and seen.lens.next_p.shape == (4, 11)
 
 
 def test_attention_rows_sum_to_one_with_a_zero_upper_triangle():
@@ -128,3 +139,79 @@ def test_recording_is_removed_when_the_forward_raises():
         inspect(model, [[1, 2]])
     assert all("forward" not in m.__dict__ for m in model.modules())
     assert glassllm.is_grad_enabled()
+
+
+def test_top_k_is_a_sorted_partial_sort():
+    rng = np.random.default_rng(0)
+    values = rng.standard_normal((3, 5, 40)).astype(np.float32)
+    ids, top = top_k(values, 6)
+    assert np.array_equal(ids, np.argsort(-values, axis=-1, kind="stable")[..., :6])
+    assert np.array_equal(top, np.take_along_axis(values, ids, -1)) and top.dtype == np.float32
+    ties = np.array([[1.0, 3.0, 3.0, 0.0, 3.0]])
+    assert top_k(ties, 3)[0].tolist() == [[1, 2, 4]]  # equal values: the lower index first
+    assert top_k(ties, 9)[0].tolist() == [[1, 2, 4, 0, 3]]  # k > n: all of them
+
+
+def test_the_lens_of_a_large_vocabulary_stays_small():
+    """A GPT-2-sized vocabulary: the pass keeps top-k per cell, never (L + 1, T, V) at once."""
+    import tracemalloc
+
+    config = GPTConfig(vocab_size=50257, block_size=64, n_layer=8, n_head=2, n_embd=16)
+    model = GPT(config, rng=np.random.default_rng(0))
+    ids = np.random.default_rng(1).integers(0, 50257, 64)
+    logits = 64 * 50257 * 4  # bytes of the (T, V) logits; the whole lens is 9 times that
+    tracemalloc.start()
+    try:
+        seen = inspect(model, ids)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert seen.lens.full is None and seen.lens.top_ids.shape == (9, 64, LENS_TOP)
+    assert peak < 2.5 * logits, f"peak {peak / 2**20:.1f} MiB"
+    assert seen.nbytes < 1.2 * logits  # what a cache holds: the logits, and small arrays
+
+
+# ---------------------------------------------------------------------- attention_probabilities
+
+
+@pytest.mark.parametrize("causal, masked", [(False, False), (True, False), (True, True)])
+def test_attention_probabilities_are_what_the_fused_op_multiplies_v_by(causal, masked):
+    rng = np.random.default_rng(3)
+    q, k, v = (rng.standard_normal((2, 3, 7, 8)).astype(np.float32) for _ in range(3))
+    mask = None
+    if masked:
+        mask = rng.random((7, 7)) < 0.7
+        mask[4] = False  # a query allowed no key: a row of zeros, as the fused op's output
+    p = attention_probabilities(q, k, causal=causal, mask=mask)
+    fused = F.scaled_dot_product_attention(glassllm.Tensor(q), glassllm.Tensor(k),
+                                           glassllm.Tensor(v), causal=causal, mask=mask)
+    assert p.shape == (2, 3, 7, 7) and p.dtype == np.float32
+    np.testing.assert_allclose(p @ v, fused.data, rtol=0, atol=1e-6)
+    scores = q.astype(np.float64) @ k.astype(np.float64).swapaxes(-1, -2) / np.sqrt(8)
+    allowed = np.ones((7, 7), dtype=bool) if mask is None else mask.copy()
+    if causal:
+        allowed &= np.tril(np.ones((7, 7), dtype=bool))
+    scores = np.where(allowed, scores, -np.inf)
+    with np.errstate(invalid="ignore"):
+        ref = np.exp(scores - scores.max(-1, keepdims=True))
+        ref = np.nan_to_num(ref / ref.sum(-1, keepdims=True))
+    np.testing.assert_allclose(p, ref, rtol=0, atol=1e-6)
+    assert np.all(p[..., ~allowed] == 0)
+
+
+@pytest.mark.parametrize("steps", [5, 96])  # 96 > 64: the fused op's tiled causal path
+def test_attention_probabilities_per_head_of_packed_attention(steps):
+    qkv = np.random.default_rng(4).standard_normal((1, steps, 3 * 12)).astype(np.float32)
+    heads = qkv.reshape(1, steps, 3, 3, 4).transpose(2, 0, 3, 1, 4)  # (3, B, nh, T, hs)
+    p = attention_probabilities(heads[0], heads[1], causal=True)  # (B, nh, T, T)
+    merged = (p @ heads[2]).transpose(0, 2, 1, 3).reshape(1, steps, 12)
+    with glassllm.no_grad():
+        fused = F.packed_attention(glassllm.Tensor(qkv), num_heads=3, causal=True)
+    np.testing.assert_allclose(merged, fused.data, rtol=0, atol=1e-6)
+
+
+def test_attention_probabilities_reject_bad_input():
+    with pytest.raises(ValueError, match="attention_probabilities: q and k"):
+        attention_probabilities(np.ones((2, 3)), np.ones((2, 4)))
+    with pytest.raises(TypeError, match="boolean"):
+        attention_probabilities(np.ones((2, 3)), np.ones((2, 3)), mask=np.ones((2, 2)))

@@ -1,9 +1,13 @@
 """glassllm view's API functions (no server) and its HTTP surface (a real server, no browser)."""
 
 import http.client
+import importlib
 import io
 import json
 import os
+import pathlib
+import re
+import shutil
 import threading
 
 import numpy as np
@@ -12,10 +16,11 @@ from view_helpers import make_run
 
 import glassllm
 from glassllm.app.config import SampleConfig
-from glassllm.app.sample import SampleJob, TokenChoice, format_choice
+from glassllm.app.sample import EXPLAIN_TOP, SampleJob, TokenChoice, format_choice
 from glassllm.app.view import api, make_server
 from glassllm.app.view.fields import ApiError
 from glassllm.app.view.run import Run
+from glassllm.models.inspect import LENS_TOP
 
 
 @pytest.fixture(scope="module")
@@ -46,7 +51,8 @@ def test_generate_prints_what_glassllm_sample_explain_prints(run, out_dir, top_k
                           num_samples=1, explain=True, **options)
     job = SampleJob.prepare(config)
     texts = job.run(out)
-    expected = [line for line in out.getvalue().splitlines() if line[:5].strip().isdigit()]
+    explain_line = re.compile(r"^ {0,4}\d+  .*\d%  \| ")  # format_choice's, not sample text
+    expected = [line for line in out.getvalue().splitlines() if explain_line.match(line)]
     mine = [format_choice(TokenChoice(t["step"], t["repr"], t["p"],
                                       [(a["repr"], a["p"]) for a in t["top"]]))
             for t in answer["tokens"]]
@@ -178,8 +184,7 @@ def test_checkpoint_is_reloaded_when_its_file_changes(tmp_path):
     run = Run(out)
     assert api.info(run, {})["checkpoint"]["iteration"] == 4
     first = api.generate(run, {"prompt": "def ", "max_new_tokens": 5})
-    make_run(out, steps=6, eval_interval=2, seed=5)
-    os.utime(out / "ckpt.safetensors", ns=(1, 10**18))  # a new stamp even on a coarse clock
+    make_run(out, steps=6, eval_interval=2, resume=True)  # the run goes on: an atomic save
     assert api.info(run, {})["checkpoint"]["iteration"] == 6
     assert api.generate(run, {"prompt": "def ", "max_new_tokens": 5}) != first
     (out / "ckpt.safetensors").write_bytes(b"not a checkpoint")
@@ -194,6 +199,7 @@ def test_a_checkpoint_replaced_while_it_is_read_is_read_again(tmp_path, monkeypa
     out = make_run(tmp_path / "out", steps=4, eval_interval=2)
     newer = make_run(tmp_path / "newer", steps=6, eval_interval=2, seed=5)
     run = Run(out)
+    shutil.copy(out / "ckpt.safetensors", tmp_path / "copy")
     real, calls = run_module.SavedRun.read, []
 
     def racing(path):
@@ -204,7 +210,7 @@ def test_a_checkpoint_replaced_while_it_is_read_is_read_again(tmp_path, monkeypa
         return real(path)
 
     monkeypatch.setattr(run_module.SavedRun, "read", racing)
-    os.utime(out / "ckpt.safetensors", ns=(1, 10**18))  # the file changed: reload it
+    os.replace(tmp_path / "copy", out / "ckpt.safetensors")  # a save: the file changed
     with run.lock:
         run.refresh()
     assert len(calls) == 2 and run.reload_error is None
@@ -212,6 +218,25 @@ def test_a_checkpoint_replaced_while_it_is_read_is_read_again(tmp_path, monkeypa
     with run.lock:
         run.refresh()  # unchanged since: not read again
     assert len(calls) == 2
+
+
+def test_an_atomic_save_of_the_same_size_and_time_is_seen(tmp_path):
+    """A save is a rename of a new file: a new inode, even where the clock is too coarse to
+    change the modification time and the size stays the same."""
+    out = make_run(tmp_path / "out", steps=2, eval_interval=2)
+    run = Run(out)
+    loaded = run.model
+    checkpoint = out / "ckpt.safetensors"
+    before = checkpoint.stat()
+    shutil.copy(checkpoint, tmp_path / "saved")
+    os.utime(tmp_path / "saved", ns=(before.st_atime_ns, before.st_mtime_ns))
+    os.replace(tmp_path / "saved", checkpoint)
+    after = checkpoint.stat()
+    assert (after.st_size, after.st_mtime_ns) == (before.st_size, before.st_mtime_ns)
+    assert after.st_ino != before.st_ino
+    with run.lock:
+        run.refresh()
+    assert run.model is not loaded and run.reload_error is None
 
 
 def test_startup_errors(tmp_path):
@@ -358,3 +383,175 @@ def test_a_browser_opens_only_with_a_display(monkeypatch):
     assert view_server.has_display() is False
     monkeypatch.setenv("DISPLAY", ":0")
     assert view_server.has_display() is True
+
+
+# ---------------------------------------------------------------------- hostile values
+
+HOSTILE = [10**400, -(10**400), 10**4000, 1e308, -1e308, [], {}, "x", None, True,
+           [[[1.0]]], [10**400], {"a": 1}]
+
+
+@pytest.mark.parametrize(
+    "endpoint, base, fields",
+    [
+        (api.generate, {"prompt": "def ", "max_new_tokens": 1},
+         ["prompt", "ids", "max_new_tokens", "temperature", "top_k", "seed"]),
+        (api.distribution, {"prompt": "def "}, ["prompt", "ids"]),
+        (api.attention, {"ids": [1, 2], "layer": 0}, ["ids", "layer"]),
+        (api.neuron, {"ids": [1, 2], "layer": 0, "index": 0}, ["ids", "layer", "index"]),
+    ],
+)
+def test_any_json_value_in_any_field_is_an_answer_or_a_400(run, endpoint, base, fields):
+    for field in fields:
+        for value in HOSTILE:
+            try:
+                endpoint(run, {**base, field: value})
+            except ApiError as err:
+                assert err.status == 400 and len(err.message) < 300, (field, value, err.message)
+
+
+@pytest.mark.parametrize("value", HOSTILE, ids=range(len(HOSTILE)))
+def test_graph_inputs_of_any_json_value_are_an_answer_or_a_400(run, value):
+    for name in ("x1", "b"):
+        try:
+            api.graph(run, {"example": "neuron", "inputs": {name: value}})
+        except ApiError as err:
+            assert err.status == 400 and name in err.message and len(err.message) < 300
+
+
+def test_a_huge_integer_is_a_400_naming_the_field(run):
+    status, message = error_of(api.generate, run, {"prompt": "def ", "temperature": 10**400})
+    assert status == 400 and "temperature" in message
+    status, message = error_of(api.graph, run, {"example": "layer_norm",
+                                                "inputs": {"x": [1, 2, 3, 10**400]}})
+    assert status == 400 and "'x'" in message
+
+
+def test_deeply_nested_json_is_a_400(server):
+    raw = b'{"prompt": ' + b"[" * 20_000 + b"]" * 20_000 + b"}"
+    response, data = request(server, "POST", "/api/generate", raw=raw,
+                             headers={"Content-Type": "application/json"})
+    assert response.status == 400 and "JSON" in json.loads(data)["error"]
+
+
+# ---------------------------------------------------------------------- real models' sizes
+
+HF_TINY = __import__("pathlib").Path(__file__).parent / "fixtures" / "hf_gpt2_tiny"
+
+
+def test_a_gpt2_directory_is_inspected_and_sampled(tmp_path):
+    from conftest import optional
+
+    from glassllm.models.inspect import inspect as inspect_model
+
+    optional("tokenizers")
+    run = Run(tmp_path, checkpoint=HF_TINY)
+    vocab = run.model.config.vocab_size
+    assert len(api.info(run, {})["checkpoint"]["vocab"]) == vocab
+    answer = api.generate(run, {"prompt": "Hello world", "max_new_tokens": 6, "seed": 3,
+                                "top_k": 5})
+    assert len(answer["tokens"]) == 6
+    for token in answer["tokens"]:
+        assert token["id"] in [a["id"] for a in token["top"]]
+        for choice in token["top"]:
+            assert choice["repr"] == run.tokenizer.token_repr(choice["id"])
+    seen = api.inspect(run, {"prompt": "Hello world, hello there"})
+    ids = [t["id"] for t in seen["tokens"]]
+    assert seen["logits_diff"] < 1e-5
+    full = inspect_model(run.model, ids, full_lens=True).lens.full  # (L + 1, T, V)
+    expected = np.argsort(-full, axis=-1, kind="stable")[..., :LENS_TOP]
+    assert np.array_equal(seen["lens"]["top_ids"], expected)
+    np.testing.assert_allclose(seen["lens"]["top_p"], np.take_along_axis(full, expected, -1),
+                               atol=1e-6)
+    steps = len(ids)
+    np.testing.assert_allclose(seen["lens"]["p_next"],
+                               full[:, np.arange(steps - 1), ids[1:]], atol=1e-6)
+
+
+def test_vocabulary_maps_are_built_once_per_model(out_dir, monkeypatch):
+    run = Run(out_dir)
+    api.generate(run, {"prompt": "def ", "max_new_tokens": 3})
+    calls = []
+    for name in ("decode", "token_repr"):
+        real = getattr(run.tokenizer, name)
+        monkeypatch.setattr(run.tokenizer, name,
+                            lambda *a, _real=real, _name=name: calls.append(_name) or _real(*a))
+    api.generate(run, {"prompt": "def ", "max_new_tokens": 2})
+    api.info(run, {})
+    api.inspect(run, {"prompt": "def f"})
+    # Only generate_explained's own calls (the token and its alternatives, at each step): the
+    # token table is built once per model, not once per request (46 tokens here).
+    assert calls.count("token_repr") <= 2 * (1 + EXPLAIN_TOP) < run.model.config.vocab_size
+    assert calls.count("decode") == 0
+
+
+def test_the_inspection_cache_is_bounded_by_bytes(out_dir, monkeypatch):
+    from glassllm.app.view import run as run_module
+
+    run = Run(out_dir)
+    one = run.inspection([1, 2, 3, 4, 5, 6, 7, 8]).nbytes
+    monkeypatch.setattr(run_module, "INSPECTION_CACHE_BYTES", int(2.5 * one))
+    for start in range(1, 6):
+        run.inspection([start, 2, 3, 4, 5, 6, 7, 8])
+    assert len(run._inspections) == 2
+    assert run.inspection([5, 2, 3, 4, 5, 6, 7, 8]) is run.inspection([5, 2, 3, 4, 5, 6, 7, 8])
+    monkeypatch.setattr(run_module, "INSPECTION_CACHE_BYTES", 1)
+    latest = run.inspection(list(range(20)))  # larger than the budget: the latest stays
+    assert list(run._inspections.values()) == [latest]
+
+
+def test_inspect_of_a_large_vocabulary_keeps_memory_small():
+    """A GPT-2-sized vocabulary: /api/inspect sorts no (L + 1, T, V) array."""
+    import tracemalloc
+
+    from glassllm.data import ByteTokenizer
+    from glassllm.models import GPT, GPTConfig
+
+    config = GPTConfig(vocab_size=50257, block_size=64, n_layer=8, n_head=2, n_embd=16)
+    run = Run.of_model(GPT(config, rng=np.random.default_rng(0)), ByteTokenizer())
+    ids = np.random.default_rng(1).integers(0, 256, 64).tolist()
+    assert run.token(300)["repr"] == "<id 300 not in the tokenizer>"  # built once per model
+    logits = 64 * 50257 * 4  # bytes of the (T, V) logits; the whole lens is 9 times that
+    tracemalloc.start()
+    try:
+        answer = api.inspect(run, {"ids": ids})
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert np.array(answer["lens"]["top_ids"]).shape == (9, 64, LENS_TOP)
+    # the inspection, the plain forward and their difference: a few (T, V), never (L + 1, T, V)
+    assert peak < 4 * logits, f"peak {peak / 2**20:.1f} MiB"
+
+
+# ---------------------------------------------------------------------- named sources
+
+CITATION = re.compile(r"(glassllm/[\w/]+\.py)(?::\s*([A-Za-z_][\w.]*))?")
+REPO = pathlib.Path(__file__).resolve().parent.parent
+
+
+def check_citation(path, name):
+    """``path`` exists and, when given, ``name`` (function or Class.attribute) is defined in it."""
+    assert (REPO / path).is_file(), f"{path} does not exist"
+    if name:
+        module = importlib.import_module(path[:-3].replace("/", "."))
+        target = module
+        for part in name.split("."):
+            assert hasattr(target, part), f"{path} defines no {name}"
+            target = getattr(target, part)
+
+
+def test_every_file_and_function_the_page_names_exists(run):
+    view = REPO / "glassllm" / "app" / "view"
+    texts = [p.read_text() for p in sorted((view / "static").iterdir()) if p.suffix != ".svg"]
+    texts.append((view / "api.py").read_text())
+    answers = [api.generate(run, {"prompt": "def ", "max_new_tokens": 1}),
+               api.distribution(run, {"prompt": "def "}), api.inspect(run, {"prompt": "def "}),
+               api.neuron(run, {"ids": [1, 2], "layer": 0, "index": 0}),
+               api.graph_examples(run, {}), api.graph(run, {"example": "neuron"})]
+    texts += [json.dumps(answer.get("source")) + json.dumps(answer.get("sources"))
+              for answer in answers]
+    citations = {match for text in texts for match in CITATION.findall(text)}
+    assert len(citations) >= 8
+    for path, name in sorted(citations):
+        check_citation(path, name)
+    assert all(source for source in answers[2]["sources"].values())

@@ -123,6 +123,57 @@ def scaled_dot_product_attention(
     return Tensor.from_op(out, (q, k, v), backward)
 
 
+def attention_probabilities(
+    q: Tensor | np.ndarray,
+    k: Tensor | np.ndarray,
+    causal: bool = False,
+    mask: np.ndarray | None = None,
+) -> np.ndarray:
+    """The attention weights ``P = softmax(q k^T / sqrt(d) + M)``, ``(..., Tq, Tk)``: the matrix
+    that `scaled_dot_product_attention` (and `packed_attention`, per head) multiplies ``v`` by,
+    before dropout. For looking inside a model: a NumPy array in the dtype the fused op computes
+    in, outside the autograd graph.
+
+    ``q (..., Tq, d)`` and ``k (..., Tk, d)`` (arrays or Tensors), ``causal`` and ``mask`` as in
+    `scaled_dot_product_attention`: each row sums to 1, masked entries are exactly 0, and a query
+    allowed no key has a row of zeros. The arithmetic is the fused forward's (scale q, subtract
+    the row maximum, exponentiate, multiply by the reciprocal row sum), so ``P @ v`` is the fused
+    op's output up to float rounding.
+
+    >>> q = k = np.eye(2, dtype=np.float32)[None]  # (1, 2, 2)
+    >>> attention_probabilities(q, k, causal=True)[0].astype(float).round(3).tolist()
+    [[1.0, 0.0], [0.33, 0.67]]
+    """
+    q_data = float_tensor(q, "attention_probabilities: q").data
+    k_data = float_tensor(k, "attention_probabilities: k").data
+    if min(q_data.ndim, k_data.ndim) < 2 or q_data.shape[-1] != k_data.shape[-1]:
+        raise ValueError(
+            "attention_probabilities: q and k need shapes (..., Tq, d) and (..., Tk, d), got "
+            f"{q_data.shape} and {k_data.shape}"
+        )
+    if mask is not None:
+        mask = mask.data if isinstance(mask, Tensor) else np.asarray(mask)
+        if mask.dtype != np.bool_:
+            raise TypeError(
+                "attention_probabilities: mask must be boolean (True = attend), got dtype "
+                f"{mask.dtype}"
+            )
+    dtype = np.result_type(q_data.dtype, k_data.dtype)
+    num_queries, head_dim = q_data.shape[-2:]
+    scale = 1.0 / math.sqrt(head_dim) if head_dim else 1.0
+    bias = _mask_bias(num_queries, k_data.shape[-2], causal, mask, dtype)
+    q_scaled = np.multiply(q_data, scale, dtype=dtype)  # (..., Tq, d)
+    scores = q_scaled @ np.ascontiguousarray(np.swapaxes(k_data, -1, -2), dtype=dtype)
+    if bias is not None:
+        scores = scores + bias  # (..., Tq, Tk)
+    scores -= exp_shift(scores, (scores.ndim - 1,))  # row max, 0 if fully masked
+    probs = np.exp(scores, out=scores)
+    row_sum = sum_last(probs)
+    row_sum[row_sum == 0] = 1
+    probs *= np.divide(1.0, row_sum)
+    return probs
+
+
 def packed_attention(
     qkv: Tensor,
     num_heads: int,

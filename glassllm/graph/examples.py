@@ -68,8 +68,9 @@ class Example:
             value = values.get(name, default)
             try:
                 array = np.array(value, dtype=dtype)
-            except (TypeError, ValueError):
-                raise ValueError(f"input {name!r} must be numbers, got {value!r}") from None
+            except (TypeError, ValueError, OverflowError):  # OverflowError: an int like 10**400
+                shown = repr(value) if len(repr(value)) <= 40 else f"{repr(value)[:37]}..."
+                raise ValueError(f"input {name!r} must be numbers, got {shown}") from None
             if array.shape != np.shape(default):
                 raise ValueError(
                     f"input {name!r} must have shape {np.shape(default)}, got {array.shape}"

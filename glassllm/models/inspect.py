@@ -9,24 +9,33 @@ and cannot drift from it:
 * ``model.drop`` output: the embedding output ``wte[ids] + wpe[positions]`` (residual stream 0);
 * ``blocks[i]`` output: the residual stream after block ``i``;
 * ``blocks[i].attn.qkv`` output: the packed queries, keys and values of block ``i``, from which
-  the attention probabilities are recomputed with the fused attention's own forward
-  (``functional/attention.py: _attention_forward``), since the fused op does not return them;
+  the attention probabilities are recomputed per head with
+  `glassllm.functional.attention.attention_probabilities`, since the fused op does not return
+  them;
 * ``blocks[i].attn.proj`` input: the fused attention's output, against which the recomputed
   ``P @ V`` is checked (``attention_check``);
 * ``blocks[i].mlp.gelu`` output: the MLP's GELU activations.
 
-The logit lens reads every residual stream through the final LayerNorm and the tied head
-(``model.ln_f`` then ``model.head``), exactly as the forward reads the last one: its last row
-is the model's own next-token distribution. Because the head is tied to ``wte``, the embedding
-row mostly predicts the current token itself (``x @ wte^T`` is largest for ``x ~ wte[token]``).
+The logit lens (`logit_lens`) reads every residual stream through the final LayerNorm and the
+tied head (``model.ln_f`` then ``model.head``), exactly as the forward reads the last one: its
+last row is the model's own next-token distribution. Because the head is tied to ``wte``, the
+embedding row mostly predicts the current token itself (``x @ wte^T`` is largest for
+``x ~ wte[token]``). The whole lens is ``(L + 1, T, V)`` numbers (for GPT-2 at T = 1024, 13 x
+1024 x 50257 floats): by default it is computed a few rows at a time and only the ``lens_top``
+most likely tokens of each row and the probability of the actual next token are kept;
+``full_lens=True`` keeps every probability as well.
 
 >>> import numpy as np
 >>> from glassllm.models import GPT, GPTConfig
 >>> model = GPT(GPTConfig(vocab_size=11, block_size=8, n_layer=2, n_head=2, n_embd=8),
 ...             rng=np.random.default_rng(0))
 >>> seen = inspect(model, [1, 2, 3])
->>> seen.attention.shape, seen.residual.shape, seen.lens.shape, seen.mlp.shape
-((2, 2, 3, 3), (3, 3, 8), (3, 3, 11), (2, 3, 32))
+>>> seen.attention.shape, seen.residual.shape, seen.mlp.shape
+((2, 2, 3, 3), (3, 3, 8), (2, 3, 32))
+>>> seen.lens.top_ids.shape, seen.lens.next_p.shape, seen.lens.full is None
+((3, 3, 5), (3, 2), True)
+>>> inspect(model, [1, 2, 3], full_lens=True).lens.full.shape
+(3, 3, 11)
 """
 
 from __future__ import annotations
@@ -40,19 +49,45 @@ import numpy as np
 
 import glassllm.functional as F
 from glassllm.autograd import no_grad
-from glassllm.functional.attention import _attention_forward, _mask_bias
+from glassllm.functional.attention import attention_probabilities
 from glassllm.models.gpt import GPT
 from glassllm.nn.module import Module
 from glassllm.tensor import Tensor
 
-# Where each recorded quantity comes from (the page names these beside each panel).
+# Where each recorded quantity comes from (the page names these beside each panel). Each is
+# "path: name (comment)", name a function or Class.attribute defined in that file.
 SOURCES = {
-    "attention": "glassllm/functional/attention.py: _attention_forward (on blocks[i].attn.qkv)",
+    "attention": (
+        "glassllm/functional/attention.py: attention_probabilities (of blocks[i].attn.qkv)"
+    ),
     "residual": "glassllm/models/gpt.py: GPT.hidden_states (model.drop and blocks[i] outputs)",
-    "lens": "glassllm/models/gpt.py: GPT.ln_f then GPT.head (tied to wte)",
-    "mlp": "glassllm/models/gpt.py: MLP.gelu output (blocks[i].mlp.gelu)",
+    "lens": "glassllm/models/inspect.py: logit_lens (GPT.ln_f then GPT.head, tied to wte)",
+    "mlp": "glassllm/models/gpt.py: MLP.forward (the output of blocks[i].mlp.gelu)",
     "logits": "glassllm/models/gpt.py: GPT.forward",
 }
+
+LENS_TOP = 5  # tokens kept per lens cell by default
+# Lens rows (stage, position) computed at once: about this many probabilities, whatever V is.
+LENS_CHUNK = 1 << 20
+
+
+@dataclasses.dataclass
+class LogitLens:
+    """The logit lens of one pass: for each stage of the residual stream (row 0 the embedding
+    output, row i + 1 the output of block i) and each position, the next-token distribution
+    ``softmax(head(ln_f(residual)))``, reduced to what can be shown.
+
+    top_ids: (L + 1, T, k) int64, the k most likely tokens, most likely first (`top_k`)
+    top_p:   (L + 1, T, k) their probabilities
+    next_p:  (L + 1, T - 1) the probability of the token that actually comes next, ``ids[t + 1]``
+    full:    (L + 1, T, V) every probability (``full[-1] = softmax(logits)``), only when asked
+             for (``inspect(..., full_lens=True)``); None otherwise
+    """
+
+    top_ids: np.ndarray
+    top_p: np.ndarray
+    next_p: np.ndarray
+    full: np.ndarray | None = None
 
 
 @dataclasses.dataclass
@@ -65,8 +100,8 @@ class Inspection:
                 to 1 and is 0 above the diagonal (a query sees itself and earlier keys only)
     residual:   (L + 1, T, E) the residual stream: row 0 the embedding output, row i + 1 the
                 output of block i
-    lens:       (L + 1, T, V) softmax of ``head(ln_f(residual[i]))``: the next-token
-                distribution each stage of the stream would give; ``lens[-1] = softmax(logits)``
+    lens:       `LogitLens`: the next-token distribution each stage of the stream would give
+                (``softmax(head(ln_f(residual[i])))``), as top tokens per stage and position
     mlp:        (L, T, 4E) GELU activations of each block's MLP
     attention_check: max |P @ V - fused attention output| over the blocks (0 or float rounding)
     """
@@ -75,13 +110,27 @@ class Inspection:
     logits: np.ndarray
     attention: np.ndarray
     residual: np.ndarray
-    lens: np.ndarray
+    lens: LogitLens
     mlp: np.ndarray
     attention_check: float
 
+    @property
+    def nbytes(self) -> int:
+        """Bytes of the arrays held (what keeping this inspection costs)."""
+        arrays = [self.ids, self.logits, self.attention, self.residual, self.mlp,
+                  self.lens.top_ids, self.lens.top_p, self.lens.next_p]
+        if self.lens.full is not None:
+            arrays.append(self.lens.full)
+        return sum(array.nbytes for array in arrays)
 
-def inspect(model: GPT, ids: Sequence[int] | np.ndarray) -> Inspection:
+
+def inspect(
+    model: GPT, ids: Sequence[int] | np.ndarray, lens_top: int = LENS_TOP, full_lens: bool = False
+) -> Inspection:
     """Run ``model`` on ``ids`` (1-D, 1 <= T <= block_size) and record its insides.
+
+    lens_top: tokens kept per cell of the logit lens; full_lens: keep the whole
+    ``(L + 1, T, V)`` lens too (for a GPT-2-sized vocabulary and context, gigabytes).
 
     Runs under no_grad and in eval mode (no dropout), restoring the model's mode afterwards.
     Not thread-safe: the recording briefly wraps sub-modules of ``model``, and no_grad is
@@ -93,15 +142,29 @@ def inspect(model: GPT, ids: Sequence[int] | np.ndarray) -> Inspection:
     if idx.ndim != 1:
         raise ValueError(f"ids must be a 1-D sequence of token ids, got shape {idx.shape}")
     idx = model.check_idx(idx[None, :])  # (1, T): the model's own checks and messages
-    num_heads = model.config.n_head
+    num_heads, layers = model.config.n_head, len(model.blocks)
     embeddings: list[np.ndarray] = []
     streams: list[np.ndarray] = []
-    probabilities: list[np.ndarray] = []
+    recomputed: list[np.ndarray] = []  # P @ V of each block, (T, E)
     attention_outputs: list[np.ndarray] = []
-    activations: list[np.ndarray] = []
+    # (L, H, T, T) and (L, T, 4E), written layer by layer: no list of layers stacked afterwards,
+    # which would hold both copies at once (GPT-2 at T = 1024: 600 MB of attention)
+    attention: np.ndarray | None = None
+    mlp: np.ndarray | None = None
 
     def record_qkv(_args: tuple, qkv: Tensor) -> None:
-        probabilities.append(_attention_probabilities(qkv.data, num_heads))
+        nonlocal attention
+        probs, merged = _packed_probabilities(qkv.data, num_heads)  # (1, H, T, T), (1, T, E)
+        if attention is None:
+            attention = np.empty((layers,) + probs.shape[1:], dtype=probs.dtype)
+        attention[len(recomputed)] = probs[0]
+        recomputed.append(merged[0])
+
+    def record_gelu(_args: tuple, out: Tensor) -> None:
+        nonlocal mlp
+        if mlp is None:
+            mlp = np.empty((layers,) + out.shape[1:], dtype=out.dtype)
+        mlp[len(streams)] = out.data[0]  # block len(streams) is running
 
     with ExitStack() as stack:
         stack.enter_context(_eval_mode(model))
@@ -111,21 +174,20 @@ def inspect(model: GPT, ids: Sequence[int] | np.ndarray) -> Inspection:
             stack.enter_context(_recording(block, lambda _a, out: streams.append(out.data)))
             stack.enter_context(_recording(block.attn.qkv, record_qkv))
             stack.enter_context(
-                _recording(block.attn.proj, lambda args, _o: attention_outputs.append(args[0].data))
+                _recording(block.attn.proj,
+                           lambda args, _o: attention_outputs.append(args[0].data[0]))
             )
-            stack.enter_context(
-                _recording(block.mlp.gelu, lambda _a, out: activations.append(out.data))
-            )
+            stack.enter_context(_recording(block.mlp.gelu, record_gelu))
         logits, _ = model(idx)  # (1, T, V)
-        if len(streams) != len(model.blocks) or len(embeddings) != 1:
+        if len(streams) != layers or len(embeddings) != 1 or len(recomputed) != layers:
             raise RuntimeError("inspect: the forward did not run each block exactly once")
+        assert attention is not None and mlp is not None
         residual = np.concatenate([embeddings[0], *streams], axis=0)  # (L + 1, T, E)
-        lens = F.softmax(model.head(model.ln_f(Tensor(residual))), axis=-1).data  # (L+1, T, V)
+        lens = logit_lens(model, residual, idx[0], lens_top, full_lens)
 
-    attention = np.stack([p[0] for p, _ in probabilities])  # (L, H, T, T)
     check = max(
         float(np.max(np.abs(out - fused))) if out.size else 0.0
-        for (_, out), fused in zip(probabilities, attention_outputs, strict=True)
+        for out, fused in zip(recomputed, attention_outputs, strict=True)
     )
     return Inspection(
         ids=idx[0],
@@ -133,23 +195,68 @@ def inspect(model: GPT, ids: Sequence[int] | np.ndarray) -> Inspection:
         attention=attention,
         residual=residual,
         lens=lens,
-        mlp=np.stack([a[0] for a in activations]),
+        mlp=mlp,
         attention_check=check,
     )
 
 
-def _attention_probabilities(qkv: np.ndarray, num_heads: int) -> tuple[np.ndarray, np.ndarray]:
+def logit_lens(
+    model: GPT, residual: np.ndarray, ids: np.ndarray, top: int = LENS_TOP, full: bool = False
+) -> LogitLens:
+    """The lens of residual streams ``(S, T, E)`` of tokens ``ids (T,)``: each row read through
+    ``model.ln_f`` and ``model.head``, then softmax; about `LENS_CHUNK` probabilities at a time,
+    of which the ``top`` largest per row and the next token's are kept (all of them if ``full``).
+    Call under no_grad."""
+    stages, steps, embed = residual.shape
+    vocab = model.config.vocab_size
+    rows = residual.reshape(stages * steps, embed)
+    next_ids = np.tile(np.append(ids[1:], 0), stages)  # (S * T,): position T - 1 has none
+    top = min(top, vocab)
+    top_ids = np.empty((stages * steps, top), dtype=np.int64)
+    top_p = np.empty((stages * steps, top), dtype=residual.dtype)
+    next_p = np.empty(stages * steps, dtype=residual.dtype)
+    everything = np.empty((stages * steps, vocab), dtype=residual.dtype) if full else None
+    chunk = max(1, LENS_CHUNK // vocab)
+    for start in range(0, stages * steps, chunk):
+        stop = min(start + chunk, stages * steps)
+        p = F.softmax(model.head(model.ln_f(Tensor(rows[start:stop]))), axis=-1).data  # (c, V)
+        top_ids[start:stop], top_p[start:stop] = top_k(p, top)
+        next_p[start:stop] = p[np.arange(stop - start), next_ids[start:stop]]
+        if everything is not None:
+            everything[start:stop] = p
+    return LogitLens(
+        top_ids=top_ids.reshape(stages, steps, top),
+        top_p=top_p.reshape(stages, steps, top),
+        next_p=next_p.reshape(stages, steps)[:, :-1],
+        full=None if everything is None else everything.reshape(stages, steps, vocab),
+    )
+
+
+def top_k(values: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+    """The ``k`` largest entries along the last axis, largest first, equal values by lower
+    index: ``(indices int64, values)``, each ``(..., min(k, n))``. A partition
+    (``np.argpartition``) then a sort of the ``k`` chosen, not a sort of all ``n``; which of
+    several entries equal to the ``k``-th largest are kept is unspecified."""
+    n = values.shape[-1]
+    k = min(k, n)
+    if k < n:
+        chosen = np.argpartition(values, n - k, axis=-1)[..., n - k:]  # (..., k), any order
+    else:
+        chosen = np.broadcast_to(np.arange(n), values.shape)
+    picked = np.take_along_axis(values, chosen, axis=-1)
+    order = np.lexsort((chosen, -picked), axis=-1)  # by value descending, then by index
+    return (np.take_along_axis(chosen, order, axis=-1).astype(np.int64),
+            np.take_along_axis(picked, order, axis=-1))
+
+
+def _packed_probabilities(qkv: np.ndarray, num_heads: int) -> tuple[np.ndarray, np.ndarray]:
     """Causal attention of a packed ``qkv`` (B, T, 3E), as `F.packed_attention` computes it:
-    ``(P (B, nh, T, T), output (B, T, E))`` with the heads of the output merged again."""
+    ``(P (B, nh, T, T), P @ V (B, T, E))`` with the heads of ``P @ V`` merged again."""
     batch, steps, three_embed = qkv.shape
     head_size = three_embed // 3 // num_heads
     heads = qkv.reshape(batch, steps, 3, num_heads, head_size).transpose(2, 0, 3, 1, 4)
-    bias = _mask_bias(steps, steps, True, None, qkv.dtype)
-    scale = 1.0 / np.sqrt(head_size)
-    out, residuals = _attention_forward(
-        heads[0], heads[1], heads[2], float(scale), bias, 0.0, None, qkv.dtype
-    )  # (B, nh, T, hs)
-    probs = residuals[3]  # (B, nh, T, T)
+    probs = attention_probabilities(heads[0], heads[1], causal=True)  # (B, nh, T, T)
+    out = probs @ heads[2]  # (B, nh, T, hs)
     merged = out.transpose(0, 2, 1, 3).reshape(batch, steps, num_heads * head_size)
     return probs, merged
 

@@ -19,14 +19,13 @@ from glassllm.app.config import MIN_TEMPERATURE
 from glassllm.app.sample import EXPLAIN_TOP, generate_explained
 from glassllm.autograd import no_grad
 from glassllm.graph.examples import EXAMPLES, run_example
-from glassllm.models.inspect import SOURCES
+from glassllm.models.inspect import SOURCES, top_k
 
 from .fields import ApiError, bad, integer, number, optional_integer, text, token_ids
 from .run import Run
 
 MAX_NEW_TOKENS = 500
 MAX_PROMPT_CHARS = 20_000
-LENS_TOP = 5  # tokens per lens cell
 MLP_TOP = 8  # units per position in the MLP summary
 # Attention of every layer goes into one /api/inspect answer up to this many numbers (L*H*T*T);
 # beyond, the page asks /api/attention for one layer at a time.
@@ -46,11 +45,7 @@ def _rounded(array: np.ndarray, decimals: int = 6) -> Any:
 
 
 def _token(run: Run, token_id: int) -> dict[str, Any]:
-    return {
-        "id": int(token_id),
-        "text": run.tokenizer.decode([int(token_id)]),
-        "repr": run.tokenizer.token_repr(int(token_id)),
-    }
+    return run.token(token_id)  # {"id", "text", "repr"}, from the table built once per model
 
 
 def _ids_from(run: Run, body: dict[str, Any], max_tokens: int) -> list[int]:
@@ -102,9 +97,7 @@ def info(run: Run, query: dict[str, Any]) -> dict[str, Any]:
             "tokenizer": meta.get("tokenizer", {}).get("type"),
         }
         if query.get("brief") != "1":
-            answer["checkpoint"]["vocab"] = [
-                _token(run, i) for i in range(run.model.config.vocab_size)
-            ]
+            answer["checkpoint"]["vocab"] = run.tokens()
         return answer
 
 
@@ -138,21 +131,20 @@ def generate(run: Run, body: dict[str, Any]) -> dict[str, Any]:
     all_ids, choices = generate_explained(
         model, run.tokenizer, ids, 1, max_new, temperature, top_k, rng
     )
-    by_repr = {run.tokenizer.token_repr(i): i for i in range(model.config.vocab_size)}
     tokens = []
     for token_id, choice in zip(all_ids[0, len(ids):].tolist(), choices[0], strict=True):
         tokens.append({
             **_token(run, token_id),
             "step": choice.step,
             "p": choice.prob,
-            "top": [{**_token(run, by_repr[r]), "p": p} for r, p in choice.alternatives],
+            "top": [{**_token(run, run.id_of_repr(r)), "p": p} for r, p in choice.alternatives],
         })
     answer = {
         "prompt": [_token(run, i) for i in ids],
         "tokens": tokens,
         "options": {"max_new_tokens": max_new, "temperature": temperature, "top_k": top_k,
                     "seed": seed},
-        "source": "glassllm/sample.py: generate_explained",
+        "source": "glassllm/app/sample.py: generate_explained",
     }
     if body.get("ids") is None:
         answer["command"] = _sample_command(run, body["prompt"], max_new, temperature, top_k, seed)
@@ -194,35 +186,36 @@ def inspect(run: Run, body: dict[str, Any]) -> dict[str, Any]:
         plain_logits = model(np.asarray([window], dtype=np.int64))[0].data[0]
     steps = len(window)
     layers, heads = model.config.n_layer, model.config.n_head
-    lens_top = np.argsort(-seen.lens, axis=-1, kind="stable")[..., :LENS_TOP]  # (L+1, T, k)
-    lens_p = np.take_along_axis(seen.lens, lens_top, axis=-1)
-    next_ids = np.asarray(window[1:], dtype=np.int64)
-    p_next = seen.lens[:, np.arange(steps - 1), next_ids] if steps > 1 else seen.lens[:, :0, 0]
-    mlp_top = np.argsort(-seen.mlp, axis=-1, kind="stable")[..., :MLP_TOP]  # (L, T, k)
-    mlp_values = np.take_along_axis(seen.mlp, mlp_top, axis=-1)
+    lens = seen.lens  # top LENS_TOP tokens per (stage, position), and p(actual next token)
+    mlp_top, mlp_values = zip(*(top_k(layer, MLP_TOP) for layer in seen.mlp), strict=True)
     inline = layers * heads * steps * steps <= ATTENTION_INLINE
     return {
         "tokens": [_token(run, i) for i in window],
         "cropped": len(window) < len(ids),
         "n_layer": layers,
         "n_head": heads,
-        "logits_diff": float(np.max(np.abs(seen.logits - plain_logits))),
+        "logits_diff": _max_abs_difference(seen.logits, plain_logits),
         "attention_check": seen.attention_check,
         "lens": {
             "rows": ["embed"] + [f"block {i}" for i in range(layers)],
-            "top_ids": lens_top.tolist(),
-            "top_p": _rounded(lens_p),
-            "p_next": _rounded(p_next),
+            "top_ids": lens.top_ids.tolist(),
+            "top_p": _rounded(lens.top_p),
+            "p_next": _rounded(lens.next_p),
         },
         "mlp": {
-            "top_units": mlp_top.tolist(),
-            "top_values": _rounded(mlp_values, 4),
+            "top_units": np.stack(mlp_top).tolist(),  # (L, T, k)
+            "top_values": _rounded(np.stack(mlp_values), 4),
             "active_fraction": _rounded((seen.mlp > 0).mean(axis=(1, 2)), 4),
             "units": int(seen.mlp.shape[-1]),
         },
         "attention": _rounded(seen.attention) if inline else None,
         "sources": SOURCES,
     }
+
+
+def _max_abs_difference(a: np.ndarray, b: np.ndarray) -> float:
+    difference = np.subtract(a, b)  # (T, V): one temporary, made absolute in place
+    return float(np.max(np.abs(difference, out=difference))) if difference.size else 0.0
 
 
 def attention(run: Run, body: dict[str, Any]) -> dict[str, Any]:

@@ -19,6 +19,13 @@ def bad(message: str) -> ApiError:
     return ApiError(400, message)
 
 
+def shown(value: Any, limit: int = 40) -> str:
+    """``repr(value)`` cut to ``limit`` characters, for a message (a request may send an integer
+    of thousands of digits)."""
+    text = repr(value)
+    return text if len(text) <= limit else f"{text[:limit - 3]}..."
+
+
 def integer(body: dict[str, Any], name: str, default: Any, low: int, high: int) -> int:
     """``body[name]`` as an integer in [low, high] (``default`` when absent or null)."""
     value = body.get(name, default)
@@ -27,9 +34,9 @@ def integer(body: dict[str, Any], name: str, default: Any, low: int, high: int) 
     if isinstance(value, float) and value.is_integer():
         value = int(value)
     if isinstance(value, bool) or not isinstance(value, int):
-        raise bad(f"{name} must be an integer, got {value!r}")
+        raise bad(f"{name} must be an integer, got {shown(value)}")
     if not low <= value <= high:
-        raise bad(f"{name} must be between {low} and {high}, got {value}")
+        raise bad(f"{name} must be between {low} and {high}, got {shown(value)}")
     return value
 
 
@@ -45,8 +52,11 @@ def number(body: dict[str, Any], name: str, default: float, low: float, high: fl
     if value is None:
         value = default
     if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise bad(f"{name} must be a number, got {value!r}")
-    value = float(value)
+        raise bad(f"{name} must be a number, got {shown(value)}")
+    try:
+        value = float(value)
+    except OverflowError:  # an integer beyond float range, e.g. 10**400
+        raise bad(f"{name} must be a finite number, got {shown(value)}") from None
     if not math.isfinite(value):
         raise bad(f"{name} must be a finite number, got {value}")
     if not low <= value <= high:
@@ -72,5 +82,5 @@ def token_ids(body: dict[str, Any], name: str, vocab_size: int, max_length: int)
         raise bad(f"{name} holds more than {max_length} tokens")
     for item in value:
         if isinstance(item, bool) or not isinstance(item, int) or not 0 <= item < vocab_size:
-            raise bad(f"{name} must hold token ids in [0, {vocab_size}), got {item!r}")
+            raise bad(f"{name} must hold token ids in [0, {vocab_size}), got {shown(item)}")
     return list(value)

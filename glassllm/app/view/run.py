@@ -25,8 +25,10 @@ from glassllm.data import Tokenizer
 from glassllm.models import GPT
 from glassllm.models.inspect import Inspection, inspect
 
-# Inspections kept for follow-up requests (attention of one layer, one neuron) on the same text.
-INSPECTION_CACHE = 4
+# Bytes of inspections kept for follow-up requests (attention of one layer, one neuron) on the
+# same text; the latest is kept whatever its size (GPT-2 at context 1024: about 1 GB, mostly its
+# attention).
+INSPECTION_CACHE_BYTES = 256 << 20
 # Reads of a checkpoint that changed while it was read, before the last one is taken as it is.
 READ_ATTEMPTS = 3
 
@@ -40,6 +42,28 @@ class Run:
     """
 
     def __init__(self, out_dir: str | Path, checkpoint: str | Path | None = None) -> None:
+        self._start(out_dir, checkpoint)
+        if checkpoint is not None and _is_pretrained(self.checkpoint_path):
+            self._load_pretrained()
+        elif checkpoint is not None or self.checkpoint_path.exists():
+            self._load()  # ValueError: damaged, or not a glassllm GPT checkpoint
+        elif not self.log_path.is_file():
+            raise ValueError(
+                f"no checkpoint or log in {str(self.out_dir)!r} (train first: glassllm train)"
+            )
+
+    @classmethod
+    def of_model(cls, model: GPT, tokenizer: Tokenizer, out_dir: str | Path = ".") -> Run:
+        """A viewer onto a model already in memory (a notebook's), not followed; the logs of
+        ``out_dir`` are shown if it has any."""
+        run = cls.__new__(cls)
+        run._start(out_dir, None)
+        run._use(model, tokenizer, {"format": "in memory", "iteration": None,
+                                    "best_val_loss": None, "tokenizer": {"type": tokenizer.kind}})
+        run.follows = False
+        return run
+
+    def _start(self, out_dir: str | Path, checkpoint: str | Path | None) -> None:
         self.out_dir = Path(out_dir)
         self.checkpoint_path = Path(checkpoint) if checkpoint else self.out_dir / CHECKPOINT_NAME
         self.log_path = self.out_dir / LOG_NAME
@@ -52,14 +76,8 @@ class Run:
         self._stamp: tuple[int, int, int] | None = None
         self.follows = True  # False for a Hugging Face directory: read once
         self._inspections: collections.OrderedDict[tuple, Inspection] = collections.OrderedDict()
-        if checkpoint is not None and _is_pretrained(self.checkpoint_path):
-            self._load_pretrained()
-        elif checkpoint is not None or self.checkpoint_path.exists():
-            self._load()  # ValueError: damaged, or not a glassllm GPT checkpoint
-        elif not self.log_path.is_file():
-            raise ValueError(
-                f"no checkpoint or log in {str(self.out_dir)!r} (train first: glassllm train)"
-            )
+        self._tokens: list[dict[str, Any]] | None = None
+        self._id_of_repr: dict[str, int] = {}
 
     # ---- the checkpoint
 
@@ -89,19 +107,44 @@ class Run:
     def _load(self) -> None:
         saved, stamp = self._read()
         model = saved.model()  # built from verified metadata, loaded from the same bytes
-        self.model, self.tokenizer = model, saved.state.tokenizer
-        self.metadata = saved.state.to_metadata()
+        self._use(model, saved.state.tokenizer, saved.state.to_metadata())
         self._stamp = stamp
-        self._inspections.clear()
         self.reload_error = None
 
     def _load_pretrained(self) -> None:
         from glassllm.hf import load_pretrained
 
-        self.model, self.tokenizer = load_pretrained(self.checkpoint_path, require_tokenizer=True)
-        self.metadata = {"format": "huggingface", "iteration": None, "best_val_loss": None,
-                         "tokenizer": {"type": self.tokenizer.kind}}
+        model, tokenizer = load_pretrained(self.checkpoint_path, require_tokenizer=True)
+        self._use(model, tokenizer, {"format": "huggingface", "iteration": None,
+                                     "best_val_loss": None, "tokenizer": {"type": tokenizer.kind}})
         self.follows = False
+
+    def _use(self, model: GPT, tokenizer: Tokenizer, metadata: dict[str, Any]) -> None:
+        self.model, self.tokenizer, self.metadata = model, tokenizer, metadata
+        self._inspections.clear()
+        self._tokens, self._id_of_repr = None, {}
+
+    # ---- the vocabulary, built once per model
+
+    def tokens(self) -> list[dict[str, Any]]:
+        """Every token id of the model as the page shows it: ``{"id", "text", "repr"}``."""
+        if self._tokens is None:
+            assert self.model is not None and self.tokenizer is not None
+            self._tokens = [_token_entry(self.tokenizer, i)
+                            for i in range(self.model.config.vocab_size)]
+            self._id_of_repr = {}
+            for token in self._tokens:
+                self._id_of_repr.setdefault(token["repr"], token["id"])
+        return self._tokens
+
+    def token(self, token_id: int) -> dict[str, Any]:
+        return self.tokens()[int(token_id)]
+
+    def id_of_repr(self, text: str) -> int:
+        """The token whose printable form (``Tokenizer.token_repr``) is ``text`` (the lowest id
+        if several share it)."""
+        self.tokens()
+        return self._id_of_repr[text]
 
     def refresh(self) -> None:
         """Reload the checkpoint if its file changed (saves are atomic renames). A failed reload
@@ -126,8 +169,9 @@ class Run:
             return cached
         result = inspect(self.model, np.asarray(ids, dtype=np.int64))
         self._inspections[key] = result
-        while len(self._inspections) > INSPECTION_CACHE:
-            self._inspections.popitem(last=False)
+        held = sum(seen.nbytes for seen in self._inspections.values())
+        while len(self._inspections) > 1 and held > INSPECTION_CACHE_BYTES:
+            held -= self._inspections.popitem(last=False)[1].nbytes
         return result
 
     # ---- the logs
@@ -136,6 +180,16 @@ class Run:
         """Records of ``log.jsonl`` and ``stats.jsonl`` with ``iter > since``; a garbled or
         half-written line (a run writing right now) is skipped."""
         return {"evals": _records(self.log_path, since), "stats": _records(self.stats_path, since)}
+
+
+def _token_entry(tokenizer: Tokenizer, token_id: int) -> dict[str, Any]:
+    """One token for the page; an id of the model beyond its tokenizer's (a padded vocabulary)
+    is shown as such."""
+    try:
+        return {"id": token_id, "text": tokenizer.decode([token_id]),
+                "repr": tokenizer.token_repr(token_id)}
+    except (ValueError, IndexError, KeyError):
+        return {"id": token_id, "text": "", "repr": f"<id {token_id} not in the tokenizer>"}
 
 
 def _is_pretrained(path: Path) -> bool:

@@ -243,6 +243,8 @@ class Handler(BaseHTTPRequestHandler):
             body = json.loads(raw.decode("utf-8"), parse_constant=_reject_constant)
         except (UnicodeDecodeError, ValueError) as err:
             raise ApiError(400, f"the body is not valid JSON: {err}") from None
+        except RecursionError:  # arrays nested thousands deep fit in 64 KiB
+            raise ApiError(400, "the body is not valid JSON: nested too deeply") from None
         if not isinstance(body, dict):
             raise ApiError(400, "the body must be a JSON object")
         return body
