@@ -9,13 +9,17 @@ derivation is in its function's docstring; the longer ones are in ``docs/functio
 Modules, by concept: ``shape`` (concatenate, stack, where), ``probability`` (logsumexp,
 softmax, log_softmax), ``losses`` (cross_entropy), ``activations`` (relu, gelu),
 ``normalization`` (layer_norm), ``regularization`` (dropout), ``affine`` (linear,
-embedding), ``attention`` (scaled_dot_product_attention, packed_attention), ``special``
-(erf, erfc on ndarrays).
+embedding), ``attention`` (scaled_dot_product_attention, packed_attention, and
+attention_probabilities on ndarrays, for inspection), ``special`` (erf, erfc on ndarrays).
 """
 
 from glassllm.functional.activations import gelu, relu
 from glassllm.functional.affine import embedding, linear
-from glassllm.functional.attention import packed_attention, scaled_dot_product_attention
+from glassllm.functional.attention import (
+    attention_probabilities,
+    packed_attention,
+    scaled_dot_product_attention,
+)
 from glassllm.functional.losses import cross_entropy
 from glassllm.functional.normalization import layer_norm
 from glassllm.functional.probability import log_softmax, logsumexp, softmax
@@ -39,6 +43,7 @@ __all__ = [
     "linear",
     "scaled_dot_product_attention",
     "packed_attention",
+    "attention_probabilities",
     "erf",
     "erfc",
 ]
