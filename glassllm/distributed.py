@@ -240,7 +240,15 @@ class World:
             pause = min(1e-3, pause * 2 + 1e-5)
         MPI.Request.Waitall(sends)
         for peer in peers:
-            if not np.array_equal(theirs[peer], mine):
+            if np.array_equal(theirs[peer][:2], mine[:2]) and op == "sync_gradients":
+                if theirs[peer][2] != mine[2]:
+                    self.abort(
+                        f"rank {peer} holds other gradients than this rank at {op} "
+                        f"#{self._sequence}: which parameters have a gradient, or their shapes "
+                        "or dtypes, differ between the ranks",
+                        status=2,
+                    )
+            elif not np.array_equal(theirs[peer], mine):
                 self.abort(
                     f"rank {peer} is at {_describe(theirs[peer])} while this rank is at "
                     f"{_describe(mine)}: the ranks called different collectives (a collective "
@@ -372,7 +380,7 @@ def micro_batch(batch_size: int, world: World | int, grad_accum: int, step: int)
 class DataParallel:
     """Keep one model's replicas identical: same start, averaged gradients, checkable.
 
-    Construction checks that every rank holds the same parameter names, shapes and dtypes
+    Construction checks that every rank holds the same state names, shapes and dtypes
     (``ValueError`` naming the first difference) and copies rank 0's parameters and persistent
     buffers to every rank. ``sync_gradients`` after the last ``backward`` of a step;
     ``check_replicas`` at evaluations; after rank 0 alone loaded a checkpoint,
@@ -386,7 +394,9 @@ class DataParallel:
         self.named = list(model.named_parameters())
         if world.size == 1:
             return
-        signature = [(name, tuple(p.shape), str(p.data.dtype)) for name, p in self.named]
+        # What broadcast_model sends: parameters, then persistent buffers (state_dict's order).
+        signature = [(name, array.shape, str(array.dtype))
+                     for name, array in model.state_dict().items()]
         everyone = world.allgather_object(signature)
         for rank, other in enumerate(everyone):
             if other != everyone[0]:
@@ -395,9 +405,14 @@ class DataParallel:
         self.broadcast_model()
 
     def broadcast_model(self) -> None:
-        """Copy rank 0's parameters and persistent buffers into every rank's model (in place)."""
-        for array in self._arrays():
+        """Copy rank 0's parameters and persistent buffers into every rank's model (in place):
+        each array of rank 0's ``state_dict``, broadcast in its order, then ``load_state_dict``."""
+        state = {name: np.ascontiguousarray(array)
+                 for name, array in self.model.state_dict().items()}
+        for array in state.values():
             self.world.broadcast_(array, root=0)
+        if not self.world.is_main:
+            self.model.load_state_dict(state)
 
     def broadcast_optimizer(self, optimizer: Any) -> None:
         """Give every rank rank 0's optimizer state and hyper-parameters (e.g. after rank 0
@@ -406,15 +421,13 @@ class DataParallel:
         if not self.world.is_main:
             optimizer.load_state_dict(state)
 
-    def _arrays(self) -> list[np.ndarray]:
-        """The arrays a state_dict holds (parameters, then persistent buffers), in its order."""
-        return list(self.model._state_targets().values())
-
     def sync_gradients(self) -> None:
         """Replace every ``.grad`` by the sum over ranks divided once by ``size * grad_accum``.
 
-        Parameters without a gradient are left as they are; which parameters have one must be
-        the same on every rank (checked). Gradients of one dtype travel in one flat buffer.
+        Parameters without a gradient are left as they are. Which parameters have one, and the
+        gradients' shapes and dtypes, must be the same on every rank: one arrival check covers
+        that whole layout before any data moves, so a rank whose layout differs (no gradient at
+        all, another dtype) is named at once. Gradients of one dtype travel in one flat buffer.
         """
         divisor = self.world.size * self.grad_accum
         with_grad = [p for _, p in self.named if p.grad is not None]
@@ -423,10 +436,10 @@ class DataParallel:
                 for param in with_grad:
                     param.grad = np.divide(param.grad, divisor, dtype=param.grad.dtype)
             return
-        layout = np.packbits([p.grad is not None for _, p in self.named]).tobytes()
         by_dtype: dict[np.dtype, list[Any]] = {}
         for param in with_grad:
             by_dtype.setdefault(param.grad.dtype, []).append(param)
+        groups = []
         for dtype in sorted(by_dtype, key=str):
             params = by_dtype[dtype]
             flat = np.empty(sum(p.grad.size for p in params), dtype=dtype)
@@ -434,10 +447,11 @@ class DataParallel:
             for param in params:
                 flat[offset:offset + param.grad.size] = param.grad.reshape(-1)
                 offset += param.grad.size
-            check = zlib.crc32(layout + str(dtype).encode() + flat.size.to_bytes(8, "little"))
-            self.world._arrive("sync_gradients", check)
-            from mpi4py import MPI
+            groups.append((params, flat))
+        self.world._arrive("sync_gradients", _gradient_layout(self.named))  # once, every rank
+        from mpi4py import MPI
 
+        for params, flat in groups:
             self.world._comm.Allreduce(MPI.IN_PLACE, flat, op=MPI.SUM)
             np.divide(flat, divisor, out=flat)  # the one division (same arithmetic as size 1)
             offset = 0
@@ -464,6 +478,13 @@ class DataParallel:
                 wrong.append(f"rank {rank} ({', '.join(names[:3])}{more})")
         if wrong:
             raise RuntimeError(f"replicas differ from rank 0: {'; '.join(wrong)}")
+
+
+def _gradient_layout(named: list[tuple[str, Any]]) -> int:
+    """A checksum of which parameters have a gradient, with its shape and dtype, in order."""
+    layout = [(name, None) if p.grad is None else (name, p.grad.shape, str(p.grad.dtype))
+              for name, p in named]
+    return zlib.crc32(repr(layout).encode())
 
 
 def _first_difference(mine: list[tuple], theirs: list[tuple]) -> str:

@@ -4,8 +4,11 @@ Run alone (size 1) or under ``mpiexec -n N``. Rank 0 writes the parameters and s
 ``--out`` (.npz). ``--fault`` makes rank ``--fault-rank`` misbehave at step ``--fault-step``:
 ``raise`` an exception, ``kill`` itself with SIGKILL, ``hang`` (sleep for ever), or ``desync``
 (change one weight so that the replica check must catch it) or ``extra-collective`` (call a
-barrier the other ranks do not); ``other-model`` builds a wider model on that rank,
-``other-config`` asks it for one more step.
+barrier the other ranks do not), ``no-grads`` (drop its gradients, then go quiet for longer than
+the timeout, as a rank whose next collective is far off) or ``grad-dtype`` (one gradient in
+float64); ``other-model`` builds a wider model on that rank, ``other-config`` asks it for one more
+step. With ``--fault-file``, the faulty rank writes there the time (``time.time()``) at which it
+misbehaves, so a test can measure from the fault to the end of the job.
 """
 
 from __future__ import annotations
@@ -33,9 +36,10 @@ def main() -> None:
     parser.add_argument("--timeout", type=float, default=60.0)
     parser.add_argument("--fault", default="none", choices=[
         "none", "raise", "kill", "hang", "desync", "extra-collective", "other-model",
-        "other-config"])
+        "other-config", "no-grads", "grad-dtype"])
     parser.add_argument("--fault-rank", type=int, default=1)
     parser.add_argument("--fault-step", type=int, default=1)
+    parser.add_argument("--fault-file", default=None, help="the fault's time.time() goes here")
     parser.add_argument("--out", default=None)
     parser.add_argument("--save", default=None, help="checkpoint written by rank 0 at the end")
     parser.add_argument("--load", default=None, help="checkpoint read by rank 0 alone at the start")
@@ -48,9 +52,13 @@ def main() -> None:
     settings = {"steps": args.steps, "batch_size": args.batch_size, "grad_accum": args.grad_accum}
     if args.fault == "other-config" and world.rank == args.fault_rank:
         settings["steps"] += 1
+        record_fault(args.fault_file)
     world.check_same(settings)
     corpus = tokenize_corpus("builtin", "char", 16, None)
-    width = 48 if args.fault == "other-model" and world.rank == args.fault_rank else 32
+    width = 32
+    if args.fault == "other-model" and world.rank == args.fault_rank:
+        width = 48
+        record_fault(args.fault_file)
     config = GPTConfig(vocab_size=corpus.tokenizer.vocab_size, block_size=16, n_layer=2,
                        n_head=2, n_embd=width)
     # A different seed per rank: DataParallel must make the replicas equal anyway.
@@ -76,9 +84,13 @@ def main() -> None:
             _, loss = model(x[rows], y[rows])
             loss.backward()
             loss_sum += float(loss.data)
-        if world.rank == args.fault_rank and step == args.fault_step:
+        faulty = world.rank == args.fault_rank and step == args.fault_step
+        if faulty:
+            record_fault(args.fault_file)
             fault(args.fault, model, world)
         ddp.sync_gradients()
+        if faulty and args.fault == "no-grads":
+            time.sleep(2 * args.timeout)  # the next collective is far off
         clip_grad_norm_(model.parameters(), 1.0)
         optimizer.step()
         optimizer.zero_grad()
@@ -111,6 +123,12 @@ def blas_pools() -> str:
                                if p["user_api"] == "blas")
 
 
+def record_fault(path: str | None) -> None:
+    if path:
+        with open(path, "w") as file:
+            file.write(repr(time.time()))
+
+
 def fault(kind: str, model: GPT, world: distributed.World) -> None:
     if kind == "raise":
         raise RuntimeError("deliberate failure for the test")
@@ -123,6 +141,10 @@ def fault(kind: str, model: GPT, world: distributed.World) -> None:
         model.ln_f.weight.data[0] += 1e-3
     if kind == "extra-collective":  # as a collective inside rank-0-only code would
         world.barrier()
+    if kind == "no-grads":
+        model.zero_grad()
+    if kind == "grad-dtype":
+        model.ln_f.weight.grad = model.ln_f.weight.grad.astype(np.float64)
 
 
 if __name__ == "__main__":

@@ -4,12 +4,14 @@ process accumulating gradients, the replica check, and every fault ending all ra
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import shutil
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -204,23 +206,65 @@ def mpi():
     return _mpiexec()
 
 
-def run_worker(mpi, ranks, *args, launcher_args=(), shell=False, timeout=60):
-    """Run the worker on ``ranks`` processes (0: plain python); return (process, seconds).
+JOB_TIMEOUT = 180  # seconds: a job still running then hangs (tiny models take seconds)
+
+
+def run_job(command, cwd, timeout=JOB_TIMEOUT):
+    """Run ``command`` (a launcher and its ranks) in a process group of its own; when it is
+    still running after ``timeout`` seconds, kill the whole group and fail: a hang fails the
+    test instead of blocking the test run."""
+    with subprocess.Popen(command, env=clean_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                          text=True, cwd=cwd, start_new_session=True) as job:
+        try:
+            stdout, stderr = job.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            kill_group(job)
+            stdout, stderr = job.communicate()
+            pytest.fail(f"still running after {timeout} s (a hang?): {command}\n{stderr[-3000:]}")
+    return subprocess.CompletedProcess(command, job.returncode, stdout, stderr)
+
+
+def kill_group(job: subprocess.Popen) -> None:
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(job.pid, signal.SIGKILL)
+
+
+@contextlib.contextmanager
+def watchdog(job: subprocess.Popen, timeout: float = JOB_TIMEOUT):
+    """Kill ``job``'s process group (started with ``start_new_session``) if the block takes
+    longer than ``timeout`` seconds, so that reading a hung job's output cannot block."""
+    timer = threading.Timer(timeout, kill_group, (job,))
+    timer.start()
+    try:
+        yield
+    finally:
+        timer.cancel()
+        kill_group(job)
+
+
+def seconds_since(fault_file: Path) -> float:
+    """Seconds from the time a worker wrote to ``fault_file`` (its fault) until now."""
+    assert fault_file.exists(), "the worker never reached its fault"
+    return time.time() - float(fault_file.read_text())
+
+
+def run_worker(mpi, ranks, *args, cwd, launcher_args=(), shell=False):
+    """Run the worker on ``ranks`` processes (0: plain python) in ``cwd``; return the process
+    and the seconds from the fault to the end of the job (None without a fault).
     ``shell``: start each rank through ``sh -c``, as job scripts do."""
-    command = [sys.executable, str(WORKER), *map(str, args)]
+    fault_file = Path(cwd) / "fault_time"
+    command = [sys.executable, str(WORKER), *map(str, args), "--fault-file", str(fault_file)]
     if shell:
         command = ["sh", "-c", '"$@"; exit $?', "sh", *command]
     if ranks:
         command = [mpi, *launcher_args, "-n", str(ranks), *command]
-    started = time.monotonic()
-    out = subprocess.run(command, env=clean_env(), capture_output=True, text=True,
-                         timeout=timeout, cwd=ROOT)
-    return out, time.monotonic() - started
+    out = run_job(command, cwd)
+    return out, seconds_since(fault_file) if "--fault" in args else None
 
 
 def trained(mpi, tmp_path, ranks, *args):
     path = tmp_path / f"params_{len(list(tmp_path.glob('params_*.npz')))}.npz"
-    out, _ = run_worker(mpi, ranks, "--out", path, *args)
+    out, _ = run_worker(mpi, ranks, "--out", path, *args, cwd=tmp_path)
     assert out.returncode == 0, out.stdout + out.stderr
     with np.load(path) as arrays:
         return {name: arrays[name] for name in arrays.files}
@@ -245,19 +289,20 @@ def test_two_ranks_equal_one_process_accumulating_two_micro_batches_bit_for_bit(
 
 
 @pytest.mark.mpi
-def test_ranks_with_different_models_are_refused_at_the_start(mpi):
-    out, seconds = run_worker(mpi, 2, "--fault", "other-model")
-    assert out.returncode != 0 and seconds < 15
+def test_ranks_with_different_models_are_refused_at_the_start(mpi, tmp_path):
+    out, seconds = run_worker(mpi, 2, "--fault", "other-model", "--timeout", 60, cwd=tmp_path)
+    assert out.returncode != 0 and seconds < 30  # at once: not after the 60 s timeout
     assert "rank 1 holds a different model than rank 0: ('wte.weight', (" in out.stderr
     assert ", 48), 'float32') where rank 0 has ('wte.weight', (" in out.stderr
 
 
 @pytest.mark.mpi
-def test_ctrl_c_stops_every_rank_after_the_same_step(mpi):
+def test_ctrl_c_stops_every_rank_after_the_same_step(mpi, tmp_path):
     command = [mpi, "-n", "2", sys.executable, str(WORKER), "--steps", "100000",
                "--stop-on-sigint"]
     with subprocess.Popen(command, env=clean_env(), stdout=subprocess.PIPE,
-                          stderr=subprocess.PIPE, text=True, cwd=ROOT) as launcher:
+                          stderr=subprocess.PIPE, text=True, cwd=tmp_path,
+                          start_new_session=True) as launcher, watchdog(launcher):
         try:
             seen = []
             for line in launcher.stdout:  # wait until both ranks are training
@@ -281,7 +326,8 @@ def test_three_ranks_equal_one_process_accumulating_three_micro_batches(mpi, tmp
     MPICH sums 3 ranks in rank order, so it is exact there."""
     three = trained(mpi, tmp_path, 3, "--steps", 4, "--batch-size", 12)
     accumulated = trained(mpi, tmp_path, 0, "--steps", 4, "--batch-size", 12, "--grad-accum", 3)
-    version = subprocess.run([mpi, "--version"], capture_output=True, text=True).stdout
+    version = subprocess.run([mpi, "--version"], capture_output=True, text=True,
+                             timeout=60).stdout
     for name in three:
         if "HYDRA" in version.upper():
             assert np.array_equal(three[name], accumulated[name]), name
@@ -305,15 +351,16 @@ def test_resume_with_another_number_of_ranks_continues_the_same_run(mpi, tmp_pat
 
 
 @pytest.mark.mpi
-def test_ranks_with_different_configurations_are_refused_at_the_start(mpi):
-    out, seconds = run_worker(mpi, 2, "--fault", "other-config", "--steps", 3)
-    assert out.returncode != 0 and seconds < 15
+def test_ranks_with_different_configurations_are_refused_at_the_start(mpi, tmp_path):
+    out, seconds = run_worker(mpi, 2, "--fault", "other-config", "--steps", 3, "--timeout", 60,
+                              cwd=tmp_path)
+    assert out.returncode != 0 and seconds < 30  # at once: not after the 60 s timeout
     assert "rank 1 has a different configuration: steps 4 (rank 0: 3)" in out.stderr
 
 
 @pytest.mark.mpi
-def test_ranks_sharing_the_cores_split_them_for_blas(mpi):
-    out, _ = run_worker(mpi, 2, "--steps", 1)
+def test_ranks_sharing_the_cores_split_them_for_blas(mpi, tmp_path):
+    out, _ = run_worker(mpi, 2, "--steps", 1, cwd=tmp_path)
     assert out.returncode == 0, out.stderr
     share = max(1, len(distributed.available_cores()) // 2)  # the launcher binds nothing here
     assert f"BLAS threads {share} (" in out.stdout
@@ -322,37 +369,39 @@ def test_ranks_sharing_the_cores_split_them_for_blas(mpi):
 
 
 @pytest.mark.mpi
-def test_replica_check_names_a_desynchronised_rank_and_parameter(mpi):
-    out, _ = run_worker(mpi, 2, "--fault", "desync", "--fault-step", 1)
+def test_replica_check_names_a_desynchronised_rank_and_parameter(mpi, tmp_path):
+    out, _ = run_worker(mpi, 2, "--fault", "desync", "--fault-step", 1, cwd=tmp_path)
     assert out.returncode != 0
     assert "replicas differ from rank 0: rank 1 (ln_f.weight)" in out.stderr
 
 
 @pytest.mark.mpi
-def test_an_exception_on_one_rank_ends_every_rank_naming_it(mpi):
-    out, seconds = run_worker(mpi, 2, "--fault", "raise", "--steps", 4, "--timeout", 60)
+def test_an_exception_on_one_rank_ends_every_rank_naming_it(mpi, tmp_path):
+    out, seconds = run_worker(mpi, 2, "--fault", "raise", "--steps", 4, "--timeout", 60,
+                              cwd=tmp_path)
     assert out.returncode != 0
-    assert seconds < 15  # not the 60 s timeout: the abort hook ended the job
+    assert seconds < 30  # not the 60 s timeout: the abort hook ended the job
     assert ("glassllm: rank 1 of 2: failed: RuntimeError: deliberate failure for the test; "
             "ending all ranks") in out.stderr
 
 
 @pytest.mark.mpi
 @pytest.mark.parametrize("fault", ["hang", "kill"])
-def test_a_silent_rank_is_named_within_the_timeout(mpi, fault):
+def test_a_silent_rank_is_named_within_the_timeout(mpi, tmp_path, fault):
     launcher_args = ()
     if fault == "kill":
         # MPICH's launcher ends the job itself when a rank dies; with its clean-up off, and a
         # shell between it and the rank (it may still act on a child killed by a signal), the
         # survivors must notice on their own, as under launchers that do not clean up.
-        version = subprocess.run([mpi, "--version"], capture_output=True, text=True).stdout
+        version = subprocess.run([mpi, "--version"], capture_output=True, text=True,
+                                 timeout=60).stdout
         if "HYDRA" not in version.upper():
             pytest.skip("-disable-auto-cleanup is an MPICH Hydra option")
         launcher_args = ("-disable-auto-cleanup",)
     out, seconds = run_worker(mpi, 2, "--fault", fault, "--steps", 4, "--timeout", 2,
-                              launcher_args=launcher_args, shell=fault == "kill")
+                              launcher_args=launcher_args, shell=fault == "kill", cwd=tmp_path)
     assert out.returncode != 0
-    assert seconds < 12
+    assert seconds < 2 + 10  # the timeout, then the abort: from the fault, not from the start
     named = [line for line in out.stderr.splitlines() if "stopped answering" in line]
     assert len(named) == 1, out.stderr
     assert re.fullmatch(r"glassllm: rank 0 of 2: rank 1 stopped answering: no word for 2 s at "
@@ -361,15 +410,33 @@ def test_a_silent_rank_is_named_within_the_timeout(mpi, fault):
 
 
 @pytest.mark.mpi
-def test_a_killed_rank_ends_the_job_under_the_default_launcher(mpi):
-    out, seconds = run_worker(mpi, 2, "--fault", "kill", "--steps", 4, "--timeout", 60)
+def test_a_killed_rank_ends_the_job_under_the_default_launcher(mpi, tmp_path):
+    out, seconds = run_worker(mpi, 2, "--fault", "kill", "--steps", 4, "--timeout", 60,
+                              cwd=tmp_path)
     assert out.returncode != 0
-    assert seconds < 15
+    assert seconds < 30  # the launcher ended the job: not after the 60 s timeout
 
 
 @pytest.mark.mpi
-def test_ranks_calling_different_collectives_are_caught(mpi):
-    out, seconds = run_worker(mpi, 2, "--fault", "extra-collective", "--steps", 4)
-    assert out.returncode == 2 and seconds < 15
+def test_ranks_calling_different_collectives_are_caught(mpi, tmp_path):
+    out, seconds = run_worker(mpi, 2, "--fault", "extra-collective", "--steps", 4, "--timeout", 60,
+                              cwd=tmp_path)
+    assert out.returncode == 2 and seconds < 30  # at once: not after the 60 s timeout
     assert "the ranks called different collectives" in out.stderr
     assert "barrier" in out.stderr and "sync_gradients" in out.stderr
+
+
+@pytest.mark.mpi
+@pytest.mark.parametrize("fault", ["no-grads", "grad-dtype"])
+def test_ranks_holding_other_gradients_are_named_at_once(mpi, tmp_path, fault):
+    """Rank 1 drops its gradients (then its next collective is far off), or holds one in
+    float64: both ranks make the one layout check of sync_gradients and end at once, well
+    before the timeout, naming the difference."""
+    out, seconds = run_worker(mpi, 2, "--fault", fault, "--steps", 4, "--timeout", 40,
+                              cwd=tmp_path)
+    assert out.returncode == 2, out.stderr
+    assert seconds < 20, out.stderr  # not after the 40 s timeout
+    assert re.search(r"glassllm: rank [01] of 2: rank [01] holds other gradients than this rank "
+                     r"at sync_gradients #\d+: which parameters have a gradient, or their "
+                     r"shapes or dtypes, differ between the ranks", out.stderr), out.stderr
+    assert "stopped answering" not in out.stderr

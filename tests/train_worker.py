@@ -9,6 +9,8 @@ then runs the real command, ``glassllm.app.main``:
   there (the replica check at the next evaluation must catch it); ``disk-full``: its checkpoint
   at step STEP raises ENOSPC (an error of one rank: rank 0 writes); ``none``: no fault.
 * Every rank that leaves ``Trainer.fit`` writes the step it stopped at to ``RECORD_DIR/rank<r>``.
+* The faulty rank writes the time (``time.time()``) of its fault to ``RECORD_DIR/fault``, so a
+  test can measure from the fault to the end of the job.
 """
 
 from __future__ import annotations
@@ -27,8 +29,13 @@ from glassllm.app.train import Trainer
 def patch(fault: str, fault_rank: int, fault_step: int, record_dir: Path) -> None:
     step, fit, save = Trainer.train_step, Trainer.fit, Trainer.save_checkpoint
 
+    def record_fault() -> None:
+        (record_dir / "fault").write_text(repr(time.time()))
+
     def train_step(self: Trainer, lr: float | None = None) -> float:
         if self.world.rank == fault_rank and self.iteration == fault_step:
+            if fault in ("raise", "kill", "desync", "hang"):
+                record_fault()
             if fault == "raise":
                 raise RuntimeError("deliberate failure for the test")
             if fault == "kill":
@@ -43,6 +50,7 @@ def patch(fault: str, fault_rank: int, fault_step: int, record_dir: Path) -> Non
 
     def save_checkpoint(self: Trainer):
         if fault == "disk-full" and self.world.rank == fault_rank and self.iteration == fault_step:
+            record_fault()
             raise OSError(errno.ENOSPC, "No space left on device")
         return save(self)
 
