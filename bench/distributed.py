@@ -27,8 +27,10 @@ from pathlib import Path
 
 SCRIPT = Path(__file__).resolve()
 ROOT = SCRIPT.parents[1]
-MODELS = {"tiny": dict(n_layer=4, n_head=4, n_embd=128), "6x384": dict(n_layer=6, n_head=6,
-                                                                       n_embd=384)}
+MODELS = {
+    "tiny": dict(n_layer=4, n_head=4, n_embd=128),
+    "6x384": dict(n_layer=6, n_head=6, n_embd=384),
+}
 
 
 def median(values: list[float]) -> float:
@@ -47,16 +49,21 @@ def worker(args: argparse.Namespace) -> None:
 
     world = distributed.init(timeout_s=600, blas_threads=args.blas_threads)
     corpus = tokenize_corpus("builtin", "char", args.block_size, None)
-    config = GPTConfig(vocab_size=corpus.tokenizer.vocab_size, block_size=args.block_size,
-                       **MODELS[args.model])
+    config = GPTConfig(
+        vocab_size=corpus.tokenizer.vocab_size, block_size=args.block_size, **MODELS[args.model]
+    )
     model = GPT(config, rng=np.random.default_rng([0, 0]))
     optimizer = model.configure_optimizer(1e-3, 0.1, (0.9, 0.99))
     ddp = distributed.DataParallel(model, world)
     params = model.num_parameters()
     if args.allreduce_only:
-        sizes = {name: GPT(GPTConfig(vocab_size=65, block_size=block, **MODELS[name]),
-                           rng=np.random.default_rng(0)).num_parameters()
-                 for name, block in (("tiny", 64), ("6x384", 256))}  # shakespeare_char shapes
+        sizes = {
+            name: GPT(
+                GPTConfig(vocab_size=65, block_size=block, **MODELS[name]),
+                rng=np.random.default_rng(0),
+            ).num_parameters()
+            for name, block in (("tiny", 64), ("6x384", 256))
+        }  # shakespeare_char shapes
         report = {}
         for label, count in sizes.items():
             buffer = np.ones(count, dtype=np.float32)
@@ -80,7 +87,7 @@ def worker(args: argparse.Namespace) -> None:
 
     batch_rng = np.random.default_rng([0, 1])
     rows = distributed.micro_batch(args.batch_size, world, 1, 0)
-    real_arrive = world._arrive
+    real_arrive = world.arrive
     arrive_s = [0.0]
 
     def timed_arrive(op: str, check: int) -> None:
@@ -88,7 +95,7 @@ def worker(args: argparse.Namespace) -> None:
         real_arrive(op, check)
         arrive_s[0] += time.perf_counter() - started
 
-    world._arrive = timed_arrive  # split the sync into waiting and reducing
+    world.arrive = timed_arrive  # split the sync into waiting and reducing
     records = []
     for step in range(args.warmup + args.steps):
         world.barrier()
@@ -106,21 +113,39 @@ def worker(args: argparse.Namespace) -> None:
         ended = time.perf_counter()
         if step >= args.warmup:
             sync = synced - compute_done
-            records.append({"step": ended - started, "compute": compute_done - started,
-                            "wait": arrive_s[0], "allreduce": sync - arrive_s[0]})
+            records.append(
+                {
+                    "step": ended - started,
+                    "compute": compute_done - started,
+                    "wait": arrive_s[0],
+                    "allreduce": sync - arrive_s[0],
+                }
+            )
     per_rank = world.allgather_object({k: median([r[k] for r in records]) for k in records[0]})
     if world.is_main:
         slowest = {k: 1e3 * max(r[k] for r in per_rank) for k in per_rank[0]}
         tokens = args.batch_size * args.block_size
-        print(json.dumps({
-            "ranks": world.size, "blas_threads": args.blas_threads, "model": args.model,
-            "parameters": params,
-            "gradient_MB": params * 4 / 1e6, "global_batch": args.batch_size,
-            "ms_per_step": slowest["step"], "tokens_per_s": tokens / slowest["step"] * 1e3,
-            "compute_ms": slowest["compute"], "wait_ms": slowest["wait"],
-            "allreduce_ms": slowest["allreduce"] if world.size > 1 else 0.0,
-            "allreduce_share": slowest["allreduce"] / slowest["step"] if world.size > 1 else 0.0,
-        }), flush=True)
+        print(
+            json.dumps(
+                {
+                    "ranks": world.size,
+                    "blas_threads": args.blas_threads,
+                    "model": args.model,
+                    "parameters": params,
+                    "gradient_MB": params * 4 / 1e6,
+                    "global_batch": args.batch_size,
+                    "ms_per_step": slowest["step"],
+                    "tokens_per_s": tokens / slowest["step"] * 1e3,
+                    "compute_ms": slowest["compute"],
+                    "wait_ms": slowest["wait"],
+                    "allreduce_ms": slowest["allreduce"] if world.size > 1 else 0.0,
+                    "allreduce_share": slowest["allreduce"] / slowest["step"]
+                    if world.size > 1
+                    else 0.0,
+                }
+            ),
+            flush=True,
+        )
 
 
 def distributed_in_place():
@@ -145,17 +170,29 @@ def main() -> None:
         worker(args)
         return
     threads = str(args.blas_threads)
-    env = dict(os.environ, OMP_NUM_THREADS=threads, OPENBLAS_NUM_THREADS=threads,
-               MKL_NUM_THREADS=threads)
+    env = dict(
+        os.environ, OMP_NUM_THREADS=threads, OPENBLAS_NUM_THREADS=threads, MKL_NUM_THREADS=threads
+    )
     env["PYTHONPATH"] = str(ROOT) + os.pathsep + env.get("PYTHONPATH", "")
     beside = Path(sys.executable).parent / "mpiexec"
     mpiexec = str(beside) if beside.exists() else shutil.which("mpiexec")
-    passed = ["--model", args.model, "--steps", str(args.steps), "--warmup", str(args.warmup),
-              "--batch-size", str(args.batch_size), "--block-size", str(args.block_size),
-              "--blas-threads", threads]
+    passed = [
+        "--model",
+        args.model,
+        "--steps",
+        str(args.steps),
+        "--warmup",
+        str(args.warmup),
+        "--batch-size",
+        str(args.batch_size),
+        "--block-size",
+        str(args.block_size),
+        "--blas-threads",
+        threads,
+    ]
     if args.allreduce_only:
         passed.append("--allreduce-only")
-    for ranks in ([max(args.ranks)] if args.allreduce_only else args.ranks):
+    for ranks in [max(args.ranks)] if args.allreduce_only else args.ranks:
         command = [sys.executable, str(SCRIPT), "--worker", *passed]
         if ranks > 1:
             command = [mpiexec, "-n", str(ranks), *command]

@@ -34,8 +34,9 @@ def worker(args: argparse.Namespace) -> dict:
     import common as C
 
     with tempfile.TemporaryDirectory() as tmp:
-        trainer = C.glassllm_trainer(Path(tmp), "tiny", seed=args.seed, max_iters=args.steps,
-                                     stats_interval=args.interval)
+        trainer = C.glassllm_trainer(
+            Path(tmp), "tiny", seed=args.seed, max_iters=args.steps, stats_interval=args.interval
+        )
         spent = [0.0]
         stats = trainer.stats
         for name in ("before_update", "after_update"):
@@ -57,14 +58,30 @@ def worker(args: argparse.Namespace) -> dict:
 
 
 def run_worker(interval: int, args: argparse.Namespace) -> dict:
-    env = {**os.environ, "OPENBLAS_NUM_THREADS": str(args.threads),
-           "OMP_NUM_THREADS": str(args.threads)}
+    env = {
+        **os.environ,
+        "OPENBLAS_NUM_THREADS": str(args.threads),
+        "OMP_NUM_THREADS": str(args.threads),
+    }
     done = subprocess.run(
-        [sys.executable, __file__, "--worker", "--interval", str(interval), "--steps",
-         str(args.steps), "--seed", str(args.seed)],
-        capture_output=True, text=True, env=env, check=True)
+        [
+            sys.executable,
+            __file__,
+            "--worker",
+            "--interval",
+            str(interval),
+            "--steps",
+            str(args.steps),
+            "--seed",
+            str(args.seed),
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        check=True,
+    )
     line = next(x for x in done.stdout.splitlines() if x.startswith(MARKER))
-    return json.loads(line[len(MARKER):])
+    return json.loads(line[len(MARKER) :])
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -89,12 +106,17 @@ def main(argv: list[str] | None = None) -> int:
         off, on = results[0], results[args.interval]
         ratios.append(on["elapsed_s"] / off["elapsed_s"])
         direct.append(on["stats_s"] / on["elapsed_s"])
-        print(f"| {round_} | {off['elapsed_s']:.2f} | {on['elapsed_s']:.2f} | {ratios[-1]:.3f} | "
-              f"{on['stats_s']:.3f} ({on['lines']} lines) | {100 * direct[-1]:.2f}% |", flush=True)
+        print(
+            f"| {round_} | {off['elapsed_s']:.2f} | {on['elapsed_s']:.2f} | {ratios[-1]:.3f} | "
+            f"{on['stats_s']:.3f} ({on['lines']} lines) | {100 * direct[-1]:.2f}% |",
+            flush=True,
+        )
     print(f"load average after: {os.getloadavg()[0]:.1f}")
-    print(f"median on/off - 1: {100 * (statistics.median(ratios) - 1):+.2f}%; "
-          f"median direct cost (stats calls / training time): "
-          f"{100 * statistics.median(direct):.2f}%")
+    print(
+        f"median on/off - 1: {100 * (statistics.median(ratios) - 1):+.2f}%; "
+        f"median direct cost (stats calls / training time): "
+        f"{100 * statistics.median(direct):.2f}%"
+    )
     return 0
 
 

@@ -45,7 +45,8 @@ def make_checkpoint(workdir: Path, size: str) -> Path:
     trainer = C.glassllm_trainer(workdir / size, size, max_iters=0)
     trainer.save_checkpoint()
     (trainer.out_dir / "log.jsonl").write_text(
-        '{"iter": 0, "train_loss": 4.2, "val_loss": 4.2, "lr": 0.001}\n')
+        '{"iter": 0, "train_loss": 4.2, "val_loss": 4.2, "lr": 0.001}\n'
+    )
     return trainer.out_dir
 
 
@@ -76,13 +77,15 @@ def server_side(out_dir: Path, tokens: int, repeat: int, generate: int) -> dict[
     seconds, body = timed(inspect, repeat)
     figures.update(inspect_ms=1e3 * seconds, inspect_kib=len(body) / 1024)
     if run.model.config.n_layer * run.model.config.n_head * tokens * tokens > api.ATTENTION_INLINE:
-        seconds, body = timed(lambda: encode_json(api.attention(run, {"ids": ids, "layer": 0})),
-                              repeat)
+        seconds, body = timed(
+            lambda: encode_json(api.attention(run, {"ids": ids, "layer": 0})), repeat
+        )
         figures.update(attention_layer_ms=1e3 * seconds, attention_layer_kib=len(body) / 1024)
     if generate:
         seconds, body = timed(
             lambda: api.generate(run, {"prompt": "0", "max_new_tokens": generate, "seed": 1}),
-            repeat)
+            repeat,
+        )
         figures.update(generate_s=seconds, generated=len(body["tokens"]))
     return figures
 
@@ -99,7 +102,8 @@ def page_load(out_dir: Path, repeat: int) -> dict[str, float]:
     try:
         with sync_playwright() as playwright:
             browser = playwright.chromium.launch(
-                executable_path=executable, args=["--headless", "--no-sandbox", "--disable-gpu"])
+                executable_path=executable, args=["--headless", "--no-sandbox", "--disable-gpu"]
+            )
             for attempt in range(repeat + 1):
                 context = browser.new_context(viewport={"width": 1280, "height": 900})
                 page = context.new_page()
@@ -109,7 +113,8 @@ def page_load(out_dir: Path, repeat: int) -> dict[str, float]:
                 paint = page.evaluate(
                     """() => { const p = performance.getEntriesByType('paint')
                          .find(e => e.name === 'first-contentful-paint');
-                         return p ? p.startTime : null; }""")
+                         return p ? p.startTime : null; }"""
+                )
                 if attempt:  # the first load warms the browser's and the server's caches
                     paints.append(paint)
                     ready.append(shown)
@@ -134,21 +139,36 @@ def main(argv: list[str] | None = None) -> int:
         rows = []
         if not args.no_browser:
             page = page_load(tiny, args.repeat)
-            rows.append(("page load to first contentful paint (tiny)",
-                         f"{page['first_paint_ms']:.0f} ms"))
-            rows.append(("page load to checkpoint info shown (tiny)",
-                         f"{page['info_shown_ms']:.0f} ms"))
+            rows.append(
+                ("page load to first contentful paint (tiny)", f"{page['first_paint_ms']:.0f} ms")
+            )
+            rows.append(
+                ("page load to checkpoint info shown (tiny)", f"{page['info_shown_ms']:.0f} ms")
+            )
         small = server_side(tiny, 64, args.repeat, args.generate)
-        rows.append(("inspect 64 tokens, server time incl. JSON (tiny)",
-                     f"{small['inspect_ms']:.0f} ms ({small['inspect_kib']:.0f} KiB)"))
+        rows.append(
+            (
+                "inspect 64 tokens, server time incl. JSON (tiny)",
+                f"{small['inspect_ms']:.0f} ms ({small['inspect_kib']:.0f} KiB)",
+            )
+        )
         if args.generate:
-            rows.append((f"generate {small['generated']} tokens (tiny)",
-                         f"{small['generate_s']:.2f} s"))
+            rows.append(
+                (f"generate {small['generated']} tokens (tiny)", f"{small['generate_s']:.2f} s")
+            )
         big = server_side(mid, 256, args.repeat, 0)
-        rows.append(("inspect 256 tokens without attention (6x384)",
-                     f"{big['inspect_ms']:.0f} ms ({big['inspect_kib']:.0f} KiB)"))
-        rows.append(("attention of one layer, 256 tokens (6x384)",
-                     f"{big['attention_layer_ms']:.0f} ms ({big['attention_layer_kib']:.0f} KiB)"))
+        rows.append(
+            (
+                "inspect 256 tokens without attention (6x384)",
+                f"{big['inspect_ms']:.0f} ms ({big['inspect_kib']:.0f} KiB)",
+            )
+        )
+        rows.append(
+            (
+                "attention of one layer, 256 tokens (6x384)",
+                f"{big['attention_layer_ms']:.0f} ms ({big['attention_layer_kib']:.0f} KiB)",
+            )
+        )
     print(f"load average after: {os.getloadavg()[0]:.1f}")
     print("| measurement (median) | figure |\n|---|---|")
     for name, figure in rows:

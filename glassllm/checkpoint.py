@@ -171,7 +171,6 @@ def read(path: PathLike) -> Checkpoint:
     )
 
 
-
 def load(
     source: PathLike | Checkpoint, model: Module, optimizer: Optimizer | None = None
 ) -> dict[str, Any]:

@@ -34,17 +34,33 @@ def main() -> None:
     parser.add_argument("--batch-size", type=int, default=8)
     parser.add_argument("--grad-accum", type=int, default=1)
     parser.add_argument("--timeout", type=float, default=60.0)
-    parser.add_argument("--fault", default="none", choices=[
-        "none", "raise", "kill", "hang", "desync", "extra-collective", "other-model",
-        "other-config", "no-grads", "grad-dtype"])
+    parser.add_argument(
+        "--fault",
+        default="none",
+        choices=[
+            "none",
+            "raise",
+            "kill",
+            "hang",
+            "desync",
+            "extra-collective",
+            "other-model",
+            "other-config",
+            "no-grads",
+            "grad-dtype",
+        ],
+    )
     parser.add_argument("--fault-rank", type=int, default=1)
     parser.add_argument("--fault-step", type=int, default=1)
     parser.add_argument("--fault-file", default=None, help="the fault's time.time() goes here")
     parser.add_argument("--out", default=None)
     parser.add_argument("--save", default=None, help="checkpoint written by rank 0 at the end")
     parser.add_argument("--load", default=None, help="checkpoint read by rank 0 alone at the start")
-    parser.add_argument("--stop-on-sigint", action="store_true",
-                        help="Ctrl-C stops every rank after the same step (exit status 130)")
+    parser.add_argument(
+        "--stop-on-sigint",
+        action="store_true",
+        help="Ctrl-C stops every rank after the same step (exit status 130)",
+    )
     args = parser.parse_args()
 
     world = distributed.init(timeout_s=args.timeout)
@@ -59,8 +75,9 @@ def main() -> None:
     if args.fault == "other-model" and world.rank == args.fault_rank:
         width = 48
         record_fault(args.fault_file)
-    config = GPTConfig(vocab_size=corpus.tokenizer.vocab_size, block_size=16, n_layer=2,
-                       n_head=2, n_embd=width)
+    config = GPTConfig(
+        vocab_size=corpus.tokenizer.vocab_size, block_size=16, n_layer=2, n_head=2, n_embd=width
+    )
     # A different seed per rank: DataParallel must make the replicas equal anyway.
     model = GPT(config, rng=np.random.default_rng([0, world.rank]))
     optimizer = model.configure_optimizer(1e-3, 0.1, (0.9, 0.99))
@@ -105,13 +122,19 @@ def main() -> None:
     with no_grad():
         ddp.check_replicas()
     if world.rank == 0:
-        print(f"trained {args.steps} steps on {world.size} ranks; losses {losses}; "
-              f"BLAS threads {world.blas_threads} ({blas_pools()})", flush=True)
+        print(
+            f"trained {args.steps} steps on {world.size} ranks; losses {losses}; "
+            f"BLAS threads {world.blas_threads} ({blas_pools()})",
+            flush=True,
+        )
         if args.save:
             glassllm.save(args.save, model, optimizer, {"batches": batch_rng.bit_generator.state})
         if args.out:
-            np.savez(args.out, losses=np.array(losses),
-                     **{name: p.data for name, p in model.named_parameters()})
+            np.savez(
+                args.out,
+                losses=np.array(losses),
+                **{name: p.data for name, p in model.named_parameters()},
+            )
 
 
 def blas_pools() -> str:
@@ -119,8 +142,9 @@ def blas_pools() -> str:
         from threadpoolctl import threadpool_info
     except ImportError:
         return "threadpoolctl not installed"
-    return "pools " + ",".join(str(p["num_threads"]) for p in threadpool_info()
-                               if p["user_api"] == "blas")
+    return "pools " + ",".join(
+        str(p["num_threads"]) for p in threadpool_info() if p["user_api"] == "blas"
+    )
 
 
 def record_fault(path: str | None) -> None:

@@ -49,9 +49,7 @@ def test_a_dead_writers_temporary_is_removed_by_the_next_save(tmp_path, dead_pid
     assert (tmp_path / "ckpt.safetensors").read_bytes() == b"new"
 
 
-def test_live_writers_other_targets_and_other_files_are_left_alone(
-    tmp_path, dead_pid, live_child
-):
+def test_live_writers_other_targets_and_other_files_are_left_alone(tmp_path, dead_pid, live_child):
     keep = [
         temporary(tmp_path, "ckpt.safetensors", os.getpid()),  # this process: a live writer
         temporary(tmp_path, "ckpt.safetensors", live_child),  # another live writer
@@ -100,8 +98,9 @@ def test_a_save_killed_mid_write_leaves_nothing_after_the_next_save(tmp_path):
         "os.fsync = stop\n"
         "glassllm.save(sys.argv[1], nn.Linear(64, 64))\n"
     )
-    child = subprocess.Popen([sys.executable, "-c", code, str(path)], stdout=subprocess.PIPE,
-                             text=True)
+    child = subprocess.Popen(
+        [sys.executable, "-c", code, str(path)], stdout=subprocess.PIPE, text=True
+    )
     try:
         assert child.stdout.readline().strip() == "written"
         assert len([n for n in os.listdir(tmp_path) if n.endswith(".tmp")]) == 1

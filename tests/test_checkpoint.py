@@ -47,8 +47,10 @@ def train(model, optimizer, steps: range) -> None:
 
 def adamw(model, named=True):
     params = list(model.named_parameters()) if named else list(model.parameters())
-    return AdamW([{"params": params[:2], "weight_decay": 0.1},
-                  {"params": params[2:], "weight_decay": 0.0}], lr=0.01)
+    return AdamW(
+        [{"params": params[:2], "weight_decay": 0.1}, {"params": params[2:], "weight_decay": 0.0}],
+        lr=0.01,
+    )
 
 
 def snapshot(model, optimizer=None):
@@ -132,8 +134,9 @@ def test_file_is_plain_safetensors_with_named_optimizer_state(tmp_path):
     np.testing.assert_array_equal(tensors["out"], model.out.data)  # transposed view, right values
     optimizer_name = {id(p): n for n, p in optimizer.named_parameters()}[id(model.first.weight)]
     assert optimizer_name == "1"  # model order: a module's own parameters ("out") first
-    np.testing.assert_array_equal(tensors["optim.exp_avg.first.weight"],
-                                  optimizer.state[optimizer_name]["exp_avg"])
+    np.testing.assert_array_equal(
+        tensors["optim.exp_avg.first.weight"], optimizer.state[optimizer_name]["exp_avg"]
+    )
     with safetensors.safe_open(str(path), framework="np") as handle:
         header = handle.metadata()
     assert json.loads(header["glassllm.metadata"]) == {"note": "hi"}
@@ -189,8 +192,12 @@ def test_zero_dimensional_parameter_and_its_adam_state_round_trip(tmp_path):
 
 def test_metadata_comes_back_equal(tmp_path):
     metadata = {
-        "iter": 2000, "best_val_loss": 1.8812345678901234, "config": {"n_layer": 4, "bias": False},
-        "vocab": ["\n", " ", "é", "字"], "none": None, "rng": {"state": 2**127 + 3, "inc": 5},
+        "iter": 2000,
+        "best_val_loss": 1.8812345678901234,
+        "config": {"n_layer": 4, "bias": False},
+        "vocab": ["\n", " ", "é", "字"],
+        "none": None,
+        "rng": {"state": 2**127 + 3, "inc": 5},
     }
     glassllm.save(tmp_path / "a.safetensors", Tied(), metadata=metadata)
     assert glassllm.load(tmp_path / "a.safetensors", Tied()) == metadata
@@ -328,10 +335,14 @@ def test_bad_checkpoint_error_lists_every_problem(saved, tmp_path):
         glassllm.load(path, model, optimizer)
     message = str(info.value)
     # the model's problems as Module.check_state_dict words them, the optimizer's after them
-    for part in ("4 problems", "unexpected keys: more.bias, more.weight, second.weight (tied to "
-                 "first.weight", "first.weight: shape mismatch, checkpoint (4, 5) vs model (4, 4)",
-                 "first.bias: shape mismatch, checkpoint (5,) vs model (4,)",
-                 "no optimizer state", "not changed"):
+    for part in (
+        "4 problems",
+        "unexpected keys: more.bias, more.weight, second.weight (tied to first.weight",
+        "first.weight: shape mismatch, checkpoint (4, 5) vs model (4, 4)",
+        "first.bias: shape mismatch, checkpoint (5,) vs model (4,)",
+        "no optimizer state",
+        "not changed",
+    ):
         assert part in message
     glassllm.save(path, nn.Linear(4, 4))
     with pytest.raises(CheckpointError, match="missing keys: out, first.weight"):
@@ -427,6 +438,7 @@ def _edit(change):
     def apply(header):
         change(header)
         return json.dumps(header)
+
     return apply
 
 
@@ -439,7 +451,8 @@ HOSTILE_OPTIMIZER_ENTRIES = {
     "hyper-parameter 1e400": lambda h: _edit(_LR0)(h).replace("12345", "1e400"),
     "hyper-parameter Infinity": lambda h: _edit(_LR0)(h).replace("12345", "Infinity"),
     "step 10**400": lambda h: _edit(lambda h: h["scalar_state"]["out"].update(step=12345))(
-        h).replace("12345", _HUGE),
+        h
+    ).replace("12345", _HUGE),
     "step 2**63": _edit(lambda h: h["scalar_state"]["out"].update(step=2**63)),
     "step a list": _edit(lambda h: h["scalar_state"]["out"].update(step=[1])),
     "parameter name a list": _edit(lambda h: h["param_groups"][0]["params"].append(["x"])),
@@ -484,8 +497,11 @@ def test_malformed_metadata_raises_checkpoint_error_everywhere(saved, metadata, 
     path, model, optimizer = saved
     rewrite(path, metadata=metadata)
     before = snapshot(model, optimizer)
-    for reader in (glassllm.checkpoint.read_metadata, glassllm.checkpoint.read,
-                   lambda p: glassllm.load(p, model, optimizer)):
+    for reader in (
+        glassllm.checkpoint.read_metadata,
+        glassllm.checkpoint.read,
+        lambda p: glassllm.load(p, model, optimizer),
+    ):
         with pytest.raises(CheckpointError, match=match):
             reader(path)
     assert_same(snapshot(model, optimizer), before)

@@ -73,7 +73,9 @@ def test_sigkill_mid_write_leaves_the_old_file(tmp_path):
     path = tmp_path / "ckpt.safetensors"
     versioned(path, 1)
     # The child's write stops half way, then it waits to be killed: a crash mid-write.
-    child = start_child(path, """
+    child = start_child(
+        path,
+        """
         import os
         real_fdopen = os.fdopen
 
@@ -92,7 +94,8 @@ def test_sigkill_mid_write_leaves_the_old_file(tmp_path):
 
         os.fdopen = lambda fd, mode: HalfWriter(real_fdopen(fd, mode))
         save(2)
-    """)
+    """,
+    )
     wait_for_line(child, "half written")
     child.send_signal(signal.SIGKILL)
     child.wait(timeout=30)
@@ -110,13 +113,16 @@ def test_sigkill_during_repeated_saves_always_leaves_a_whole_file(tmp_path):
     versioned(path, 0)
     rng = np.random.default_rng(0)
     for _ in range(3):
-        child = start_child(path, """
+        child = start_child(
+            path,
+            """
             print("saving", flush=True)
             version = 1
             while True:
                 save(version)
                 version += 1
-        """)
+        """,
+        )
         wait_for_line(child, "saving")
         time.sleep(float(rng.uniform(0.05, 0.3)))
         child.send_signal(signal.SIGKILL)

@@ -339,10 +339,12 @@ def test_out_dir_that_is_not_writable(text_file, tmp_path, capsys, monkeypatch):
     if os.geteuid() == 0:  # root may write anywhere: os.access answers as for another user
         real_access = os.access
         monkeypatch.setattr(
-            os, "access", lambda path, mode, **kw: (
+            os,
+            "access",
+            lambda path, mode, **kw: (
                 not (mode & os.W_OK and str(path).startswith(str(locked)))
                 and real_access(path, mode, **kw)
-            )
+            ),
         )
     argv = ["train", *TINY, "--data", text_file, "--out-dir", locked / "o"]
     assert_one_line_error(*run(argv, capsys)[::2], "cannot create out_dir", "not writable")
@@ -647,7 +649,6 @@ def test_help_lists_every_config_option(capsys):
         "--explain",
     ]:
         assert flag in out, flag
-
 
 
 def test_help_states_each_default_once(capsys):

@@ -21,7 +21,6 @@ TINY = ["--n-layer", "1", "--n-head", "2", "--n-embd", "16", "--block-size", "16
         "--sample-tokens", "0", "--warmup-iters", "1"]  # fmt: skip
 
 
-
 def run(argv, capsys):
     try:
         status = main([str(a) for a in argv])

@@ -11,7 +11,6 @@ from glassllm.data import tokenize_corpus, train_bpe
 TEXT = "".join(f"row {i}: naïve café, the quick brown fox.\n" for i in range(80)) + "zebra " * 40
 
 
-
 def test_bpe_is_learned_on_the_training_text_only(tmp_path):
     optional("tokenizers")
     path = tmp_path / "t.txt"

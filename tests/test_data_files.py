@@ -40,7 +40,11 @@ def run_python(*args: str, timeout: float = 60.0, **env_vars: str) -> subprocess
     env = {**os.environ, "PYTHONPATH": str(REPO), **env_vars}
     try:
         return subprocess.run(
-            [sys.executable, *args], capture_output=True, text=True, timeout=timeout, env=env,
+            [sys.executable, *args],
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            env=env,
             preexec_fn=_cap_memory,
         )
     except subprocess.TimeoutExpired:
@@ -112,8 +116,10 @@ def test_a_device_is_refused_before_it_is_read(device):
     result = run_python("-c", code, device)
     assert result.returncode == 1
     last = result.stderr.strip().splitlines()[-1]
-    assert last == f"glassllm.data.corpus.DataError: data file '{device}' is a character device, " \
-        "not a regular file", result.stderr[-500:]
+    assert (
+        last == f"glassllm.data.corpus.DataError: data file '{device}' is a character device, "
+        "not a regular file"
+    ), result.stderr[-500:]
 
 
 @posix_only

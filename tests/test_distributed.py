@@ -19,22 +19,32 @@ import numpy as np
 import pytest
 from conftest import optional
 
-from glassllm import blas_threads, distributed
+from glassllm import distributed
+from glassllm.distributed import blas_threads
 
 ROOT = Path(__file__).resolve().parents[1]
 WORKER = ROOT / "tests" / "distributed_worker.py"
-LAUNCH_VARIABLES = ("PMI_RANK", "PMI_SIZE", "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE",
-                    "SLURM_PROCID", "SLURM_STEP_NUM_TASKS")
+LAUNCH_VARIABLES = (
+    "PMI_RANK",
+    "PMI_SIZE",
+    "OMPI_COMM_WORLD_RANK",
+    "OMPI_COMM_WORLD_SIZE",
+    "SLURM_PROCID",
+    "SLURM_STEP_NUM_TASKS",
+)
 
 
 def clean_env(**extra: str) -> dict[str, str]:
     # No launcher of ours, and no BLAS variable: init must pick each rank's thread count.
-    dropped = (*LAUNCH_VARIABLES, *distributed.BLAS_VARIABLES)
+    dropped = (*LAUNCH_VARIABLES, *distributed.world.BLAS_VARIABLES)
     env = {k: v for k, v in os.environ.items() if k not in dropped}
     env["PYTHONPATH"] = str(ROOT) + os.pathsep + env.get("PYTHONPATH", "")
     # In case the runtime is Open MPI: it refuses root and more ranks than cores otherwise.
-    env.update(OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
-               OMPI_MCA_rmaps_base_oversubscribe="1")
+    env.update(
+        OMPI_ALLOW_RUN_AS_ROOT="1",
+        OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
+        OMPI_MCA_rmaps_base_oversubscribe="1",
+    )
     env.update(extra)
     return env
 
@@ -70,8 +80,11 @@ def test_micro_batches_tile_the_batch_once_in_order(size, accum):
 
 
 def test_batch_split_errors_name_what_would_fit():
-    with pytest.raises(ValueError, match=r"batch_size 12 does not split into 2 ranks x 4 .*"
-                                         r"grad_accum 1, 2, 3, 6 would"):
+    with pytest.raises(
+        ValueError,
+        match=r"batch_size 12 does not split into 2 ranks x 4 .*"
+        r"grad_accum 1, 2, 3, 6 would",
+    ):
         distributed.check_batch_split(12, 2, 4)
     with pytest.raises(ValueError, match="grad_accum must be >= 1"):
         distributed.check_batch_split(12, 2, 0)
@@ -111,8 +124,13 @@ def test_single_process_never_imports_mpi4py():
         "print(w.size, 'mpi4py' in sys.modules)\n"
     )
     for extra in ({}, {"PMI_RANK": "0", "PMI_SIZE": "1"}):  # mpiexec -n 1 is one process too
-        out = subprocess.run([sys.executable, "-c", code], env=clean_env(**extra),
-                             capture_output=True, text=True, timeout=60)
+        out = subprocess.run(
+            [sys.executable, "-c", code],
+            env=clean_env(**extra),
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
         assert out.returncode == 0, out.stderr
         assert out.stdout.split() == ["1", "False"]
 
@@ -123,8 +141,13 @@ def test_launcher_without_mpi4py_names_the_extra():
         "from glassllm import distributed\n"
         "try:\n    distributed.init()\nexcept RuntimeError as err:\n    print(err)\n"
     )
-    out = subprocess.run([sys.executable, "-c", code], env=clean_env(PMI_RANK="0", PMI_SIZE="2"),
-                         capture_output=True, text=True, timeout=60)
+    out = subprocess.run(
+        [sys.executable, "-c", code],
+        env=clean_env(PMI_RANK="0", PMI_SIZE="2"),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert out.returncode == 0, out.stderr
     lines = out.stdout.strip().splitlines()
     assert len(lines) == 1
@@ -162,12 +185,12 @@ def test_blas_threads_doctest():
 
 def test_blas_thread_limit_takes_effect_after_numpy_is_loaded():
     threadpoolctl = optional("threadpoolctl")
-    before = [p["num_threads"] for p in threadpoolctl.threadpool_info()
-              if p["user_api"] == "blas"]
+    before = [p["num_threads"] for p in threadpoolctl.threadpool_info() if p["user_api"] == "blas"]
     try:
         assert distributed.limit_blas_threads(1)
-        after = [p["num_threads"] for p in threadpoolctl.threadpool_info()
-                 if p["user_api"] == "blas"]
+        after = [
+            p["num_threads"] for p in threadpoolctl.threadpool_info() if p["user_api"] == "blas"
+        ]
         assert after and set(after) == {1}
     finally:
         if before:
@@ -189,8 +212,9 @@ def _mpi_missing() -> str | None:
         return f"mpi4py is not installed ({distributed.INSTALL_HINT})"
     if _mpiexec() is None:
         return "no mpiexec on PATH or beside the Python interpreter"
-    probe = subprocess.run([sys.executable, "-c", "from mpi4py import MPI"],
-                           capture_output=True, text=True, timeout=60)
+    probe = subprocess.run(
+        [sys.executable, "-c", "from mpi4py import MPI"], capture_output=True, text=True, timeout=60
+    )
     if probe.returncode != 0:
         return f"mpi4py finds no MPI library: {probe.stderr.strip().splitlines()[-1:]}"
     return None
@@ -213,8 +237,15 @@ def run_job(command, cwd, timeout=JOB_TIMEOUT):
     """Run ``command`` (a launcher and its ranks) in a process group of its own; when it is
     still running after ``timeout`` seconds, kill the whole group and fail: a hang fails the
     test instead of blocking the test run."""
-    with subprocess.Popen(command, env=clean_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                          text=True, cwd=cwd, start_new_session=True) as job:
+    with subprocess.Popen(
+        command,
+        env=clean_env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=cwd,
+        start_new_session=True,
+    ) as job:
         try:
             stdout, stderr = job.communicate(timeout=timeout)
         except subprocess.TimeoutExpired:
@@ -298,11 +329,19 @@ def test_ranks_with_different_models_are_refused_at_the_start(mpi, tmp_path):
 
 @pytest.mark.mpi
 def test_ctrl_c_stops_every_rank_after_the_same_step(mpi, tmp_path):
-    command = [mpi, "-n", "2", sys.executable, str(WORKER), "--steps", "100000",
-               "--stop-on-sigint"]
-    with subprocess.Popen(command, env=clean_env(), stdout=subprocess.PIPE,
-                          stderr=subprocess.PIPE, text=True, cwd=tmp_path,
-                          start_new_session=True) as launcher, watchdog(launcher):
+    command = [mpi, "-n", "2", sys.executable, str(WORKER), "--steps", "100000", "--stop-on-sigint"]
+    with (
+        subprocess.Popen(
+            command,
+            env=clean_env(),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            cwd=tmp_path,
+            start_new_session=True,
+        ) as launcher,
+        watchdog(launcher),
+    ):
         try:
             seen = []
             for line in launcher.stdout:  # wait until both ranks are training
@@ -326,8 +365,7 @@ def test_three_ranks_equal_one_process_accumulating_three_micro_batches(mpi, tmp
     MPICH sums 3 ranks in rank order, so it is exact there."""
     three = trained(mpi, tmp_path, 3, "--steps", 4, "--batch-size", 12)
     accumulated = trained(mpi, tmp_path, 0, "--steps", 4, "--batch-size", 12, "--grad-accum", 3)
-    version = subprocess.run([mpi, "--version"], capture_output=True, text=True,
-                             timeout=60).stdout
+    version = subprocess.run([mpi, "--version"], capture_output=True, text=True, timeout=60).stdout
     for name in three:
         if "HYDRA" in version.upper():
             assert np.array_equal(three[name], accumulated[name]), name
@@ -352,8 +390,9 @@ def test_resume_with_another_number_of_ranks_continues_the_same_run(mpi, tmp_pat
 
 @pytest.mark.mpi
 def test_ranks_with_different_configurations_are_refused_at_the_start(mpi, tmp_path):
-    out, seconds = run_worker(mpi, 2, "--fault", "other-config", "--steps", 3, "--timeout", 60,
-                              cwd=tmp_path)
+    out, seconds = run_worker(
+        mpi, 2, "--fault", "other-config", "--steps", 3, "--timeout", 60, cwd=tmp_path
+    )
     assert out.returncode != 0 and seconds < 30  # at once: not after the 60 s timeout
     assert "rank 1 has a different configuration: steps 4 (rank 0: 3)" in out.stderr
 
@@ -377,12 +416,15 @@ def test_replica_check_names_a_desynchronised_rank_and_parameter(mpi, tmp_path):
 
 @pytest.mark.mpi
 def test_an_exception_on_one_rank_ends_every_rank_naming_it(mpi, tmp_path):
-    out, seconds = run_worker(mpi, 2, "--fault", "raise", "--steps", 4, "--timeout", 60,
-                              cwd=tmp_path)
+    out, seconds = run_worker(
+        mpi, 2, "--fault", "raise", "--steps", 4, "--timeout", 60, cwd=tmp_path
+    )
     assert out.returncode != 0
     assert seconds < 30  # not the 60 s timeout: the abort hook ended the job
-    assert ("glassllm: rank 1 of 2: failed: RuntimeError: deliberate failure for the test; "
-            "ending all ranks") in out.stderr
+    assert (
+        "glassllm: rank 1 of 2: failed: RuntimeError: deliberate failure for the test; "
+        "ending all ranks"
+    ) in out.stderr
 
 
 @pytest.mark.mpi
@@ -393,34 +435,50 @@ def test_a_silent_rank_is_named_within_the_timeout(mpi, tmp_path, fault):
         # MPICH's launcher ends the job itself when a rank dies; with its clean-up off, and a
         # shell between it and the rank (it may still act on a child killed by a signal), the
         # survivors must notice on their own, as under launchers that do not clean up.
-        version = subprocess.run([mpi, "--version"], capture_output=True, text=True,
-                                 timeout=60).stdout
+        version = subprocess.run(
+            [mpi, "--version"], capture_output=True, text=True, timeout=60
+        ).stdout
         if "HYDRA" not in version.upper():
             pytest.skip("-disable-auto-cleanup is an MPICH Hydra option")
         launcher_args = ("-disable-auto-cleanup",)
-    out, seconds = run_worker(mpi, 2, "--fault", fault, "--steps", 4, "--timeout", 2,
-                              launcher_args=launcher_args, shell=fault == "kill", cwd=tmp_path)
+    out, seconds = run_worker(
+        mpi,
+        2,
+        "--fault",
+        fault,
+        "--steps",
+        4,
+        "--timeout",
+        2,
+        launcher_args=launcher_args,
+        shell=fault == "kill",
+        cwd=tmp_path,
+    )
     assert out.returncode != 0
     assert seconds < 2 + 10  # the timeout, then the abort: from the fault, not from the start
     named = [line for line in out.stderr.splitlines() if "stopped answering" in line]
     assert len(named) == 1, out.stderr
-    assert re.fullmatch(r"glassllm: rank 0 of 2: rank 1 stopped answering: no word for 2 s at "
-                        r"sync_gradients #\d+ \(dist_timeout\); it died, hangs or is far behind",
-                        named[0])
+    assert re.fullmatch(
+        r"glassllm: rank 0 of 2: rank 1 stopped answering: no word for 2 s at "
+        r"sync_gradients #\d+ \(dist_timeout\); it died, hangs or is far behind",
+        named[0],
+    )
 
 
 @pytest.mark.mpi
 def test_a_killed_rank_ends_the_job_under_the_default_launcher(mpi, tmp_path):
-    out, seconds = run_worker(mpi, 2, "--fault", "kill", "--steps", 4, "--timeout", 60,
-                              cwd=tmp_path)
+    out, seconds = run_worker(
+        mpi, 2, "--fault", "kill", "--steps", 4, "--timeout", 60, cwd=tmp_path
+    )
     assert out.returncode != 0
     assert seconds < 30  # the launcher ended the job: not after the 60 s timeout
 
 
 @pytest.mark.mpi
 def test_ranks_calling_different_collectives_are_caught(mpi, tmp_path):
-    out, seconds = run_worker(mpi, 2, "--fault", "extra-collective", "--steps", 4, "--timeout", 60,
-                              cwd=tmp_path)
+    out, seconds = run_worker(
+        mpi, 2, "--fault", "extra-collective", "--steps", 4, "--timeout", 60, cwd=tmp_path
+    )
     assert out.returncode == 2 and seconds < 30  # at once: not after the 60 s timeout
     assert "the ranks called different collectives" in out.stderr
     assert "barrier" in out.stderr and "sync_gradients" in out.stderr
@@ -432,11 +490,13 @@ def test_ranks_holding_other_gradients_are_named_at_once(mpi, tmp_path, fault):
     """Rank 1 drops its gradients (then its next collective is far off), or holds one in
     float64: both ranks make the one layout check of sync_gradients and end at once, well
     before the timeout, naming the difference."""
-    out, seconds = run_worker(mpi, 2, "--fault", fault, "--steps", 4, "--timeout", 40,
-                              cwd=tmp_path)
+    out, seconds = run_worker(mpi, 2, "--fault", fault, "--steps", 4, "--timeout", 40, cwd=tmp_path)
     assert out.returncode == 2, out.stderr
     assert seconds < 20, out.stderr  # not after the 40 s timeout
-    assert re.search(r"glassllm: rank [01] of 2: rank [01] holds other gradients than this rank "
-                     r"at sync_gradients #\d+: which parameters have a gradient, or their "
-                     r"shapes or dtypes, differ between the ranks", out.stderr), out.stderr
+    assert re.search(
+        r"glassllm: rank [01] of 2: rank [01] holds other gradients than this rank "
+        r"at sync_gradients #\d+: which parameters have a gradient, or their "
+        r"shapes or dtypes, differ between the ranks",
+        out.stderr,
+    ), out.stderr
     assert "stopped answering" not in out.stderr

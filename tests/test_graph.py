@@ -304,8 +304,10 @@ def test_gpt_graph_dies_with_its_loss_by_reference_counting_alone():
     """The whole tiny GPT graph (fused ops, attention, tied head) has no cycles."""
     from glassllm.models import GPT, GPTConfig
 
-    model = GPT(GPTConfig(vocab_size=11, block_size=8, n_layer=2, n_head=2, n_embd=8),
-                rng=np.random.default_rng(0))
+    model = GPT(
+        GPTConfig(vocab_size=11, block_size=8, n_layer=2, n_head=2, n_embd=8),
+        rng=np.random.default_rng(0),
+    )
     idx = np.random.default_rng(1).integers(0, 11, size=(2, 8))
     was_enabled = gc.isenabled()
     gc.collect()

@@ -18,10 +18,23 @@ def leaf(values):
 def test_op_names_come_from_the_vjp():
     x, w = leaf([[1.0, 2.0]]), leaf([[1.0], [3.0]])
     cases = {
-        "+": x + 1, "-": x - 1, "*": x * 2, "/": x / 2, "**": x ** 2, "@": x @ w, "neg": -x,
-        "[]": x[0], "sum": x.sum(), "exp": x.exp(), "tanh": x.tanh(), "reshape": x.reshape(2),
-        "transpose": x.transpose(1, 0), "softmax": F.softmax(x), "layer_norm": F.layer_norm(x),
-        "gelu": F.gelu(x), "cross_entropy": F.cross_entropy(x, np.array([1])),
+        "+": x + 1,
+        "-": x - 1,
+        "*": x * 2,
+        "/": x / 2,
+        "**": x**2,
+        "@": x @ w,
+        "neg": -x,
+        "[]": x[0],
+        "sum": x.sum(),
+        "exp": x.exp(),
+        "tanh": x.tanh(),
+        "reshape": x.reshape(2),
+        "transpose": x.transpose(1, 0),
+        "softmax": F.softmax(x),
+        "layer_norm": F.layer_norm(x),
+        "gelu": F.gelu(x),
+        "cross_entropy": F.cross_entropy(x, np.array([1])),
         "scaled_dot_product_attention": F.scaled_dot_product_attention(x, x, x),
     }
     for expected, tensor in cases.items():
@@ -69,7 +82,8 @@ def test_small_tensors_in_full_large_as_statistics_non_finite_as_text():
     stats = summarize(big)
     assert stats["min"] == 0 and stats["max"] == 99 and stats["mean"] == pytest.approx(49.5)
     assert stats["std"] == pytest.approx(np.std(big)) and stats["rms"] == pytest.approx(
-        np.sqrt(np.mean(big.astype(np.float64) ** 2)))
+        np.sqrt(np.mean(big.astype(np.float64) ** 2))
+    )
     assert summarize(np.array([np.nan] * 20))["mean"] == "nan"
 
 
@@ -100,8 +114,9 @@ def test_example_gradients_agree_with_gradcheck_at_other_inputs(name):
     values = {k: rng.normal(size=np.shape(v)) for k, v in example.defaults.items()}
     leaves = example.leaves(values)
     order = list(leaves)
-    assert gradcheck(lambda *t: example.fn(dict(zip(order, t, strict=True)))[0],
-                     [leaves[k] for k in order])
+    assert gradcheck(
+        lambda *t: example.fn(dict(zip(order, t, strict=True)))[0], [leaves[k] for k in order]
+    )
 
 
 def test_neuron_gives_micrographs_known_answers():

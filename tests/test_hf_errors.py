@@ -25,7 +25,6 @@ from glassllm.models import GPT, GPTConfig
 FIXTURE = Path(__file__).parent / "fixtures" / "hf_gpt2_tiny"
 
 
-
 @pytest.fixture
 def gpt2(tmp_path):
     """A copy of the committed fixture, model files only."""

@@ -29,7 +29,6 @@ EXPECTED = Path(__file__).parent / "fixtures" / "hf_gpt2_tiny.expected.npz"
 PROMPTS = ["def f(x):\n    return", "The quick brown fox"]  # as make_gpt2_fixture.py
 
 
-
 def tiny(bias: bool = True, seed: int = 0) -> GPT:
     config = GPTConfig(vocab_size=40, block_size=16, n_layer=2, n_head=2, n_embd=8, bias=bias)
     model = GPT(config, rng=np.random.default_rng(seed))

@@ -11,8 +11,9 @@ from glassllm.models.inspect import LENS_TOP, inspect, top_k
 
 
 def tiny_gpt(block_size=96, bias=False, seed=1):
-    config = GPTConfig(vocab_size=23, block_size=block_size, n_layer=3, n_head=4, n_embd=32,
-                       bias=bias)
+    config = GPTConfig(
+        vocab_size=23, block_size=block_size, n_layer=3, n_head=4, n_embd=32, bias=bias
+    )
     return GPT(config, rng=np.random.default_rng(seed))
 
 
@@ -62,10 +63,12 @@ def test_lens_rows_read_each_stream_through_ln_f_and_the_tied_head():
         # What is kept by default: the top tokens and the actual next token's probability.
         expected = np.argsort(-p, axis=-1, kind="stable")[:, :LENS_TOP]
         assert np.array_equal(seen.lens.top_ids[layer], expected)
-        np.testing.assert_allclose(seen.lens.top_p[layer],
-                                   np.take_along_axis(p, expected, -1), rtol=0, atol=1e-5)
-        np.testing.assert_allclose(seen.lens.next_p[layer], p[np.arange(11), ids[1:]],
-                                   rtol=0, atol=1e-5)
+        np.testing.assert_allclose(
+            seen.lens.top_p[layer], np.take_along_axis(p, expected, -1), rtol=0, atol=1e-5
+        )
+        np.testing.assert_allclose(
+            seen.lens.next_p[layer], p[np.arange(11), ids[1:]], rtol=0, atol=1e-5
+        )
     assert seen.lens.top_ids.shape == (4, 12, LENS_TOP) and seen.lens.next_p.shape == (4, 11)
 
 
@@ -183,8 +186,9 @@ def test_attention_probabilities_are_what_the_fused_op_multiplies_v_by(causal, m
         mask = rng.random((7, 7)) < 0.7
         mask[4] = False  # a query allowed no key: a row of zeros, as the fused op's output
     p = attention_probabilities(q, k, causal=causal, mask=mask)
-    fused = F.scaled_dot_product_attention(glassllm.Tensor(q), glassllm.Tensor(k),
-                                           glassllm.Tensor(v), causal=causal, mask=mask)
+    fused = F.scaled_dot_product_attention(
+        glassllm.Tensor(q), glassllm.Tensor(k), glassllm.Tensor(v), causal=causal, mask=mask
+    )
     assert p.shape == (2, 3, 7, 7) and p.dtype == np.float32
     np.testing.assert_allclose(p @ v, fused.data, rtol=0, atol=1e-6)
     scores = q.astype(np.float64) @ k.astype(np.float64).swapaxes(-1, -2) / np.sqrt(8)

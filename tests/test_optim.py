@@ -97,10 +97,12 @@ def test_param_groups_match_torch():
             {"params": params[2:], "lr": 0.05, "betas": (0.5, 0.9)},
         ]
 
-    ours, _, opt = run_glassllm(lambda g: AdamW(g, lr=0.01, weight_decay=0.0), starts, noises,
-                                groups)
-    theirs = run_torch(torch, lambda g: torch.optim.AdamW(g, lr=0.01, weight_decay=0.0), starts,
-                       noises, groups)
+    ours, _, opt = run_glassllm(
+        lambda g: AdamW(g, lr=0.01, weight_decay=0.0), starts, noises, groups
+    )
+    theirs = run_torch(
+        torch, lambda g: torch.optim.AdamW(g, lr=0.01, weight_decay=0.0), starts, noises, groups
+    )
     for a, b in zip(ours, theirs, strict=True):
         for x, y in zip(a, b, strict=True):
             np.testing.assert_allclose(x, y, rtol=1e-6, atol=1e-12)
@@ -201,8 +203,9 @@ def test_bad_construction_raises(build, error, match):
 
 def trained_adam(seed: int = 0, steps: int = 4):
     rng = np.random.default_rng(seed)
-    params = [Tensor(rng.standard_normal(shape, dtype=np.float32), requires_grad=True)
-              for shape in SHAPES]
+    params = [
+        Tensor(rng.standard_normal(shape, dtype=np.float32), requires_grad=True) for shape in SHAPES
+    ]
     opt = AdamW([{"params": params[:2]}, {"params": params[2:], "weight_decay": 0.0}], lr=0.01)
     for _ in range(steps):
         for param in params:
@@ -241,8 +244,10 @@ def test_state_dict_survives_json_hyperparameters():
 
 def _snapshot(opt):
     sd = opt.state_dict()
-    return sd, {name: {k: (v.copy() if isinstance(v, np.ndarray) else v) for k, v in e.items()}
-                for name, e in sd["state"].items()}
+    return sd, {
+        name: {k: (v.copy() if isinstance(v, np.ndarray) else v) for k, v in e.items()}
+        for name, e in sd["state"].items()
+    }
 
 
 def _corruptions():
@@ -273,8 +278,17 @@ def _corruptions():
     def missing_hyper(sd):
         del sd["param_groups"][1]["eps"]
 
-    return [wrong_shape, wrong_dtype, unknown_name, missing_state_key, negative_step, group_count,
-            group_names, bad_hyper, missing_hyper]
+    return [
+        wrong_shape,
+        wrong_dtype,
+        unknown_name,
+        missing_state_key,
+        negative_step,
+        group_count,
+        group_names,
+        bad_hyper,
+        missing_hyper,
+    ]
 
 
 @pytest.mark.parametrize("corrupt", _corruptions(), ids=lambda f: f.__name__)

@@ -21,9 +21,26 @@ from glassllm.checkpoint import read
 
 ROOT = Path(__file__).resolve().parents[1]
 WORKER = ROOT / "tests" / "train_worker.py"
-TINY = ["--n-layer", "1", "--n-head", "2", "--n-embd", "16", "--block-size", "8",
-        "--eval-iters", "4", "--sample-tokens", "0", "--warmup-iters", "2",
-        "--lr-decay-iters", "40", "--batch-size", "8"]
+TINY = [
+    "--n-layer",
+    "1",
+    "--n-head",
+    "2",
+    "--n-embd",
+    "16",
+    "--block-size",
+    "8",
+    "--eval-iters",
+    "4",
+    "--sample-tokens",
+    "0",
+    "--warmup-iters",
+    "2",
+    "--lr-decay-iters",
+    "40",
+    "--batch-size",
+    "8",
+]
 
 
 @pytest.fixture(scope="module")
@@ -44,8 +61,9 @@ def text(tmp_path: Path) -> Path:
     return path
 
 
-def glassllm_train(mpi_exe: str | None, ranks: int, *args, worker=None, cwd, launcher_args=(),
-                   shell=False):
+def glassllm_train(
+    mpi_exe: str | None, ranks: int, *args, worker=None, cwd, launcher_args=(), shell=False
+):
     """Run ``glassllm train`` (through tests/train_worker.py when ``worker`` = (fault, rank,
     step, record_dir)) on ``ranks`` processes (0: plain python, no launcher) in ``cwd``, killed
     (and the test failed) if it hangs; ``shell``: start each rank through ``sh -c``, as job
@@ -54,8 +72,7 @@ def glassllm_train(mpi_exe: str | None, ranks: int, *args, worker=None, cwd, lau
     if worker is None:
         command = [sys.executable, "-m", "glassllm", "train", *map(str, args)]
     else:
-        command = [sys.executable, str(WORKER), *map(str, worker), "--", "train",
-                   *map(str, args)]
+        command = [sys.executable, str(WORKER), *map(str, worker), "--", "train", *map(str, args)]
     if shell:
         command = ["sh", "-c", '"$@"; exit $?', "sh", *command]
     if ranks:
@@ -91,9 +108,24 @@ def losses(out_dir: Path) -> list[tuple[float, float]]:
 
 def assert_samples(out_dir: Path, cwd: Path) -> None:
     out = subprocess.run(
-        [sys.executable, "-m", "glassllm", "sample", "--checkpoint", out_dir / "ckpt.safetensors",
-         "--max-new-tokens", "10", "--num-samples", "1"],
-        env=clean_env(), capture_output=True, text=True, timeout=60, cwd=cwd)
+        [
+            sys.executable,
+            "-m",
+            "glassllm",
+            "sample",
+            "--checkpoint",
+            out_dir / "ckpt.safetensors",
+            "--max-new-tokens",
+            "10",
+            "--num-samples",
+            "1",
+        ],
+        env=clean_env(),
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=cwd,
+    )
     assert out.returncode == 0 and out.stdout.strip(), out.stderr
 
 
@@ -101,23 +133,34 @@ def assert_samples(out_dir: Path, cwd: Path) -> None:
 
 
 def test_plain_train_never_imports_mpi4py(text, tmp_path):
-    code = ("import sys\nfrom glassllm.app import main\n"
-            f"rc = main(['train', '--data', {str(text)!r}, '--max-iters', '2', "
-            f"'--out-dir', {str(tmp_path / 'o')!r}, *{TINY!r}])\n"
-            "print(rc, 'mpi4py' in sys.modules)\n")
-    out = subprocess.run([sys.executable, "-c", code], env=clean_env(), capture_output=True,
-                         text=True, timeout=60)
+    code = (
+        "import sys\nfrom glassllm.app import main\n"
+        f"rc = main(['train', '--data', {str(text)!r}, '--max-iters', '2', "
+        f"'--out-dir', {str(tmp_path / 'o')!r}, *{TINY!r}])\n"
+        "print(rc, 'mpi4py' in sys.modules)\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], env=clean_env(), capture_output=True, text=True, timeout=60
+    )
     assert out.stdout.split()[-2:] == ["0", "False"], out.stderr
 
 
 @pytest.mark.parametrize("rank", [0, 1])
 def test_a_launcher_without_mpi4py_is_one_line_from_rank_0(text, tmp_path, rank):
-    code = ("import sys; sys.modules['mpi4py'] = None  # as if not installed\n"
-            "from glassllm.app import main\n"
-            f"sys.exit(main(['train', '--data', {str(text)!r}, *{TINY!r}]))\n")
+    code = (
+        "import sys; sys.modules['mpi4py'] = None  # as if not installed\n"
+        "from glassllm.app import main\n"
+        f"sys.exit(main(['train', '--data', {str(text)!r}, *{TINY!r}]))\n"
+    )
     env = clean_env(PMI_RANK=str(rank), PMI_SIZE="2")
-    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
-                         timeout=60, cwd=tmp_path)
+    out = subprocess.run(
+        [sys.executable, "-c", code],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=tmp_path,
+    )
     assert out.returncode == 2
     if rank == 0:
         assert out.stderr.count("\n") == 1 and "pip install 'glassllm[mpi]'" in out.stderr
@@ -130,14 +173,20 @@ def test_a_launcher_without_mpi4py_is_one_line_from_rank_0(text, tmp_path, rank)
 
 
 @pytest.mark.mpi
-@pytest.mark.parametrize(("args", "message"), [
-    (["--grad-accum", "0"], "grad_accum must be at least 1, got 0"),
-    (["--batch-size", "6", "--grad-accum", "2"],
-     "batch_size 6 does not split into 2 ranks x 2 micro-batches (4 parts)"),
-    (["--dist-timeout", "0"], "dist-timeout must be > 0"),
-])
-def test_bad_launches_are_one_line_from_rank_0_before_any_work(mpiexec, text, tmp_path, args,
-                                                               message):
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--grad-accum", "0"], "grad_accum must be at least 1, got 0"),
+        (
+            ["--batch-size", "6", "--grad-accum", "2"],
+            "batch_size 6 does not split into 2 ranks x 2 micro-batches (4 parts)",
+        ),
+        (["--dist-timeout", "0"], "dist-timeout must be > 0"),
+    ],
+)
+def test_bad_launches_are_one_line_from_rank_0_before_any_work(
+    mpiexec, text, tmp_path, args, message
+):
     out, _ = glassllm_train(mpiexec, 2, "--data", text, *TINY, *args, cwd=tmp_path)
     assert out.returncode == 2
     assert out.stderr.count("\n") == 1 and out.stderr.startswith("glassllm: error: "), out.stderr
@@ -159,16 +208,21 @@ def test_ranks_given_different_options_are_refused_at_the_start(mpiexec, text, t
 @pytest.mark.mpi
 def test_two_ranks_equal_one_process_accumulating_two_micro_batches(mpiexec, text, tmp_path):
     common = ["--data", text, *TINY, "--max-iters", "20", "--eval-interval", "10"]
-    for ranks, extra, name in ((2, [], "ranks"), (0, ["--grad-accum", "2"], "accum"),
-                               (0, [], "plain")):
+    for ranks, extra, name in (
+        (2, [], "ranks"),
+        (0, ["--grad-accum", "2"], "accum"),
+        (0, [], "plain"),
+    ):
         out, _ = glassllm_train(mpiexec, ranks, *common, *extra, "--out-dir", name, cwd=tmp_path)
         assert out.returncode == 0, out.stderr
     ranks, accum, plain = (tmp_path / name for name in ("ranks", "accum", "plain"))
     assert_same_tensors(ranks, accum)
     assert losses(ranks) == losses(accum)  # evaluations split over ranks: the same mean
     # Against whole batches on one process only the order of the sums differs.
-    worst = max(float(np.abs(a - b).max())
-                for a, b in zip(tensors(ranks).values(), tensors(plain).values(), strict=True))
+    worst = max(
+        float(np.abs(a - b).max())
+        for a, b in zip(tensors(ranks).values(), tensors(plain).values(), strict=True)
+    )
     assert 0 < worst < 1e-4
     assert np.abs(np.subtract(losses(ranks), losses(plain))).max() < 1e-4
 
@@ -176,12 +230,24 @@ def test_two_ranks_equal_one_process_accumulating_two_micro_batches(mpiexec, tex
 @pytest.mark.mpi
 def test_resume_one_then_two_then_one_process_continues_the_same_run(mpiexec, text, tmp_path):
     common = ["--data", text, *TINY, "--eval-interval", "5"]
-    out, _ = glassllm_train(mpiexec, 0, *common, "--max-iters", "15", "--grad-accum", "2",
-                            "--out-dir", "whole", cwd=tmp_path)
+    out, _ = glassllm_train(
+        mpiexec,
+        0,
+        *common,
+        "--max-iters",
+        "15",
+        "--grad-accum",
+        "2",
+        "--out-dir",
+        "whole",
+        cwd=tmp_path,
+    )
     assert out.returncode == 0, out.stderr
-    legs = [(0, ["--max-iters", "5", "--grad-accum", "2", *common]),
-            (2, ["--resume", "--max-iters", "10", "--grad-accum", "1"]),  # N*K = 2 as before
-            (0, ["--resume", "--max-iters", "15", "--grad-accum", "2"])]
+    legs = [
+        (0, ["--max-iters", "5", "--grad-accum", "2", *common]),
+        (2, ["--resume", "--max-iters", "10", "--grad-accum", "1"]),  # N*K = 2 as before
+        (0, ["--resume", "--max-iters", "15", "--grad-accum", "2"]),
+    ]
     for ranks, args in legs:
         out, _ = glassllm_train(mpiexec, ranks, *args, "--out-dir", "legs", cwd=tmp_path)
         assert out.returncode == 0, out.stderr
@@ -194,42 +260,71 @@ def test_resume_one_then_two_then_one_process_continues_the_same_run(mpiexec, te
 def test_dropout_on_two_ranks_resumes_bit_for_bit(mpiexec, text, tmp_path):
     """Rank 1's dropout stream is a function of (seed, rank, step): nothing to save for it."""
     common = ["--data", text, *TINY, "--dropout", "0.2", "--eval-interval", "3"]
-    out, _ = glassllm_train(mpiexec, 2, *common, "--max-iters", "6", "--out-dir", "whole",
-                            cwd=tmp_path)
+    out, _ = glassllm_train(
+        mpiexec, 2, *common, "--max-iters", "6", "--out-dir", "whole", cwd=tmp_path
+    )
     assert out.returncode == 0, out.stderr
-    out, _ = glassllm_train(mpiexec, 2, *common, "--max-iters", "3", "--out-dir", "legs",
-                            cwd=tmp_path)
+    out, _ = glassllm_train(
+        mpiexec, 2, *common, "--max-iters", "3", "--out-dir", "legs", cwd=tmp_path
+    )
     assert out.returncode == 0, out.stderr
-    out, _ = glassllm_train(mpiexec, 2, "--resume", "--max-iters", "6", "--out-dir", "legs",
-                            cwd=tmp_path)
+    out, _ = glassllm_train(
+        mpiexec, 2, "--resume", "--max-iters", "6", "--out-dir", "legs", cwd=tmp_path
+    )
     assert out.returncode == 0, out.stderr
     assert_same_tensors(tmp_path / "legs", tmp_path / "whole")
     # Each rank has its own masks: 2 ranks are not 1 process accumulating 2 micro-batches.
-    out, _ = glassllm_train(mpiexec, 0, *common, "--max-iters", "6", "--grad-accum", "2",
-                            "--out-dir", "one", cwd=tmp_path)
+    out, _ = glassllm_train(
+        mpiexec,
+        0,
+        *common,
+        "--max-iters",
+        "6",
+        "--grad-accum",
+        "2",
+        "--out-dir",
+        "one",
+        cwd=tmp_path,
+    )
     assert out.returncode == 0, out.stderr
-    assert not np.array_equal(tensors(tmp_path / "one")["wte.weight"],
-                              tensors(tmp_path / "whole")["wte.weight"])
+    assert not np.array_equal(
+        tensors(tmp_path / "one")["wte.weight"], tensors(tmp_path / "whole")["wte.weight"]
+    )
 
 
 # ------------------------------------------------------------------------------ faults
 
 
-def fault_run(mpi_exe, tmp_path, text, fault, *extra, launcher_args=(), shell=False, rank=1,
-              step=3):
+def fault_run(
+    mpi_exe, tmp_path, text, fault, *extra, launcher_args=(), shell=False, rank=1, step=3
+):
     records = tmp_path / "records"
     records.mkdir(exist_ok=True)
-    return glassllm_train(mpi_exe, 2, "--data", text, *TINY, "--max-iters", "50",
-                          "--eval-interval", "2", *extra, worker=(fault, rank, step, records),
-                          cwd=tmp_path, launcher_args=launcher_args, shell=shell)
+    return glassllm_train(
+        mpi_exe,
+        2,
+        "--data",
+        text,
+        *TINY,
+        "--max-iters",
+        "50",
+        "--eval-interval",
+        "2",
+        *extra,
+        worker=(fault, rank, step, records),
+        cwd=tmp_path,
+        launcher_args=launcher_args,
+        shell=shell,
+    )
 
 
 @pytest.mark.mpi
 def test_an_exception_on_one_rank_ends_every_rank_naming_it(mpiexec, text, tmp_path):
     out, seconds = fault_run(mpiexec, tmp_path, text, "raise", "--dist-timeout", "60")
     assert out.returncode != 0 and seconds < 30  # at once: not after the 60 s timeout
-    assert ("glassllm: rank 1 of 2: failed: RuntimeError: deliberate failure for the test"
-            in out.stderr)
+    assert (
+        "glassllm: rank 1 of 2: failed: RuntimeError: deliberate failure for the test" in out.stderr
+    )
     assert iteration(tmp_path / "out") == 2  # the last evaluation's checkpoint
     assert_samples(tmp_path / "out", tmp_path)
 
@@ -248,11 +343,14 @@ def test_resume_on_ranks_that_do_not_split_the_batch_is_one_line(mpiexec, text, 
     out, _ = glassllm_train(mpiexec, 0, "--data", text, *TINY, "--max-iters", "2", cwd=tmp_path)
     assert out.returncode == 0, out.stderr
     before = tensors(tmp_path / "out")
-    out, _ = glassllm_train(mpiexec, 2, "--resume", "--max-iters", "4", "--grad-accum", "3",
-                            cwd=tmp_path)
+    out, _ = glassllm_train(
+        mpiexec, 2, "--resume", "--max-iters", "4", "--grad-accum", "3", cwd=tmp_path
+    )
     assert out.returncode == 2
-    assert out.stderr == ("glassllm: error: batch_size 8 does not split into 2 ranks x 3 "
-                          "micro-batches (6 parts); with 2 ranks grad_accum 1, 2, 4 would\n")
+    assert out.stderr == (
+        "glassllm: error: batch_size 8 does not split into 2 ranks x 3 "
+        "micro-batches (6 parts); with 2 ranks grad_accum 1, 2, 4 would\n"
+    )
     after = tensors(tmp_path / "out")
     assert all(np.array_equal(before[name], after[name]) for name in before)
 
@@ -261,11 +359,14 @@ def test_resume_on_ranks_that_do_not_split_the_batch_is_one_line(mpiexec, text, 
 def test_an_error_of_rank_0_alone_ends_every_rank_with_one_line(mpiexec, text, tmp_path):
     """The disk fills up under rank 0's checkpoint: the others, waiting at the next collective,
     are ended with it (not left to the timeout), and the previous checkpoint stays."""
-    out, seconds = fault_run(mpiexec, tmp_path, text, "disk-full", "--dist-timeout", "60",
-                             rank=0, step=4)
+    out, seconds = fault_run(
+        mpiexec, tmp_path, text, "disk-full", "--dist-timeout", "60", rank=0, step=4
+    )
     assert out.returncode == 2 and seconds < 30, out.stderr  # not after the 60 s timeout
-    assert ("glassllm: rank 0 of 2: training stopped at step 4: [Errno 28] No space left on "
-            "device" in out.stderr)
+    assert (
+        "glassllm: rank 0 of 2: training stopped at step 4: [Errno 28] No space left on "
+        "device" in out.stderr
+    )
     assert iteration(tmp_path / "out") == 2
     assert_samples(tmp_path / "out", tmp_path)
 
@@ -285,12 +386,21 @@ def test_a_killed_rank_is_named_within_the_timeout(mpiexec, text, tmp_path):
     """Without the launcher's own clean-up (MPICH's -disable-auto-cleanup, and a shell between
     it and the rank, as under launchers that do not clean up), the timeout names the rank; with
     it (the default) the launcher ends the job at once (naming the process id)."""
-    version = subprocess.run([mpiexec, "--version"], capture_output=True, text=True,
-                             timeout=60).stdout
+    version = subprocess.run(
+        [mpiexec, "--version"], capture_output=True, text=True, timeout=60
+    ).stdout
     if "HYDRA" not in version.upper():
         pytest.skip("-disable-auto-cleanup is an MPICH Hydra option")
-    out, seconds = fault_run(mpiexec, tmp_path, text, "kill", "--dist-timeout", "3",
-                             launcher_args=["-disable-auto-cleanup"], shell=True)
+    out, seconds = fault_run(
+        mpiexec,
+        tmp_path,
+        text,
+        "kill",
+        "--dist-timeout",
+        "3",
+        launcher_args=["-disable-auto-cleanup"],
+        shell=True,
+    )
     assert out.returncode != 0 and seconds < 3 + 10, out.stderr  # the timeout, then the abort
     named = [line for line in out.stderr.splitlines() if "stopped answering" in line]
     assert len(named) == 1 and "rank 1 stopped answering: no word for 3 s" in named[0]
@@ -302,16 +412,40 @@ def test_a_killed_rank_is_named_within_the_timeout(mpiexec, text, tmp_path):
 
 
 @pytest.mark.mpi
-def test_ctrl_c_stops_every_rank_at_one_step_and_resume_continues_bit_for_bit(mpiexec, text,
-                                                                             tmp_path):
+def test_ctrl_c_stops_every_rank_at_one_step_and_resume_continues_bit_for_bit(
+    mpiexec, text, tmp_path
+):
     records = tmp_path / "records"
     records.mkdir()
     common = ["--data", str(text), *TINY, "--eval-interval", "2"]
-    command = [mpiexec, "-n", "2", sys.executable, str(WORKER), "none", "0", "0", str(records),
-               "--", "train", *common, "--max-iters", "100000"]
-    with subprocess.Popen(command, env=clean_env(), stdout=subprocess.PIPE,
-                          stderr=subprocess.PIPE, text=True, cwd=tmp_path,
-                          start_new_session=True) as launcher, watchdog(launcher):
+    command = [
+        mpiexec,
+        "-n",
+        "2",
+        sys.executable,
+        str(WORKER),
+        "none",
+        "0",
+        "0",
+        str(records),
+        "--",
+        "train",
+        *common,
+        "--max-iters",
+        "100000",
+    ]
+    with (
+        subprocess.Popen(
+            command,
+            env=clean_env(),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            cwd=tmp_path,
+            start_new_session=True,
+        ) as launcher,
+        watchdog(launcher),
+    ):
         try:
             for line in launcher.stdout:  # rank 0's evaluations: training is under way
                 if line.startswith("step 4:"):
@@ -329,7 +463,17 @@ def test_ctrl_c_stops_every_rank_at_one_step_and_resume_continues_bit_for_bit(mp
     end = stopped["rank0"] + 3
     out, _ = glassllm_train(mpiexec, 2, "--resume", "--max-iters", end, cwd=tmp_path)
     assert out.returncode == 0, out.stderr
-    out, _ = glassllm_train(mpiexec, 0, *common, "--max-iters", end, "--grad-accum", "2",
-                            "--out-dir", "whole", cwd=tmp_path)
+    out, _ = glassllm_train(
+        mpiexec,
+        0,
+        *common,
+        "--max-iters",
+        end,
+        "--grad-accum",
+        "2",
+        "--out-dir",
+        "whole",
+        cwd=tmp_path,
+    )
     assert out.returncode == 0, out.stderr
     assert_same_tensors(tmp_path / "out", tmp_path / "whole")

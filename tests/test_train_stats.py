@@ -11,14 +11,36 @@ from glassllm.app.cli import main
 from glassllm.app.stats import HISTOGRAM_BINS, StatsLog, histogram, kept_lines
 from glassllm.checkpoint import read
 
-TINY = ["--n-layer", "2", "--n-head", "2", "--n-embd", "16", "--block-size", "16",
-        "--batch-size", "4", "--eval-interval", "10", "--eval-iters", "2", "--sample-tokens", "0",
-        "--warmup-iters", "2", "--lr-decay-iters", "30", "--dropout", "0.1"]
+TINY = [
+    "--n-layer",
+    "2",
+    "--n-head",
+    "2",
+    "--n-embd",
+    "16",
+    "--block-size",
+    "16",
+    "--batch-size",
+    "4",
+    "--eval-interval",
+    "10",
+    "--eval-iters",
+    "2",
+    "--sample-tokens",
+    "0",
+    "--warmup-iters",
+    "2",
+    "--lr-decay-iters",
+    "30",
+    "--dropout",
+    "0.1",
+]
 
 
 def train(capsys, text_file, out_dir, *options):
-    status = main(["train", "--data", str(text_file), "--out-dir", str(out_dir), *TINY,
-                   *map(str, options)])
+    status = main(
+        ["train", "--data", str(text_file), "--out-dir", str(out_dir), *TINY, *map(str, options)]
+    )
     captured = capsys.readouterr()
     assert status == 0, captured.err
     return out_dir
@@ -57,8 +79,9 @@ def test_stats_change_nothing_in_the_checkpoint(capsys, text_file, tmp_path):
 def test_stats_lines_hold_the_step_and_histograms_after_each_evaluation(
     capsys, text_file, tmp_path
 ):
-    out = train(capsys, text_file, tmp_path, "--max-iters", 25, "--stats-interval", 4,
-                "--grad-clip", "0.5")
+    out = train(
+        capsys, text_file, tmp_path, "--max-iters", 25, "--stats-interval", 4, "--grad-clip", "0.5"
+    )
     records = lines(out / "stats.jsonl")
     # every 4th step, and the first step after each evaluation (0, 10, 20) with histograms
     assert [r["iter"] for r in records] == [1, 4, 8, 11, 12, 16, 20, 21, 24]
@@ -79,8 +102,9 @@ def test_stats_lines_hold_the_step_and_histograms_after_each_evaluation(
 def test_resume_keeps_stats_up_to_the_checkpoint_and_continues_as_a_straight_run(
     capsys, text_file, tmp_path
 ):
-    straight = train(capsys, text_file, tmp_path / "straight", "--max-iters", 30,
-                     "--stats-interval", 3)
+    straight = train(
+        capsys, text_file, tmp_path / "straight", "--max-iters", 30, "--stats-interval", 3
+    )
     split = train(capsys, text_file, tmp_path / "split", "--max-iters", 20, "--stats-interval", 3)
     with open(split / "stats.jsonl", "a") as file:  # a crash after the checkpoint left these
         file.write(json.dumps({"iter": 24, "loss": 9.0}) + "\n" + '{"iter": 27, "lo')
@@ -90,8 +114,9 @@ def test_resume_keeps_stats_up_to_the_checkpoint_and_continues_as_a_straight_run
 
 
 def test_stats_interval_rules(capsys, text_file, tmp_path):
-    status = main(["train", "--data", str(text_file), "--out-dir", str(tmp_path),
-                   "--stats-interval", "-1"])
+    status = main(
+        ["train", "--data", str(text_file), "--out-dir", str(tmp_path), "--stats-interval", "-1"]
+    )
     err = capsys.readouterr().err
     assert status == 2 and err.count("\n") == 1
     assert "stats_interval must be in [0, 1000000000], got -1" in err

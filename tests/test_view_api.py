@@ -47,15 +47,23 @@ def test_generate_prints_what_glassllm_sample_explain_prints(run, out_dir, top_k
     options = dict(max_new_tokens=40, temperature=0.9, top_k=top_k, seed=7)
     answer = api.generate(run, {"prompt": "def ", **options})
     out = io.StringIO()
-    config = SampleConfig(checkpoint=str(out_dir / "ckpt.safetensors"), prompt="def ",
-                          num_samples=1, explain=True, **options)
+    config = SampleConfig(
+        checkpoint=str(out_dir / "ckpt.safetensors"),
+        prompt="def ",
+        num_samples=1,
+        explain=True,
+        **options,
+    )
     job = SampleJob.prepare(config)
     texts = job.run(out)
     explain_line = re.compile(r"^ {0,4}\d+  .*\d%  \| ")  # format_choice's, not sample text
     expected = [line for line in out.getvalue().splitlines() if explain_line.match(line)]
-    mine = [format_choice(TokenChoice(t["step"], t["repr"], t["p"],
-                                      [(a["repr"], a["p"]) for a in t["top"]]))
-            for t in answer["tokens"]]
+    mine = [
+        format_choice(
+            TokenChoice(t["step"], t["repr"], t["p"], [(a["repr"], a["p"]) for a in t["top"]])
+        )
+        for t in answer["tokens"]
+    ]
     assert mine == expected
     assert "".join(t["text"] for t in answer["prompt"] + answer["tokens"]) == texts[0]
     assert "--explain" in answer["command"] and "--num-samples 1" in answer["command"]
@@ -159,8 +167,10 @@ def test_info_and_log(run, out_dir):
     assert info["checkpoint"]["iteration"] == 60
     assert len(info["checkpoint"]["vocab"]) == run.model.config.vocab_size
     brief = api.info(run, {"brief": "1"})
-    assert "vocab" not in brief["checkpoint"] and brief["checkpoint"]["stamp"] == info[
-        "checkpoint"]["stamp"]
+    assert (
+        "vocab" not in brief["checkpoint"]
+        and brief["checkpoint"]["stamp"] == info["checkpoint"]["stamp"]
+    )
     everything = api.log(run, {})
     assert [e["iter"] for e in everything["evals"]] == [0, 20, 40, 60]
     # every 2nd step, and the steps after evaluations (1, 21, 41) with histograms
@@ -292,8 +302,16 @@ def test_static_files_by_allow_list_only(server):
     assert response.headers["X-Content-Type-Options"] == "nosniff"
     assert not any(h.lower().startswith("access-control") for h in response.headers)
     assert b"<script>" not in data and b"style=" not in data  # nothing inline
-    for path in ["/../../etc/passwd", "/%2e%2e/%2e%2e/etc/passwd", "/static/../run.py",
-                 "/api.py", "/server.py", "//etc/passwd", "/main.js/..", "/api/log/../../x"]:
+    for path in [
+        "/../../etc/passwd",
+        "/%2e%2e/%2e%2e/etc/passwd",
+        "/static/../run.py",
+        "/api.py",
+        "/server.py",
+        "//etc/passwd",
+        "/main.js/..",
+        "/api/log/../../x",
+    ]:
         response, data = request(server, "GET", path)
         assert response.status == 404, path
         assert "error" in json.loads(data)
@@ -308,10 +326,20 @@ def test_post_checks(server):
         (dict(raw=b'{"prompt": "a"}', headers={"Content-Type": "text/plain"}), 415),
         (dict(raw=b"[1, 2]", headers={"Content-Type": "application/json"}), 400),
         (dict(raw=b"{nope", headers={"Content-Type": "application/json"}), 400),
-        (dict(raw=b'{"prompt": "def ", "temperature": NaN}',
-              headers={"Content-Type": "application/json"}), 400),
-        (dict(raw=json.dumps({"prompt": "x" * 100_000}).encode(),
-              headers={"Content-Type": "application/json"}), 413),
+        (
+            dict(
+                raw=b'{"prompt": "def ", "temperature": NaN}',
+                headers={"Content-Type": "application/json"},
+            ),
+            400,
+        ),
+        (
+            dict(
+                raw=json.dumps({"prompt": "x" * 100_000}).encode(),
+                headers={"Content-Type": "application/json"},
+            ),
+            413,
+        ),
         (dict(body={"prompt": "def "}, headers={"Origin": "http://evil.example"}), 403),
         (dict(body={"prompt": "def "}, headers={"Host": "evil.example"}), 403),
         (dict(body={"prompt": "def "}, headers={"Sec-Fetch-Site": "cross-site"}), 403),
@@ -387,15 +415,31 @@ def test_a_browser_opens_only_with_a_display(monkeypatch):
 
 # ---------------------------------------------------------------------- hostile values
 
-HOSTILE = [10**400, -(10**400), 10**4000, 1e308, -1e308, [], {}, "x", None, True,
-           [[[1.0]]], [10**400], {"a": 1}]
+HOSTILE = [
+    10**400,
+    -(10**400),
+    10**4000,
+    1e308,
+    -1e308,
+    [],
+    {},
+    "x",
+    None,
+    True,
+    [[[1.0]]],
+    [10**400],
+    {"a": 1},
+]
 
 
 @pytest.mark.parametrize(
     "endpoint, base, fields",
     [
-        (api.generate, {"prompt": "def ", "max_new_tokens": 1},
-         ["prompt", "ids", "max_new_tokens", "temperature", "top_k", "seed"]),
+        (
+            api.generate,
+            {"prompt": "def ", "max_new_tokens": 1},
+            ["prompt", "ids", "max_new_tokens", "temperature", "top_k", "seed"],
+        ),
         (api.distribution, {"prompt": "def "}, ["prompt", "ids"]),
         (api.attention, {"ids": [1, 2], "layer": 0}, ["ids", "layer"]),
         (api.neuron, {"ids": [1, 2], "layer": 0, "index": 0}, ["ids", "layer", "index"]),
@@ -422,15 +466,17 @@ def test_graph_inputs_of_any_json_value_are_an_answer_or_a_400(run, value):
 def test_a_huge_integer_is_a_400_naming_the_field(run):
     status, message = error_of(api.generate, run, {"prompt": "def ", "temperature": 10**400})
     assert status == 400 and "temperature" in message
-    status, message = error_of(api.graph, run, {"example": "layer_norm",
-                                                "inputs": {"x": [1, 2, 3, 10**400]}})
+    status, message = error_of(
+        api.graph, run, {"example": "layer_norm", "inputs": {"x": [1, 2, 3, 10**400]}}
+    )
     assert status == 400 and "'x'" in message
 
 
 def test_deeply_nested_json_is_a_400(server):
     raw = b'{"prompt": ' + b"[" * 20_000 + b"]" * 20_000 + b"}"
-    response, data = request(server, "POST", "/api/generate", raw=raw,
-                             headers={"Content-Type": "application/json"})
+    response, data = request(
+        server, "POST", "/api/generate", raw=raw, headers={"Content-Type": "application/json"}
+    )
     assert response.status == 400 and "JSON" in json.loads(data)["error"]
 
 
@@ -448,8 +494,9 @@ def test_a_gpt2_directory_is_inspected_and_sampled(tmp_path):
     run = Run(tmp_path, checkpoint=HF_TINY)
     vocab = run.model.config.vocab_size
     assert len(api.info(run, {})["checkpoint"]["vocab"]) == vocab
-    answer = api.generate(run, {"prompt": "Hello world", "max_new_tokens": 6, "seed": 3,
-                                "top_k": 5})
+    answer = api.generate(
+        run, {"prompt": "Hello world", "max_new_tokens": 6, "seed": 3, "top_k": 5}
+    )
     assert len(answer["tokens"]) == 6
     for token in answer["tokens"]:
         assert token["id"] in [a["id"] for a in token["top"]]
@@ -461,11 +508,13 @@ def test_a_gpt2_directory_is_inspected_and_sampled(tmp_path):
     full = inspect_model(run.model, ids, full_lens=True).lens.full  # (L + 1, T, V)
     expected = np.argsort(-full, axis=-1, kind="stable")[..., :LENS_TOP]
     assert np.array_equal(seen["lens"]["top_ids"], expected)
-    np.testing.assert_allclose(seen["lens"]["top_p"], np.take_along_axis(full, expected, -1),
-                               atol=1e-6)
+    np.testing.assert_allclose(
+        seen["lens"]["top_p"], np.take_along_axis(full, expected, -1), atol=1e-6
+    )
     steps = len(ids)
-    np.testing.assert_allclose(seen["lens"]["p_next"],
-                               full[:, np.arange(steps - 1), ids[1:]], atol=1e-6)
+    np.testing.assert_allclose(
+        seen["lens"]["p_next"], full[:, np.arange(steps - 1), ids[1:]], atol=1e-6
+    )
 
 
 def test_vocabulary_maps_are_built_once_per_model(out_dir, monkeypatch):
@@ -474,8 +523,9 @@ def test_vocabulary_maps_are_built_once_per_model(out_dir, monkeypatch):
     calls = []
     for name in ("decode", "token_repr"):
         real = getattr(run.tokenizer, name)
-        monkeypatch.setattr(run.tokenizer, name,
-                            lambda *a, _real=real, _name=name: calls.append(_name) or _real(*a))
+        monkeypatch.setattr(
+            run.tokenizer, name, lambda *a, _real=real, _name=name: calls.append(_name) or _real(*a)
+        )
     api.generate(run, {"prompt": "def ", "max_new_tokens": 2})
     api.info(run, {})
     api.inspect(run, {"prompt": "def f"})
@@ -544,12 +594,17 @@ def test_every_file_and_function_the_page_names_exists(run):
     view = REPO / "glassllm" / "app" / "view"
     texts = [p.read_text() for p in sorted((view / "static").iterdir()) if p.suffix != ".svg"]
     texts.append((view / "api.py").read_text())
-    answers = [api.generate(run, {"prompt": "def ", "max_new_tokens": 1}),
-               api.distribution(run, {"prompt": "def "}), api.inspect(run, {"prompt": "def "}),
-               api.neuron(run, {"ids": [1, 2], "layer": 0, "index": 0}),
-               api.graph_examples(run, {}), api.graph(run, {"example": "neuron"})]
-    texts += [json.dumps(answer.get("source")) + json.dumps(answer.get("sources"))
-              for answer in answers]
+    answers = [
+        api.generate(run, {"prompt": "def ", "max_new_tokens": 1}),
+        api.distribution(run, {"prompt": "def "}),
+        api.inspect(run, {"prompt": "def "}),
+        api.neuron(run, {"ids": [1, 2], "layer": 0, "index": 0}),
+        api.graph_examples(run, {}),
+        api.graph(run, {"example": "neuron"}),
+    ]
+    texts += [
+        json.dumps(answer.get("source")) + json.dumps(answer.get("sources")) for answer in answers
+    ]
     citations = {match for text in texts for match in CITATION.findall(text)}
     assert len(citations) >= 8
     for path, name in sorted(citations):

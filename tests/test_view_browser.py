@@ -19,8 +19,15 @@ from glassllm.models import generation
 
 pytestmark = pytest.mark.browser
 
-CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-                 "--disable-component-update", "--disable-sync", "--no-first-run"]
+CHROMIUM_ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+]
 DOCS = Path(__file__).resolve().parent.parent / "docs"
 
 
@@ -78,8 +85,9 @@ class Page:
         self.page.set_default_timeout(30_000)
         self.errors = []
         self.page.on("pageerror", lambda e: self.errors.append(f"pageerror: {e}"))
-        self.page.on("console", lambda m: m.type == "error" and self.errors.append(
-            f"console: {m.text}"))
+        self.page.on(
+            "console", lambda m: m.type == "error" and self.errors.append(f"console: {m.text}")
+        )
         self.page.goto(url)
 
 
@@ -115,8 +123,9 @@ def test_generate_alternatives_and_branch(page, server):
     # The same tokens as the API (and so as glassllm sample --explain).
     run = server.run
     with run.lock:
-        answer = api.generate(run, {"prompt": "def ", "max_new_tokens": 30, "seed": 11,
-                                    "temperature": 0.8})
+        answer = api.generate(
+            run, {"prompt": "def ", "max_new_tokens": 30, "seed": 11, "temperature": 0.8}
+        )
     shown = page.eval_on_selector_all("#tokens .tok.gen", "s => s.map(x => x.textContent)")
     assert shown == [t["text"].replace("\n", "⏎") for t in answer["tokens"]]
     page.locator("#tokens .tok.gen").nth(5).click()
@@ -167,8 +176,10 @@ def test_inspect_attention_lens_and_neurons(page):
     colours = page.eval_on_selector_all("#mlp-strip .tok", "s => s.map(x => x.style.background)")
     page.locator("#mlp-units .unit-row").nth(1).locator(".unit").nth(2).click()
     expect(page.locator("#mlp-active")).to_contain_text("layer 1, unit")
-    assert page.eval_on_selector_all(
-        "#mlp-strip .tok", "s => s.map(x => x.style.background)") != colours
+    assert (
+        page.eval_on_selector_all("#mlp-strip .tok", "s => s.map(x => x.style.background)")
+        != colours
+    )
 
 
 def test_large_attention_comes_one_layer_at_a_time(page, monkeypatch):
@@ -260,21 +271,34 @@ def test_dashboard_follows_the_log(browser, out_dir, tmp_path):
         expect(page.locator("#chart-grad path.line")).to_have_count(2)  # raw + running mean
         assert page.locator("#chart-ratio path.line").count() == len(server.run.model.state_dict())
         with open(copy / "log.jsonl", "a") as log:
-            log.write(json.dumps({"iter": 80, "train_loss": 0.2, "val_loss": 0.3, "lr": 1e-3})
-                      + "\n")
+            log.write(
+                json.dumps({"iter": 80, "train_loss": 0.2, "val_loss": 0.3, "lr": 1e-3}) + "\n"
+            )
         expect(page.locator("#train-status")).to_contain_text("5 evaluations", timeout=10_000)
         records = [json.loads(line) for line in (copy / "stats.jsonl").read_text().splitlines()]
         with open(copy / "stats.jsonl", "a") as stats:  # the step after the evaluation at 80
-            stats.write(json.dumps({**records[-1], "iter": 81, "hist": records[0]["hist"],
-                                    "grad_norm": 5.0, "clipped": True}) + "\n")
+            stats.write(
+                json.dumps(
+                    {
+                        **records[-1],
+                        "iter": 81,
+                        "hist": records[0]["hist"],
+                        "grad_norm": 5.0,
+                        "clipped": True,
+                    }
+                )
+                + "\n"
+            )
         expect(page.locator("#train-status")).to_contain_text("34 stats steps", timeout=10_000)
         expect(page.locator("#hist-step option")).to_have_count(4)
         assert page.input_value("#hist-step") == "81"  # the newest, as the run goes on
         expect(page.locator("#chart-grad circle.clipped")).to_have_count(
-            1 + sum(r["clipped"] for r in records))
+            1 + sum(r["clipped"] for r in records)
+        )
         make_run(copy, steps=4, eval_interval=2)  # a new run: a new checkpoint, saved atomically
-        expect(page.locator("#info")).to_contain_text("checkpoint updated to step 4",
-                                                      timeout=10_000)
+        expect(page.locator("#info")).to_contain_text(
+            "checkpoint updated to step 4", timeout=10_000
+        )
         page.uncheck("#smooth")
         expect(page.locator("#chart-grad path.line")).to_have_count(1)
         opened.context.close()
@@ -291,8 +315,11 @@ def test_screenshots(browser, out_dir, tmp_path):
 
     keep = os.environ.get("GLASSLLM_SCREENSHOTS") == "1"
     target = DOCS if keep else tmp_path
-    run_dir = make_run(tmp_path / "long", steps=1500, eval_interval=250, stats_interval=10) if (
-        keep) else out_dir
+    run_dir = (
+        make_run(tmp_path / "long", steps=1500, eval_interval=250, stats_interval=10)
+        if (keep)
+        else out_dir
+    )
     evaluations = len((run_dir / "log.jsonl").read_text().splitlines())
     server = start(run_dir)
     try:
@@ -361,9 +388,11 @@ def test_another_site_cannot_use_the_api(browser, server, monkeypatch):
 
     calls = []
     generate_route = api.ROUTES[("POST", "/api/generate")]
-    monkeypatch.setitem(api.ROUTES, ("POST", "/api/generate"),
-                        (lambda run, body: calls.append(body) or generate_route[0](run, body),
-                         True))
+    monkeypatch.setitem(
+        api.ROUTES,
+        ("POST", "/api/generate"),
+        (lambda run, body: calls.append(body) or generate_route[0](run, body), True),
+    )
     other = ThreadingHTTPServer(("127.0.0.1", 0), OtherSite)
     threading.Thread(target=other.serve_forever, daemon=True).start()
     try:
@@ -404,12 +433,12 @@ def test_page_reshapes_the_distribution_as_the_sampler_does(page, temperature, t
     """The sliders' softmax(logits / T) over the top-k equals generation.probabilities."""
     import numpy as np
 
-
     logits = np.random.default_rng(top_k).normal(size=46).astype(np.float32)
     logits[[3, 7]] = logits.max()  # a tie at the top
     logits[[10, 11, 12]] = np.sort(logits)[-4]  # ties around the k-th
     mine = page.evaluate(
         "async ([z, t, k]) => (await import('/sample.js')).probabilities(z, t, k)",
-        [logits.tolist(), temperature, top_k])
+        [logits.tolist(), temperature, top_k],
+    )
     expected = generation.probabilities(logits[None].astype(np.float64), temperature, top_k)[0]
     np.testing.assert_allclose(mine, expected, rtol=1e-12, atol=1e-15)

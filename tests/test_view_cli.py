@@ -37,9 +37,13 @@ def _env():
 
 def view(*args, timeout=60):
     """``glassllm view ARGS --no-browser`` run to its end: (status, stdout, stderr)."""
-    done = subprocess.run([sys.executable, "-m", "glassllm", "view", "--no-browser",
-                           *map(str, args)], capture_output=True, text=True, timeout=timeout,
-                          env=_env())
+    done = subprocess.run(
+        [sys.executable, "-m", "glassllm", "view", "--no-browser", *map(str, args)],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=_env(),
+    )
     return done.returncode, done.stdout, done.stderr
 
 
@@ -54,9 +58,21 @@ class Served:
 
     def __init__(self, *args):
         self.process = subprocess.Popen(
-            [sys.executable, "-m", "glassllm", "view", "--no-browser", "--port", "0",
-             *map(str, args)],
-            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=_env())
+            [
+                sys.executable,
+                "-m",
+                "glassllm",
+                "view",
+                "--no-browser",
+                "--port",
+                "0",
+                *map(str, args),
+            ],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=_env(),
+        )
         self.first_line = self.process.stdout.readline()
         match = re.search(r"http://127\.0\.0\.1:(\d+)/", self.first_line)
         if match is None:
@@ -67,8 +83,7 @@ class Served:
     def request(self, method, path, body=None):
         conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=30)
         headers = {"Content-Type": "application/json"} if body is not None else {}
-        conn.request(method, path, body=None if body is None else json.dumps(body),
-                     headers=headers)
+        conn.request(method, path, body=None if body is None else json.dumps(body), headers=headers)
         response = conn.getresponse()
         answer = response.status, json.loads(response.read())
         conn.close()
@@ -91,8 +106,9 @@ def test_view_prints_its_url_serves_and_stops_on_ctrl_c(out_dir, host):
         assert "ckpt.safetensors" in served.first_line and "Ctrl-C" in served.first_line
         status, info = served.request("GET", "/api/info")
         assert status == 200 and info["checkpoint"]["iteration"] == 8
-        status, answer = served.request("POST", "/api/generate",
-                                        {"prompt": "def ", "max_new_tokens": 3})
+        status, answer = served.request(
+            "POST", "/api/generate", {"prompt": "def ", "max_new_tokens": 3}
+        )
         assert status == 200 and len(answer["tokens"]) == 3
     finally:
         code, out, err = served.stop()
@@ -124,11 +140,13 @@ def test_startup_errors_are_one_line_and_status_2(out_dir, tmp_path):
     bogus.write_bytes(b"not a checkpoint at all")
     one_line_error(*view("--out-dir", tmp_path, "--port", 0)[::2], "safetensors")
     glassllm.save(bogus, nn.Linear(2, 3, rng=np.random.default_rng(0)))  # a model, not a GPT run
-    one_line_error(*view("--checkpoint", bogus, "--port", 0)[::2],
-                   "is not a glassllm GPT checkpoint")
+    one_line_error(
+        *view("--checkpoint", bogus, "--port", 0)[::2], "is not a glassllm GPT checkpoint"
+    )
     one_line_error(*view("--checkpoint", tmp_path / "nothing.safetensors")[::2], "not found")
-    one_line_error(*view("--out-dir", out_dir, "--port", 70000)[::2],
-                   "port must be in [0, 65535], got 70000")
+    one_line_error(
+        *view("--out-dir", out_dir, "--port", 70000)[::2], "port must be in [0, 65535], got 70000"
+    )
     one_line_error(*view("--out-dir", out_dir, "--port", "x")[::2], "invalid int value")
 
 
@@ -144,8 +162,10 @@ def test_port_in_use_suggests_port_0(out_dir):
         taken.bind(("127.0.0.1", 0))
         taken.listen()
         port = taken.getsockname()[1]
-        one_line_error(*view("--out-dir", out_dir, "--port", port)[::2],
-                       f"port {port} is in use; pass --port 0 for any free port")
+        one_line_error(
+            *view("--out-dir", out_dir, "--port", port)[::2],
+            f"port {port} is in use; pass --port 0 for any free port",
+        )
 
 
 def test_a_hugging_face_directory(tmp_path):
@@ -156,8 +176,9 @@ def test_a_hugging_face_directory(tmp_path):
         assert status == 200
         assert info["checkpoint"]["tokenizer"] == "bpe"
         assert info["checkpoint"]["model_config"]["n_layer"] >= 1
-        status, answer = served.request("POST", "/api/generate",
-                                        {"prompt": "Hello", "max_new_tokens": 4, "seed": 3})
+        status, answer = served.request(
+            "POST", "/api/generate", {"prompt": "Hello", "max_new_tokens": 4, "seed": 3}
+        )
         assert status == 200 and len(answer["tokens"]) == 4
         status, seen = served.request("POST", "/api/inspect", {"prompt": "Hello world"})
         assert status == 200 and seen["logits_diff"] < 1e-4

@@ -44,8 +44,9 @@ def steps(with_stats, n=3, clip=0.05):
 def test_a_run_with_stats_trains_bit_identically():
     plain_model, plain_opt, _ = steps(False)
     model, opt, records = steps(True)
-    for (name, a), (_, b) in zip(plain_model.state_dict().items(), model.state_dict().items(),
-                                 strict=True):
+    for (name, a), (_, b) in zip(
+        plain_model.state_dict().items(), model.state_dict().items(), strict=True
+    ):
         assert a.tobytes() == b.tobytes(), name
     for key, state in plain_opt.state.items():
         for field, value in state.items():
@@ -77,7 +78,7 @@ def test_record_values_are_the_real_update():
         if w_rms == 0:  # zero-initialised biases: the ratio is undefined
             assert ratio is None
         else:
-            expected = math.log10(np.sqrt(np.mean(delta ** 2)) / w_rms)
+            expected = math.log10(np.sqrt(np.mean(delta**2)) / w_rms)
             assert ratio == pytest.approx(expected, abs=1e-4)
     assert any(v[2] is None for v in record["params"].values())  # biases start at 0
 

@@ -10,11 +10,14 @@ from pathlib import Path
 from glassllm.app.config import TrainConfig
 from glassllm.app.train import Trainer
 
-TEXT = "".join(
-    f"def f{i}(x, y):\n    return x * {i} + y  # line {i}\n\n"
-    f"class Box{i}:\n    def get(self):\n        return self.value{i % 7}\n\n"
-    for i in range(40)
-) + "# <img src=x onerror=window.__xss=1> is text, not markup\n"
+TEXT = (
+    "".join(
+        f"def f{i}(x, y):\n    return x * {i} + y  # line {i}\n\n"
+        f"class Box{i}:\n    def get(self):\n        return self.value{i % 7}\n\n"
+        for i in range(40)
+    )
+    + "# <img src=x onerror=window.__xss=1> is text, not markup\n"
+)
 
 
 def make_run(out_dir, steps=60, eval_interval=20, stats_interval=2, seed=0, resume=False):
@@ -24,9 +27,21 @@ def make_run(out_dir, steps=60, eval_interval=20, stats_interval=2, seed=0, resu
     data = out_dir.parent / f"{out_dir.name}.txt"
     data.write_text(TEXT)
     config = TrainConfig(
-        n_layer=2, n_head=2, n_embd=32, block_size=32, data=str(data), batch_size=8,
-        max_iters=steps, lr=1e-2, min_lr=1e-3, warmup_iters=0, eval_interval=eval_interval,
-        eval_iters=1, seed=seed, out_dir=str(out_dir), sample_tokens=0,
+        n_layer=2,
+        n_head=2,
+        n_embd=32,
+        block_size=32,
+        data=str(data),
+        batch_size=8,
+        max_iters=steps,
+        lr=1e-2,
+        min_lr=1e-3,
+        warmup_iters=0,
+        eval_interval=eval_interval,
+        eval_iters=1,
+        seed=seed,
+        out_dir=str(out_dir),
+        sample_tokens=0,
         stats_interval=stats_interval,
     )
     Trainer(config, resume=resume).fit(progress=False)

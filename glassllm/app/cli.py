@@ -87,8 +87,9 @@ def build_parser() -> argparse.ArgumentParser:
         "Python documentation that ships with Python, in a few minutes on a laptop CPU.",
     )
     add_options(train, TrainConfig)
-    add_options(train.add_argument_group("on N processes (mpiexec -n N glassllm train)"),
-                LaunchConfig)
+    add_options(
+        train.add_argument_group("on N processes (mpiexec -n N glassllm train)"), LaunchConfig
+    )
     train.add_argument(
         "--resume",
         action="store_true",
@@ -165,8 +166,11 @@ def _run_train(args: argparse.Namespace) -> int:
         if saved is not None:
             with parallel.agreement(world):
                 config = saved.resume_config(given)
-                parallel.check_split(config.batch_size, config.grad_accum,
-                                     parallel.Launch("", world.rank, world.size))
+                parallel.check_split(
+                    config.batch_size,
+                    config.grad_accum,
+                    parallel.Launch("", world.rank, world.size),
+                )
         trainer = Trainer(config, resume=False if saved is None else saved, world=world)
     except BrokenPipeError:
         raise
@@ -179,9 +183,7 @@ def _run_train(args: argparse.Namespace) -> int:
     except TrainingDiverged as err:  # every rank at the same step (the losses are summed)
         return fail(str(err))
     except _INPUT_ERRORS as err:  # e.g. the disk filled up; the last checkpoint is intact
-        message = f"training stopped at step {trainer.iteration}: " + _describe(
-            err, _TRAIN_SMALLER
-        )
+        message = f"training stopped at step {trainer.iteration}: " + _describe(err, _TRAIN_SMALLER)
         if world.size > 1:  # one rank's error: the others wait at the next collective
             world.abort(" ".join(message.split()), EXIT_BAD_INPUT)
         return _fail(message)

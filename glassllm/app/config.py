@@ -27,8 +27,12 @@ CHECKPOINT_NAME = "ckpt.safetensors"
 LOG_NAME = "log.jsonl"
 PLOT_NAME = "loss.png"
 STATS_NAME = "stats.jsonl"
-OUT_FILES = {CHECKPOINT_NAME: "checkpoint", LOG_NAME: "log", PLOT_NAME: "loss plot",
-             STATS_NAME: "training statistics"}
+OUT_FILES = {
+    CHECKPOINT_NAME: "checkpoint",
+    LOG_NAME: "log",
+    PLOT_NAME: "loss plot",
+    STATS_NAME: "training statistics",
+}
 DEFAULT_OUT_DIR = "out"
 
 # Upper bounds of the options (shown by --help), whether typed or read from a checkpoint: the
@@ -123,7 +127,8 @@ class TrainConfig:
         300, "tokens sampled at the end of training (0: none)", min=0, max=MAX_NEW_TOKENS
     )
     stats_interval: int = option(
-        10, "steps between lines of OUT_DIR/stats.jsonl (gradient norms, update ratios; 0: none)",
+        10,
+        "steps between lines of OUT_DIR/stats.jsonl (gradient norms, update ratios; 0: none)",
         min=0,
         max=MAX_STEPS,
     )

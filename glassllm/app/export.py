@@ -83,4 +83,3 @@ def export(config: ExportConfig, out: TextIO | None = None) -> Path:
         )
         out.flush()
     return path
-

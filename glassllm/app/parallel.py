@@ -34,7 +34,6 @@ from typing import Any
 import numpy as np
 
 from glassllm.app.config import LaunchConfig
-from glassllm.blas_threads import limit_blas_threads
 from glassllm.distributed import (
     DataParallel,
     Launch,
@@ -42,6 +41,7 @@ from glassllm.distributed import (
     check_batch_split,
     detect_launch,
     init,
+    limit_blas_threads,
     micro_batch,
 )
 from glassllm.nn.module import Module
@@ -139,8 +139,14 @@ class TrainParallel:
         configuration or model differ, and gives every rank rank 0's weights."""
         config = trainer.config
         trainer.world.check_same(config.to_dict())
-        return cls(trainer.world, trainer.model, config.grad_accum, trainer.model_rng,
-                   config.seed, config.dropout)
+        return cls(
+            trainer.world,
+            trainer.model,
+            config.grad_accum,
+            trainer.model_rng,
+            config.seed,
+            config.dropout,
+        )
 
     @property
     def is_main(self) -> bool:
@@ -153,8 +159,10 @@ class TrainParallel:
             return ""
         threads = self.world.blas_threads
         blas = "" if threads is None else f", {threads} BLAS thread{'s' * (threads > 1)} each"
-        return (f" | {size} rank{'s' * (size > 1)} x {accum} micro-batch"
-                f"{'es' * (accum > 1)} of {batch_size // (size * accum)} rows{blas}")
+        return (
+            f" | {size} rank{'s' * (size > 1)} x {accum} micro-batch"
+            f"{'es' * (accum > 1)} of {batch_size // (size * accum)} rows{blas}"
+        )
 
     def backward(self, model: Module, x: np.ndarray, y: np.ndarray, step: int) -> float:
         """Forward and backward of this rank's micro-batches of the step's batch ``(x, y)``;
@@ -203,4 +211,3 @@ class TrainParallel:
         """RuntimeError naming the ranks whose parameters differ from rank 0's (no-op alone)."""
         if self.world.size > 1:
             self.ddp.check_replicas()
-

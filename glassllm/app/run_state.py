@@ -120,7 +120,6 @@ class GeneratorStates:
         return cls(**states)
 
 
-
 @dataclasses.dataclass
 class RunState:
     """Everything besides tensors that a resumed run or the sampler needs from a checkpoint.

@@ -58,8 +58,16 @@ import numpy as np
 from glassllm.app.config import STATS_NAME  # the file in out_dir: one record per line
 from glassllm.tensor import Tensor
 
-__all__ = ["STATS_NAME", "StatsLog", "StepStats", "histogram", "kept_lines", "rms",
-           "total_grad_norm", "was_clipped"]
+__all__ = [
+    "STATS_NAME",
+    "StatsLog",
+    "StepStats",
+    "histogram",
+    "kept_lines",
+    "rms",
+    "total_grad_norm",
+    "was_clipped",
+]
 
 HISTOGRAM_BINS = 32
 
@@ -128,9 +136,7 @@ class StepStats:
         for (name, param), (weight, grad_rms) in zip(self.parameters, self._before, strict=True):
             w_rms = rms(weight)
             update_rms = rms(param.data - weight)
-            ratio = (
-                math.log10(update_rms / w_rms) if w_rms > 0 and update_rms > 0 else None
-            )
+            ratio = math.log10(update_rms / w_rms) if w_rms > 0 and update_rms > 0 else None
             ratio = None if ratio is None else _number(ratio)
             params[name] = [_number(w_rms), _number(grad_rms), ratio]
         self._before = None
@@ -185,8 +191,11 @@ class StatsLog:
     """
 
     def __init__(
-        self, path: str | os.PathLike[str], named_parameters: Iterable[tuple[str, Tensor]],
-        interval: int, grad_clip: float,
+        self,
+        path: str | os.PathLike[str],
+        named_parameters: Iterable[tuple[str, Tensor]],
+        interval: int,
+        grad_clip: float,
     ) -> None:
         self.path = Path(path)
         self.interval = int(interval)

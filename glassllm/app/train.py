@@ -478,6 +478,7 @@ class Trainer:
         self.log.append(self.last_eval_record)
         return record
 
+
 def train(config: TrainConfig, resume: bool = False, progress: bool | None = None) -> TrainResult:
     """Train as ``glassllm train`` does: ``train(TrainConfig(max_iters=100))``."""
     return Trainer(config, resume=resume).fit(progress=progress)

@@ -121,8 +121,16 @@ def _attention(t: dict[str, Tensor]) -> Built:
     p = F.softmax(scores + causal, axis=-1)  # (3, 3) attention weights
     out = p @ v  # (3, 2)
     loss = (out * t["r"]).sum()  # a fixed readout, so every output entry matters differently
-    labels = {"q": q, "k": k, "v": v, "scores": scores, "causal mask": causal, "P": p,
-              "out = P v": out, "L": loss}
+    labels = {
+        "q": q,
+        "k": k,
+        "v": v,
+        "scores": scores,
+        "causal mask": causal,
+        "P": p,
+        "out = P v": out,
+        "L": loss,
+    }
     return loss, labels
 
 
@@ -147,8 +155,12 @@ EXAMPLES: dict[str, Example] = {
             "layer_norm",
             "LayerNorm of 4 numbers",
             "L = Σ c · LayerNorm(x; w, b)",
-            {"x": [1.0, 2.0, 4.0, 8.0], "w": [1.0, 1.0, 1.0, 1.0], "b": [0.0, 0.0, 0.0, 0.0],
-             "c": [1.0, -1.0, 0.5, 2.0]},
+            {
+                "x": [1.0, 2.0, 4.0, 8.0],
+                "w": [1.0, 1.0, 1.0, 1.0],
+                "b": [0.0, 0.0, 0.0, 0.0],
+                "c": [1.0, -1.0, 0.5, 2.0],
+            },
             _layer_norm,
         ),
         Example(

@@ -117,8 +117,16 @@ class Inspection:
     @property
     def nbytes(self) -> int:
         """Bytes of the arrays held (what keeping this inspection costs)."""
-        arrays = [self.ids, self.logits, self.attention, self.residual, self.mlp,
-                  self.lens.top_ids, self.lens.top_p, self.lens.next_p]
+        arrays = [
+            self.ids,
+            self.logits,
+            self.attention,
+            self.residual,
+            self.mlp,
+            self.lens.top_ids,
+            self.lens.top_p,
+            self.lens.next_p,
+        ]
         if self.lens.full is not None:
             arrays.append(self.lens.full)
         return sum(array.nbytes for array in arrays)
@@ -174,8 +182,9 @@ def inspect(
             stack.enter_context(_recording(block, lambda _a, out: streams.append(out.data)))
             stack.enter_context(_recording(block.attn.qkv, record_qkv))
             stack.enter_context(
-                _recording(block.attn.proj,
-                           lambda args, _o: attention_outputs.append(args[0].data[0]))
+                _recording(
+                    block.attn.proj, lambda args, _o: attention_outputs.append(args[0].data[0])
+                )
             )
             stack.enter_context(_recording(block.mlp.gelu, record_gelu))
         logits, _ = model(idx)  # (1, T, V)
@@ -240,13 +249,15 @@ def top_k(values: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
     n = values.shape[-1]
     k = min(k, n)
     if k < n:
-        chosen = np.argpartition(values, n - k, axis=-1)[..., n - k:]  # (..., k), any order
+        chosen = np.argpartition(values, n - k, axis=-1)[..., n - k :]  # (..., k), any order
     else:
         chosen = np.broadcast_to(np.arange(n), values.shape)
     picked = np.take_along_axis(values, chosen, axis=-1)
     order = np.lexsort((chosen, -picked), axis=-1)  # by value descending, then by index
-    return (np.take_along_axis(chosen, order, axis=-1).astype(np.int64),
-            np.take_along_axis(picked, order, axis=-1))
+    return (
+        np.take_along_axis(chosen, order, axis=-1).astype(np.int64),
+        np.take_along_axis(picked, order, axis=-1),
+    )
 
 
 def _packed_probabilities(qkv: np.ndarray, num_heads: int) -> tuple[np.ndarray, np.ndarray]:

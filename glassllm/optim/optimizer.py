@@ -222,8 +222,9 @@ class Optimizer:
     def zero_grad(self, set_to_none: bool = True) -> None:
         """Set every parameter's ``grad`` to ``None`` (the next backward writes fresh arrays);
         ``set_to_none=False`` fills the gradient arrays with zeros instead (torch's signature)."""
-        clear_grads((param for group in self.param_groups for param in group["params"]),
-                    set_to_none)
+        clear_grads(
+            (param for group in self.param_groups for param in group["params"]), set_to_none
+        )
 
     def step(self) -> None:
         """Update every parameter that has a gradient; subclasses implement the rule."""
@@ -258,13 +259,17 @@ class Optimizer:
         Arrays are copies; scalars are Python ints; hyper-parameters Python floats, bools, tuples.
         """
         state = {
-            name: {key: (value.copy() if isinstance(value, np.ndarray) else value)
-                   for key, value in entry.items()}
+            name: {
+                key: (value.copy() if isinstance(value, np.ndarray) else value)
+                for key, value in entry.items()
+            }
             for name, entry in self.state.items()
         }
         groups = [
-            {**{k: v for k, v in group.items() if k not in _GROUP_BOOKKEEPING},
-             "params": list(group["param_names"])}
+            {
+                **{k: v for k, v in group.items() if k not in _GROUP_BOOKKEEPING},
+                "params": list(group["param_names"]),
+            }
             for group in self.param_groups
         ]
         return {"state": state, "param_groups": groups}
@@ -309,8 +314,11 @@ class Optimizer:
             group.update(self._normalised(_hyper_parameters(saved)))
         self.state = {
             name: {
-                key: (np.array(value, order="C", copy=True) if key in self.array_state_keys
-                      else int(value))
+                key: (
+                    np.array(value, order="C", copy=True)
+                    if key in self.array_state_keys
+                    else int(value)
+                )
                 for key, value in entry.items()
             }
             for name, entry in state_dict["state"].items()
@@ -395,7 +403,9 @@ class Optimizer:
 
 def _is_named_pair(entry: Any) -> bool:
     return (
-        isinstance(entry, tuple) and len(entry) == 2 and isinstance(entry[0], str)
+        isinstance(entry, tuple)
+        and len(entry) == 2
+        and isinstance(entry[0], str)
         and isinstance(entry[1], Tensor)
     )
 

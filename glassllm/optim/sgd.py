@@ -55,7 +55,10 @@ class SGD(Optimizer):
         nesterov: bool = False,
     ) -> None:
         defaults = dict(
-            lr=lr, momentum=momentum, dampening=dampening, weight_decay=weight_decay,
+            lr=lr,
+            momentum=momentum,
+            dampening=dampening,
+            weight_decay=weight_decay,
             nesterov=nesterov,
         )
         super().__init__(params, defaults)

@@ -81,8 +81,11 @@ def info(run: Run, query: dict[str, Any]) -> dict[str, Any]:
             "stats": run.stats_path.name,
             "checkpoint": None,
             "reload_error": run.reload_error,
-            "limits": {"max_new_tokens": MAX_NEW_TOKENS, "explain_top": EXPLAIN_TOP,
-                       "min_temperature": MIN_TEMPERATURE},
+            "limits": {
+                "max_new_tokens": MAX_NEW_TOKENS,
+                "explain_top": EXPLAIN_TOP,
+                "min_temperature": MIN_TEMPERATURE,
+            },
         }
         if run.model is None:
             return answer
@@ -132,18 +135,24 @@ def generate(run: Run, body: dict[str, Any]) -> dict[str, Any]:
         model, run.tokenizer, ids, 1, max_new, temperature, top_k, rng
     )
     tokens = []
-    for token_id, choice in zip(all_ids[0, len(ids):].tolist(), choices[0], strict=True):
-        tokens.append({
-            **_token(run, token_id),
-            "step": choice.step,
-            "p": choice.prob,
-            "top": [{**_token(run, run.id_of_repr(r)), "p": p} for r, p in choice.alternatives],
-        })
+    for token_id, choice in zip(all_ids[0, len(ids) :].tolist(), choices[0], strict=True):
+        tokens.append(
+            {
+                **_token(run, token_id),
+                "step": choice.step,
+                "p": choice.prob,
+                "top": [{**_token(run, run.id_of_repr(r)), "p": p} for r, p in choice.alternatives],
+            }
+        )
     answer = {
         "prompt": [_token(run, i) for i in ids],
         "tokens": tokens,
-        "options": {"max_new_tokens": max_new, "temperature": temperature, "top_k": top_k,
-                    "seed": seed},
+        "options": {
+            "max_new_tokens": max_new,
+            "temperature": temperature,
+            "top_k": top_k,
+            "seed": seed,
+        },
         "source": "glassllm/app/sample.py: generate_explained",
     }
     if body.get("ids") is None:
@@ -154,9 +163,23 @@ def generate(run: Run, body: dict[str, Any]) -> dict[str, Any]:
 def _sample_command(
     run: Run, prompt: str, max_new: int, temperature: float, top_k: int | None, seed: int
 ) -> str:
-    parts = ["glassllm", "sample", "--checkpoint", str(run.checkpoint_path), "--prompt", prompt,
-             "--num-samples", "1", "--max-new-tokens", str(max_new),
-             "--temperature", repr(temperature), "--seed", str(seed), "--explain"]
+    parts = [
+        "glassllm",
+        "sample",
+        "--checkpoint",
+        str(run.checkpoint_path),
+        "--prompt",
+        prompt,
+        "--num-samples",
+        "1",
+        "--max-new-tokens",
+        str(max_new),
+        "--temperature",
+        repr(temperature),
+        "--seed",
+        str(seed),
+        "--explain",
+    ]
     if top_k is not None:
         parts[-1:-1] = ["--top-k", str(top_k)]
     return shlex.join(parts)
@@ -166,10 +189,13 @@ def distribution(run: Run, body: dict[str, Any]) -> dict[str, Any]:
     """The model's next-token logits after ``ids`` (the last block_size of them)."""
     model = _model(run)
     ids = _ids_from(run, body, max_tokens=8 * MAX_PROMPT_CHARS)
-    window = ids[-model.config.block_size:]
+    window = ids[-model.config.block_size :]
     seen = run.inspection(window)
-    return {"logits": _rounded(seen.logits[-1]), "cropped": len(window) < len(ids),
-            "source": SOURCES["logits"]}
+    return {
+        "logits": _rounded(seen.logits[-1]),
+        "cropped": len(window) < len(ids),
+        "source": SOURCES["logits"],
+    }
 
 
 # ---------------------------------------------------------------------- inside the model
@@ -180,7 +206,7 @@ def inspect(run: Run, body: dict[str, Any]) -> dict[str, Any]:
     tokens), from one `glassllm.models.inspect.inspect` pass."""
     model = _model(run)
     ids = _ids_from(run, body, max_tokens=8 * MAX_PROMPT_CHARS)
-    window = ids[-model.config.block_size:]
+    window = ids[-model.config.block_size :]
     seen = run.inspection(window)
     with no_grad():
         plain_logits = model(np.asarray([window], dtype=np.int64))[0].data[0]
@@ -233,16 +259,17 @@ def neuron(run: Run, body: dict[str, Any]) -> dict[str, Any]:
     layer = integer(body, "layer", None, 0, model.config.n_layer - 1)
     index = integer(body, "index", None, 0, 4 * model.config.n_embd - 1)
     values = run.inspection(ids).mlp[layer, :, index]
-    return {"layer": layer, "index": index, "values": _rounded(values, 5),
-            "source": SOURCES["mlp"]}
+    return {"layer": layer, "index": index, "values": _rounded(values, 5), "source": SOURCES["mlp"]}
 
 
 # ---------------------------------------------------------------------- autograd graph
 
 
 def graph_examples(_run: Run, _request: dict[str, Any]) -> dict[str, Any]:
-    return {"examples": [example.describe() for example in EXAMPLES.values()],
-            "source": "glassllm/graph/examples.py"}
+    return {
+        "examples": [example.describe() for example in EXAMPLES.values()],
+        "source": "glassllm/graph/examples.py",
+    }
 
 
 def graph(_run: Run, body: dict[str, Any]) -> dict[str, Any]:

@@ -23,7 +23,7 @@ def shown(value: Any, limit: int = 40) -> str:
     """``repr(value)`` cut to ``limit`` characters, for a message (a request may send an integer
     of thousands of digits)."""
     text = repr(value)
-    return text if len(text) <= limit else f"{text[:limit - 3]}..."
+    return text if len(text) <= limit else f"{text[: limit - 3]}..."
 
 
 def integer(body: dict[str, Any], name: str, default: Any, low: int, high: int) -> int:

@@ -58,8 +58,16 @@ class Run:
         ``out_dir`` are shown if it has any."""
         run = cls.__new__(cls)
         run._start(out_dir, None)
-        run._use(model, tokenizer, {"format": "in memory", "iteration": None,
-                                    "best_val_loss": None, "tokenizer": {"type": tokenizer.kind}})
+        run._use(
+            model,
+            tokenizer,
+            {
+                "format": "in memory",
+                "iteration": None,
+                "best_val_loss": None,
+                "tokenizer": {"type": tokenizer.kind},
+            },
+        )
         run.follows = False
         return run
 
@@ -115,8 +123,16 @@ class Run:
         from glassllm.hf import load_pretrained
 
         model, tokenizer = load_pretrained(self.checkpoint_path, require_tokenizer=True)
-        self._use(model, tokenizer, {"format": "huggingface", "iteration": None,
-                                     "best_val_loss": None, "tokenizer": {"type": tokenizer.kind}})
+        self._use(
+            model,
+            tokenizer,
+            {
+                "format": "huggingface",
+                "iteration": None,
+                "best_val_loss": None,
+                "tokenizer": {"type": tokenizer.kind},
+            },
+        )
         self.follows = False
 
     def _use(self, model: GPT, tokenizer: Tokenizer, metadata: dict[str, Any]) -> None:
@@ -130,8 +146,9 @@ class Run:
         """Every token id of the model as the page shows it: ``{"id", "text", "repr"}``."""
         if self._tokens is None:
             assert self.model is not None and self.tokenizer is not None
-            self._tokens = [_token_entry(self.tokenizer, i)
-                            for i in range(self.model.config.vocab_size)]
+            self._tokens = [
+                _token_entry(self.tokenizer, i) for i in range(self.model.config.vocab_size)
+            ]
             self._id_of_repr = {}
             for token in self._tokens:
                 self._id_of_repr.setdefault(token["repr"], token["id"])
@@ -186,8 +203,11 @@ def _token_entry(tokenizer: Tokenizer, token_id: int) -> dict[str, Any]:
     """One token for the page; an id of the model beyond its tokenizer's (a padded vocabulary)
     is shown as such."""
     try:
-        return {"id": token_id, "text": tokenizer.decode([token_id]),
-                "repr": tokenizer.token_repr(token_id)}
+        return {
+            "id": token_id,
+            "text": tokenizer.decode([token_id]),
+            "repr": tokenizer.token_repr(token_id),
+        }
     except (ValueError, IndexError, KeyError):
         return {"id": token_id, "text": "", "repr": f"<id {token_id} not in the tokenizer>"}
 

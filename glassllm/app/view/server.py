@@ -58,8 +58,15 @@ STATIC = {
     "/graph_render.js": ("glassllm.graph", "render.js", "text/javascript; charset=utf-8"),
     **{
         f"/{name}": ("glassllm.app.view.static", name, "text/javascript; charset=utf-8")
-        for name in ("main.js", "api.js", "util.js", "sample.js", "inside.js", "dashboard.js",
-                     "graph.js")
+        for name in (
+            "main.js",
+            "api.js",
+            "util.js",
+            "sample.js",
+            "inside.js",
+            "dashboard.js",
+            "graph.js",
+        )
     },
 }
 
@@ -255,7 +262,9 @@ def _reject_constant(name: str) -> None:
 
 
 def make_server(
-    out_dir: str | Path, checkpoint: str | Path | None = None, host: str = "127.0.0.1",
+    out_dir: str | Path,
+    checkpoint: str | Path | None = None,
+    host: str = "127.0.0.1",
     port: int = 8000,
 ) -> ViewServer:
     """A viewer of ``out_dir`` bound to ``host:port`` (not yet serving). Raises ValueError with a
@@ -270,8 +279,11 @@ def make_server(
 
 
 def serve(
-    out_dir: str | Path, checkpoint: str | Path | None = None, host: str = "127.0.0.1",
-    port: int = 8000, open_browser: bool = True,
+    out_dir: str | Path,
+    checkpoint: str | Path | None = None,
+    host: str = "127.0.0.1",
+    port: int = 8000,
+    open_browser: bool = True,
 ) -> None:
     """Serve the viewer until Ctrl-C: print its URL, open a browser when asked and possible."""
     server = make_server(out_dir, checkpoint, host, port)
@@ -281,8 +293,11 @@ def serve(
             "read the model and its training logs",
             file=sys.stderr,
         )
-    what = "dashboard only, no checkpoint yet" if server.run.model is None else (
-        f"checkpoint {server.run.checkpoint_path}")
+    what = (
+        "dashboard only, no checkpoint yet"
+        if server.run.model is None
+        else (f"checkpoint {server.run.checkpoint_path}")
+    )
     print(f"glassllm view: {server.url}  ({what}; Ctrl-C stops)", flush=True)
     if open_browser and has_display():
         threading.Thread(target=_open, args=(server.url,), daemon=True).start()

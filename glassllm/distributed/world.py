@@ -1,81 +1,36 @@
-"""Data-parallel training on MPI: N processes, one model, gradients averaged every step.
+"""The ranks of an MPI launch (`World`, `init`, `detect_launch`): collectives that check every rank
+arrived at the same one within a timeout, and an abort that ends every rank.
 
-Launch a script (or ``glassllm train``) with ``mpiexec -n N``; each process (a *rank*) holds a
-full replica of the model and works on its own rows of every batch::
-
-    world = distributed.init(timeout_s=300)          # size 1 without a launcher: no MPI at all
-    ddp = distributed.DataParallel(model, world, grad_accum=K)  # rank 0's weights everywhere
-    for step in range(steps):
-        x, y = get_batch(data, block_size, batch_size, batch_rng)  # same rows on every rank
-        for k in range(K):
-            rows = distributed.micro_batch(batch_size, world, K, k)  # this rank's k-th slice
-            loss = model(x[rows], y[rows])[1]
-            loss.backward()                          # .grad accumulates the K micro-batches
-        ddp.sync_gradients()                         # sum over ranks, divided once by N*K
-        clip_grad_norm_(model.parameters(), 1.0)     # sees the averaged gradient
-        optimizer.step(); optimizer.zero_grad()
-
-The contract:
-
-* **Launch detection reads the environment only** (`detect_launch`): MPICH/Hydra and Intel MPI
-  (``PMI_RANK``/``PMI_SIZE``), Open MPI (``OMPI_COMM_WORLD_RANK``/``_SIZE``), Slurm's ``srun``
-  (``SLURM_PROCID``/``SLURM_STEP_NUM_TASKS``). Without one, or with a world of 1, `init` returns a
-  size-1 `World` whose collectives do nothing, and mpi4py is never imported. mpi4py is imported
-  by this module only, inside `init`.
-* **The mean is taken once.** Each micro-batch loss is its own mean; `DataParallel.sync_gradients`
-  adds the K accumulated micro-batch gradients of every rank (one in-place ``Allreduce`` SUM of
-  a flat buffer) and divides the sum once by ``N*K``. N ranks therefore compute exactly what one
-  process computes with ``grad_accum=N`` whenever the MPI sum adds in rank order (always for
-  N = 2, where ``a + b == b + a`` bit for bit; MPICH for N = 3); other layouts agree to float32
-  rounding.
-* **Rows:** micro-batch k of rank r is slice ``k*N + r`` of the step's batch, slices of
-  ``batch/(N*K)`` rows (`micro_batch`), so the data a step sees does not depend on N or K.
-* **Nothing hangs.** With more than one rank, an uncaught exception on any rank prints
-  ``rank r of N failed: <error>`` and ends every rank (``MPI_Abort``). Every collective of a
-  `World` first checks that all ranks arrived at the *same* collective: each rank sends a small
-  token to every other and waits at most ``timeout_s`` seconds; a rank that died, hangs or called
-  another collective is named in one line and the job is aborted (exit status 2).
-* **BLAS threads:** with more than one rank on a machine, each rank's BLAS pool is limited to
-  its share of the cores (its cores divided by the ranks that may run on them) unless
-  ``blas_threads`` or a standard variable (``OMP_NUM_THREADS``, ``OPENBLAS_NUM_THREADS``,
-  ``MKL_NUM_THREADS``) says otherwise.
+See `glassllm.distributed` for the contract.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import os
 import sys
 import time
 import traceback
-import zlib
 from collections.abc import Iterable, Mapping
 from typing import Any, NoReturn
 
 import numpy as np
 
-from glassllm.blas_threads import available_cores, limit_blas_threads
-from glassllm.nn.module import Module
-
-__all__ = [
-    "DataParallel",
-    "Launch",
-    "World",
-    "check_batch_split",
-    "detect_launch",
-    "init",
-    "limit_blas_threads",
-    "micro_batch",
-]
+from glassllm.distributed.blas_threads import available_cores, limit_blas_threads
 
 INSTALL_HINT = "pip install 'glassllm[mpi]'"
 ABORT_PAUSE_S = 0.5  # MPICH's launcher drops output written just before MPI_Abort: pause first
 BLAS_VARIABLES = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")
 
 # Codes sent in the arrival tokens, so that ranks calling different collectives are caught.
-_OPS = {"allreduce": 1, "broadcast": 2, "broadcast_object": 3, "allgather_object": 4,
-        "barrier": 5, "sync_gradients": 6}
+_OPS = {
+    "allreduce": 1,
+    "broadcast": 2,
+    "broadcast_object": 3,
+    "allgather_object": 4,
+    "barrier": 5,
+    "sync_gradients": 6,
+}
 _OP_NAMES = {code: name for name, code in _OPS.items()}
 _TOKEN_TAG = 7
 
@@ -146,7 +101,7 @@ class World:
         if self._comm is None:
             return array
         _check_buffer(array)
-        self._arrive("allreduce", array.size)
+        self.arrive("allreduce", array.size)
         from mpi4py import MPI
 
         self._comm.Allreduce(MPI.IN_PLACE, array, op=MPI.SUM)
@@ -166,7 +121,7 @@ class World:
         if self._comm is None:
             return array
         _check_buffer(array)
-        self._arrive("broadcast", array.size)
+        self.arrive("broadcast", array.size)
         self._comm.Bcast(array, root=root)
         return array
 
@@ -174,14 +129,14 @@ class World:
         """Root's picklable ``obj`` on every rank (e.g. checkpoint metadata on resume)."""
         if self._comm is None:
             return obj
-        self._arrive("broadcast_object", 0)
+        self.arrive("broadcast_object", 0)
         return self._comm.bcast(obj, root=root)
 
     def allgather_object(self, obj: Any) -> list[Any]:
         """Every rank's picklable ``obj``, in rank order, on every rank."""
         if self._comm is None:
             return [obj]
-        self._arrive("allgather_object", 0)
+        self.arrive("allgather_object", 0)
         return self._comm.allgather(obj)
 
     def check_same(self, settings: Mapping[str, Any], what: str = "configuration") -> None:
@@ -192,13 +147,14 @@ class World:
         for rank, other in enumerate(everyone):
             if other != first:
                 keys = sorted(k for k in set(first) | set(other) if first.get(k) != other.get(k))
-                shown = "; ".join(f"{k} {other.get(k)!r} (rank 0: {first.get(k)!r})"
-                                  for k in keys[:5])
+                shown = "; ".join(
+                    f"{k} {other.get(k)!r} (rank 0: {first.get(k)!r})" for k in keys[:5]
+                )
                 raise ValueError(f"rank {rank} has a different {what}: {shown}")
 
     def barrier(self) -> None:
         if self._comm is not None:
-            self._arrive("barrier", 0)
+            self.arrive("barrier", 0)
 
     def abort(self, message: str, status: int = 1) -> NoReturn:
         """Print ``message`` (prefixed with this rank) and end every rank with ``status``."""
@@ -211,7 +167,7 @@ class World:
 
     # ---- the arrival check behind every collective
 
-    def _arrive(self, op: str, check: int) -> None:
+    def arrive(self, op: str, check: int) -> None:
         """Exchange a token ``(sequence, op, check)`` with every other rank; wait for all of
         theirs for at most ``timeout_s``. Names the ranks that did not answer, or that sent a
         different token, and aborts the job."""
@@ -342,153 +298,3 @@ def _install_abort_hook(world: World) -> None:
         world.abort(f"failed: {kind.__name__}: {error}; ending all ranks", status=1)
 
     sys.excepthook = abort_all
-
-
-# ------------------------------------------------------------------------------- batches
-
-
-def check_batch_split(batch_size: int, world_size: int, grad_accum: int) -> None:
-    """ValueError unless ``world_size * grad_accum`` micro-batches split ``batch_size`` evenly."""
-    if grad_accum < 1:
-        raise ValueError(f"grad_accum must be >= 1, got {grad_accum}")
-    parts = world_size * grad_accum
-    if batch_size % parts:
-        fits = [k for k in range(1, batch_size + 1) if batch_size % (world_size * k) == 0]
-        hint = f"grad_accum {', '.join(map(str, fits))} would" if fits else "no grad_accum would"
-        raise ValueError(
-            f"batch_size {batch_size} does not split into {world_size} ranks x {grad_accum} "
-            f"micro-batches ({parts} parts); with {world_size} ranks {hint}"
-        )
-
-
-def micro_batch(batch_size: int, world: World | int, grad_accum: int, step: int) -> slice:
-    """Rows of the step's batch for this rank's micro-step ``step`` (0 <= step < grad_accum):
-    slice ``step*N + rank`` of ``batch_size/(N*grad_accum)`` rows. ``world`` may be a rank count
-    only for rank 0."""
-    size, rank = (world, 0) if isinstance(world, int) else (world.size, world.rank)
-    check_batch_split(batch_size, size, grad_accum)
-    if not 0 <= step < grad_accum:
-        raise ValueError(f"micro-step {step} is outside [0, {grad_accum})")
-    rows = batch_size // (size * grad_accum)
-    index = step * size + rank
-    return slice(index * rows, (index + 1) * rows)
-
-
-# ------------------------------------------------------------------------------- the model
-
-
-class DataParallel:
-    """Keep one model's replicas identical: same start, averaged gradients, checkable.
-
-    Construction checks that every rank holds the same state names, shapes and dtypes
-    (``ValueError`` naming the first difference) and copies rank 0's parameters and persistent
-    buffers to every rank. ``sync_gradients`` after the last ``backward`` of a step;
-    ``check_replicas`` at evaluations; after rank 0 alone loaded a checkpoint,
-    ``broadcast_model`` and ``broadcast_optimizer``.
-    """
-
-    def __init__(self, model: Module, world: World, grad_accum: int = 1) -> None:
-        if grad_accum < 1:
-            raise ValueError(f"grad_accum must be >= 1, got {grad_accum}")
-        self.model, self.world, self.grad_accum = model, world, grad_accum
-        self.named = list(model.named_parameters())
-        if world.size == 1:
-            return
-        # What broadcast_model sends: parameters, then persistent buffers (state_dict's order).
-        signature = [(name, array.shape, str(array.dtype))
-                     for name, array in model.state_dict().items()]
-        everyone = world.allgather_object(signature)
-        for rank, other in enumerate(everyone):
-            if other != everyone[0]:
-                difference = _first_difference(everyone[0], other)
-                raise ValueError(f"rank {rank} holds a different model than rank 0: {difference}")
-        self.broadcast_model()
-
-    def broadcast_model(self) -> None:
-        """Copy rank 0's parameters and persistent buffers into every rank's model (in place):
-        each array of rank 0's ``state_dict``, broadcast in its order, then ``load_state_dict``."""
-        state = {name: np.ascontiguousarray(array)
-                 for name, array in self.model.state_dict().items()}
-        for array in state.values():
-            self.world.broadcast_(array, root=0)
-        if not self.world.is_main:
-            self.model.load_state_dict(state)
-
-    def broadcast_optimizer(self, optimizer: Any) -> None:
-        """Give every rank rank 0's optimizer state and hyper-parameters (e.g. after rank 0
-        alone loaded a checkpoint): one pickled broadcast of ``optimizer.state_dict()``."""
-        state = self.world.broadcast_object(optimizer.state_dict() if self.world.is_main else None)
-        if not self.world.is_main:
-            optimizer.load_state_dict(state)
-
-    def sync_gradients(self) -> None:
-        """Replace every ``.grad`` by the sum over ranks divided once by ``size * grad_accum``.
-
-        Parameters without a gradient are left as they are. Which parameters have one, and the
-        gradients' shapes and dtypes, must be the same on every rank: one arrival check covers
-        that whole layout before any data moves, so a rank whose layout differs (no gradient at
-        all, another dtype) is named at once. Gradients of one dtype travel in one flat buffer.
-        """
-        divisor = self.world.size * self.grad_accum
-        with_grad = [p for _, p in self.named if p.grad is not None]
-        if self.world.size == 1:
-            if divisor != 1:
-                for param in with_grad:
-                    param.grad = np.divide(param.grad, divisor, dtype=param.grad.dtype)
-            return
-        by_dtype: dict[np.dtype, list[Any]] = {}
-        for param in with_grad:
-            by_dtype.setdefault(param.grad.dtype, []).append(param)
-        groups = []
-        for dtype in sorted(by_dtype, key=str):
-            params = by_dtype[dtype]
-            flat = np.empty(sum(p.grad.size for p in params), dtype=dtype)
-            offset = 0
-            for param in params:
-                flat[offset:offset + param.grad.size] = param.grad.reshape(-1)
-                offset += param.grad.size
-            groups.append((params, flat))
-        self.world._arrive("sync_gradients", _gradient_layout(self.named))  # once, every rank
-        from mpi4py import MPI
-
-        for params, flat in groups:
-            self.world._comm.Allreduce(MPI.IN_PLACE, flat, op=MPI.SUM)
-            np.divide(flat, divisor, out=flat)  # the one division (same arithmetic as size 1)
-            offset = 0
-            for param in params:  # views of this call's fresh buffer: nothing is shared later
-                size = param.grad.size
-                param.grad = flat[offset:offset + size].reshape(param.grad.shape)
-                offset += size
-
-    def digests(self) -> list[str]:
-        """A short SHA-256 digest of each parameter's bytes, in named_parameters order."""
-        return [hashlib.sha256(np.ascontiguousarray(p.data).tobytes()).hexdigest()[:16]
-                for _, p in self.named]
-
-    def check_replicas(self) -> None:
-        """RuntimeError naming the ranks and parameters whose bytes differ from rank 0's."""
-        mine = self.digests()
-        everyone = self.world.allgather_object(mine)
-        wrong = []
-        for rank, theirs in enumerate(everyone):
-            names = [name for (name, _), a, b in zip(self.named, everyone[0], theirs, strict=True)
-                     if a != b]
-            if names:
-                more = f" and {len(names) - 3} more" if len(names) > 3 else ""
-                wrong.append(f"rank {rank} ({', '.join(names[:3])}{more})")
-        if wrong:
-            raise RuntimeError(f"replicas differ from rank 0: {'; '.join(wrong)}")
-
-
-def _gradient_layout(named: list[tuple[str, Any]]) -> int:
-    """A checksum of which parameters have a gradient, with its shape and dtype, in order."""
-    layout = [(name, None) if p.grad is None else (name, p.grad.shape, str(p.grad.dtype))
-              for name, p in named]
-    return zlib.crc32(repr(layout).encode())
-
-
-def _first_difference(mine: list[tuple], theirs: list[tuple]) -> str:
-    for a, b in zip(mine, theirs, strict=False):
-        if a != b:
-            return f"{b} where rank 0 has {a}"
-    return f"{len(theirs)} parameters where rank 0 has {len(mine)}"

@@ -49,8 +49,12 @@ def _limit_openblas(threads: int) -> bool:
             lib = ctypes.CDLL(path)
         except OSError:
             continue
-        for symbol in ("scipy_openblas_set_num_threads64_", "openblas_set_num_threads64_",
-                       "scipy_openblas_set_num_threads", "openblas_set_num_threads"):
+        for symbol in (
+            "scipy_openblas_set_num_threads64_",
+            "openblas_set_num_threads64_",
+            "scipy_openblas_set_num_threads",
+            "openblas_set_num_threads",
+        ):
             setter = getattr(lib, symbol, None)
             if setter is not None:
                 setter.argtypes = [ctypes.c_int]
