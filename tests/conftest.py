@@ -76,3 +76,16 @@ def run_python() -> Callable[..., subprocess.CompletedProcess]:
         )
 
     return run
+
+
+def run_cli(argv: list[object], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
+    """``glassllm ARGV`` in this process: ``(exit status, stdout, stderr)`` (argparse's exits
+    included)."""
+    from glassllm.app.cli import main
+
+    try:
+        status = main([str(a) for a in argv])
+    except SystemExit as exit_:
+        status = exit_.code
+    captured = capsys.readouterr()
+    return status, captured.out, captured.err

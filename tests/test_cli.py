@@ -15,6 +15,7 @@ import sys
 
 import numpy as np
 import pytest
+from conftest import run_cli as run
 
 import glassllm
 import glassllm.app.run_state
@@ -45,16 +46,6 @@ TINY = [
     "--warmup-iters",
     "2",
 ]
-
-
-def run(argv, capsys):
-    """main(argv) as the console script runs it: (exit status, stdout, stderr)."""
-    try:
-        status = main([str(a) for a in argv])
-    except SystemExit as exit_:  # argparse's own errors exit from inside parse_args
-        status = exit_.code
-    captured = capsys.readouterr()
-    return status, captured.out, captured.err
 
 
 def assert_one_line_error(status, err, *fragments):

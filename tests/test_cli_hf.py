@@ -9,6 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from conftest import optional
+from conftest import run_cli as run
 
 from glassllm.app.cli import main
 from glassllm.app.config import CHECKPOINT_NAME
@@ -19,15 +20,6 @@ TEXT = "".join(f"line {i}: the quick brown fox jumps over the lazy dog.\n" for i
 TINY = ["--n-layer", "1", "--n-head", "2", "--n-embd", "16", "--block-size", "16",
         "--batch-size", "4", "--max-iters", "3", "--eval-interval", "2", "--eval-iters", "1",
         "--sample-tokens", "0", "--warmup-iters", "1"]  # fmt: skip
-
-
-def run(argv, capsys):
-    try:
-        status = main([str(a) for a in argv])
-    except SystemExit as exit_:
-        status = exit_.code
-    captured = capsys.readouterr()
-    return status, captured.out, captured.err
 
 
 def assert_one_line_error(status, err, *fragments):

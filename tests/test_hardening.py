@@ -23,6 +23,7 @@ import numpy as np
 import pytest
 import safetensors
 import safetensors.numpy
+from conftest import run_cli as run
 
 import glassllm
 import glassllm.app.cli as cli
@@ -37,15 +38,6 @@ TEXT = "".join(f"line {i}: the quick brown fox jumps over the lazy dog.\n" for i
 TINY = ["--n-layer", "1", "--n-head", "2", "--n-embd", "16", "--block-size", "16",
         "--batch-size", "4", "--max-iters", "12", "--eval-interval", "5", "--eval-iters", "2",
         "--sample-tokens", "20", "--warmup-iters", "2"]  # fmt: skip
-
-
-def run(argv, capsys):
-    try:
-        status = main([str(a) for a in argv])
-    except SystemExit as exit_:
-        status = exit_.code
-    captured = capsys.readouterr()
-    return status, captured.out, captured.err
 
 
 def assert_one_line_error(status, err, *fragments, options_at_fault=False):
