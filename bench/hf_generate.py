@@ -42,6 +42,16 @@ def resident_mb() -> float:
 
 
 def peak_mb() -> float:
+    """This process's peak resident memory. Linux's VmHWM belongs to the address space, which
+    exec starts afresh; ru_maxrss would not do: it survives exec, so a worker would report the
+    parent's peak (the parent builds the random model)."""
+    try:
+        with open("/proc/self/status") as handle:
+            for line in handle:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) / 1024
+    except OSError:
+        pass
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
