@@ -233,11 +233,10 @@ def mpi():
 JOB_TIMEOUT = 180  # seconds: a job still running then hangs (tiny models take seconds)
 
 
-def run_job(command, cwd, timeout=JOB_TIMEOUT):
-    """Run ``command`` (a launcher and its ranks) in a process group of its own; when it is
-    still running after ``timeout`` seconds, kill the whole group and fail: a hang fails the
-    test instead of blocking the test run."""
-    with subprocess.Popen(
+def start_job(command, cwd) -> subprocess.Popen:
+    """Start ``command`` (a launcher and its ranks) in a process group of its own, output piped
+    as text, so that `kill_group` can end every rank."""
+    return subprocess.Popen(
         command,
         env=clean_env(),
         stdout=subprocess.PIPE,
@@ -245,7 +244,14 @@ def run_job(command, cwd, timeout=JOB_TIMEOUT):
         text=True,
         cwd=cwd,
         start_new_session=True,
-    ) as job:
+    )
+
+
+def run_job(command, cwd, timeout=JOB_TIMEOUT):
+    """Run ``command`` (a launcher and its ranks) in a process group of its own; when it is
+    still running after ``timeout`` seconds, kill the whole group and fail: a hang fails the
+    test instead of blocking the test run."""
+    with start_job(command, cwd) as job:
         try:
             stdout, stderr = job.communicate(timeout=timeout)
         except subprocess.TimeoutExpired:
@@ -330,18 +336,7 @@ def test_ranks_with_different_models_are_refused_at_the_start(mpi, tmp_path):
 @pytest.mark.mpi
 def test_ctrl_c_stops_every_rank_after_the_same_step(mpi, tmp_path):
     command = [mpi, "-n", "2", sys.executable, str(WORKER), "--steps", "100000", "--stop-on-sigint"]
-    with (
-        subprocess.Popen(
-            command,
-            env=clean_env(),
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-            cwd=tmp_path,
-            start_new_session=True,
-        ) as launcher,
-        watchdog(launcher),
-    ):
+    with start_job(command, tmp_path) as launcher, watchdog(launcher):
         try:
             seen = []
             for line in launcher.stdout:  # wait until both ranks are training

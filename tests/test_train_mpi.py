@@ -15,7 +15,15 @@ from pathlib import Path
 import numpy as np
 import pytest
 from conftest import TEXT
-from test_distributed import _mpi_missing, _mpiexec, clean_env, run_job, seconds_since, watchdog
+from test_distributed import (
+    _mpi_missing,
+    _mpiexec,
+    clean_env,
+    run_job,
+    seconds_since,
+    start_job,
+    watchdog,
+)
 
 from glassllm.checkpoint import read
 
@@ -434,18 +442,7 @@ def test_ctrl_c_stops_every_rank_at_one_step_and_resume_continues_bit_for_bit(
         "--max-iters",
         "100000",
     ]
-    with (
-        subprocess.Popen(
-            command,
-            env=clean_env(),
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-            cwd=tmp_path,
-            start_new_session=True,
-        ) as launcher,
-        watchdog(launcher),
-    ):
+    with start_job(command, tmp_path) as launcher, watchdog(launcher):
         try:
             for line in launcher.stdout:  # rank 0's evaluations: training is under way
                 if line.startswith("step 4:"):
