@@ -120,6 +120,7 @@ def run_side(args: argparse.Namespace, side: str, threads: int, *extra: str) -> 
         return args.run_inline(options)
     command = [sys.executable, str(args.script), *options]
     env = dict(os.environ, PYTHONHASHSEED="0", **dict.fromkeys(THREAD_VARIABLES, str(threads)))
+    env.setdefault("OPENBLAS_THREAD_TIMEOUT", "16")  # what `import glassllm` sets before NumPy
     done = subprocess.run(command, env=env, cwd=REPO_DIR, capture_output=True, text=True)
     payloads = [
         json.loads(line[len(JSON_MARKER) :])

@@ -19,7 +19,8 @@ __all__ = ["available_cores", "limit_blas_threads"]
 
 
 def limit_blas_threads(threads: int) -> bool:
-    """Limit this process's BLAS thread pools to ``threads``; True if a pool was limited.
+    """Limit this process's BLAS thread pools, and `glassllm.threads`' workers, to ``threads``;
+    True if a BLAS pool was limited.
 
     Works after NumPy is loaded (when the environment variables no longer act): through
     threadpoolctl when installed (every BLAS and OpenMP runtime it knows), else by calling
@@ -27,6 +28,9 @@ def limit_blas_threads(threads: int) -> bool:
     """
     if threads < 1:
         raise ValueError(f"BLAS threads must be >= 1, got {threads}")
+    from glassllm.threads import set_num_threads
+
+    set_num_threads(threads)  # the library's own workers share the same cores
     try:
         from threadpoolctl import threadpool_limits
     except ImportError:

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 import numpy as np
 
 from glassllm.functional._common import float_tensor
 from glassllm.functional.special import erfc
 from glassllm.tensor import Tensor
+from glassllm.threads import split_rows
 
 _SQRT_2_OVER_PI = math.sqrt(2.0 / math.pi)
 _GELU_CUBIC = 0.044715
@@ -45,28 +47,12 @@ def gelu(x: Tensor, approximate: str = "tanh") -> Tensor:
     x = float_tensor(x, "gelu: x")
     xd = x.data
     if approximate == "tanh":
-        # (1 + tanh u)/2 = sigmoid(2u) = 1/(1 + exp(-2u)): no cancellation in 1 + tanh u -> 0
-        # for x << 0 (float32 loses every digit there at x ~ -5), and exp overflow -> s = 0.
-        # out= everywhere: for 0-d input NumPy would return immutable scalars.
-        s = np.multiply(xd, xd, out=np.empty_like(xd))  # -2u = x (-2c - 2c 0.044715 x^2), then s
-        s *= -2.0 * _SQRT_2_OVER_PI * _GELU_CUBIC
-        s -= 2.0 * _SQRT_2_OVER_PI
-        s *= xd
-        with np.errstate(over="ignore"):
-            np.exp(s, out=s)
-        s += 1.0
-        np.divide(1.0, s, out=s)
-        out = np.multiply(xd, s, out=np.empty_like(xd))
+        s, out = np.empty_like(xd), np.empty_like(xd)
+        _elementwise(_gelu_tanh, xd, s, out)
 
         def backward(grad: np.ndarray) -> tuple:
-            slope = np.multiply(xd, xd, out=np.empty_like(xd))  # 2 x u' = 2c x (1 + 3 0.044715 x^2)
-            slope *= 6.0 * _GELU_CUBIC * _SQRT_2_OVER_PI
-            slope += 2.0 * _SQRT_2_OVER_PI
-            slope *= xd
-            slope *= np.subtract(1.0, s, out=np.empty_like(s))
-            slope += 1.0
-            slope *= s
-            slope *= grad
+            slope = np.empty_like(xd)
+            _elementwise(_gelu_tanh_slope, xd, s, grad, slope)
             return (slope,)
 
     elif approximate == "none":
@@ -88,3 +74,45 @@ def gelu(x: Tensor, approximate: str = "tanh") -> Tensor:
         raise ValueError(f'gelu: approximate must be "tanh" or "none", got {approximate!r}')
 
     return Tensor.from_op(out, (x,), backward)
+
+
+# why: below ~64K elements a hand-off to a worker costs more than half the passes save.
+_MIN_BLOCK = 1 << 16
+
+
+def _elementwise(kernel: Callable[..., None], *arrays: np.ndarray) -> None:
+    """``kernel(*arrays)``, split into blocks over the worker threads when the arrays are large
+    and C-contiguous (elementwise kernels give the same bits either way)."""
+    if arrays[0].size >= 2 * _MIN_BLOCK and all(a.flags.c_contiguous for a in arrays):
+        if all(a.shape == arrays[0].shape for a in arrays):
+            split_rows(kernel, *(a.reshape(-1) for a in arrays), min_rows=_MIN_BLOCK)
+            return
+    kernel(*arrays)
+
+
+def _gelu_tanh(x: np.ndarray, s: np.ndarray, out: np.ndarray) -> None:
+    """``s = sigmoid(2u) = (1 + tanh u)/2`` and ``out = x s`` (see `gelu`), written in place."""
+    # (1 + tanh u)/2 = sigmoid(2u) = 1/(1 + exp(-2u)): no cancellation in 1 + tanh u -> 0
+    # for x << 0 (float32 loses every digit there at x ~ -5), and exp overflow -> s = 0.
+    # out= everywhere: for 0-d input NumPy would return immutable scalars.
+    np.multiply(x, x, out=s)  # -2u = x (-2c - 2c 0.044715 x^2), then s
+    s *= -2.0 * _SQRT_2_OVER_PI * _GELU_CUBIC
+    s -= 2.0 * _SQRT_2_OVER_PI
+    s *= x
+    with np.errstate(over="ignore"):
+        np.exp(s, out=s)
+    s += 1.0
+    np.divide(1.0, s, out=s)
+    np.multiply(x, s, out=out)
+
+
+def _gelu_tanh_slope(x: np.ndarray, s: np.ndarray, grad: np.ndarray, slope: np.ndarray) -> None:
+    """``slope = grad * dy/dx = grad s (1 + 2 x u' (1 - s))`` (see `gelu`), written in place."""
+    np.multiply(x, x, out=slope)  # 2 x u' = 2c x (1 + 3 0.044715 x^2)
+    slope *= 6.0 * _GELU_CUBIC * _SQRT_2_OVER_PI
+    slope += 2.0 * _SQRT_2_OVER_PI
+    slope *= x
+    slope *= np.subtract(1.0, s)
+    slope += 1.0
+    slope *= s
+    slope *= grad

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from functools import lru_cache
+from functools import lru_cache, partial
 
 import numpy as np
 
@@ -12,6 +12,7 @@ from glassllm.autograd import is_grad_enabled
 from glassllm.functional._common import exp_shift, float_tensor, sum_last
 from glassllm.functional.regularization import dropout_mask
 from glassllm.tensor import Tensor, unbroadcast
+from glassllm.threads import row_blocks, run_blocks
 
 # Query rows per tile in causal self-attention (F.packed_attention, training and inference):
 # tile [start, stop) attends over keys [0, stop) only, skipping the fully masked blocks to its
@@ -252,14 +253,69 @@ def _causal_forward(
     rng: np.random.Generator | None,
     out: np.ndarray,
     keep: bool,
+) -> list | None:
+    """Causal self-attention of ``(B, nh, T, d)`` views into ``out``: `_causal_forward_block` on
+    blocks of the batch over the worker threads. The dropout mask is drawn for the whole
+    ``(B, nh, T, T)`` at once, the same draw as `_attention_forward`'s. Returns the blocks'
+    ``(rows, residuals)`` for `_causal_backward` when ``keep``, else None."""
+    batch, heads, steps, _ = q.shape
+    drop = None
+    if dropout_p > 0:
+        drop = dropout_mask(q.shape[:-1] + (steps,), dropout_p, out.dtype, rng)  # (B, nh, T, T)
+    blocks = row_blocks(batch, min_rows=-(-_MIN_BLOCK_WORK // (heads * steps * steps)))
+    residuals: list = [None] * len(blocks)
+
+    def run(index: int, rows: slice) -> None:
+        block_drop = None if drop is None else drop[rows]
+        residuals[index] = (
+            rows,
+            _causal_forward_block(scale, keep, q[rows], k[rows], v[rows], block_drop, out[rows]),
+        )
+
+    run_blocks([partial(run, i, rows) for i, rows in enumerate(blocks)], uses_blas=True)
+    return residuals if keep else None
+
+
+def _causal_backward(
+    grad: np.ndarray,
+    residuals: list,
+    scale: float,
+    dq: np.ndarray,
+    dk: np.ndarray,
+    dv: np.ndarray,
+) -> None:
+    """The VJP of `_causal_forward`, block by block as the forward split the batch."""
+    run_blocks(
+        [
+            partial(_causal_backward_block, scale, grad[rows], block, dq[rows], dk[rows], dv[rows])
+            for rows, block in residuals
+        ],
+        uses_blas=True,
+    )
+
+
+# why: a hand-off to a worker thread costs ~20-50 us; below ~64K attention scores per block the
+# split costs more than it saves.
+_MIN_BLOCK_WORK = 1 << 16
+
+
+def _causal_forward_block(
+    scale: float,
+    keep: bool,
+    q: np.ndarray,
+    k: np.ndarray,
+    v: np.ndarray,
+    drop: np.ndarray | None,
+    out: np.ndarray,
 ) -> tuple | None:
     """Causal self-attention ``(..., T, d)`` into ``out``, in tiles of `CAUSAL_TILE` queries.
 
     Each tile's rows see keys ``[0, stop)``: the same softmax rows as `_attention_forward` with
     the causal bias (the skipped keys would add ``exp(-inf) = 0``), and only the tile's diagonal
-    block needs the bias; every row sees at least key 0, so no row sum is 0. The dropout mask is
-    drawn for the whole ``(..., T, T)`` at once, the same draw as `_attention_forward`'s.
-    Returns the residuals for `_causal_backward` when ``keep``, else None.
+    block needs the bias; every row sees at least key 0, so no row sum is 0. ``drop``: the
+    ``(..., T, T)`` dropout mask or None. Row sums are ``einsum`` reductions, each over its own
+    row, so a block of the batch gives the same bits as the whole batch.
+    Returns the residuals for `_causal_backward_block` when ``keep``, else None.
     """
     # why: skipping the masked blocks right of each tile does 10/16 of the T x T work at
     # T = 256 (GEMMs and softmax passes alike) and keeps 10/16 of the probabilities: fwd+bwd
@@ -269,16 +325,13 @@ def _causal_forward(
     steps = q.shape[-2]
     q_scaled = np.multiply(q, scale, dtype=dtype)  # (..., T, d): cheaper to scale than S
     keys_t = np.ascontiguousarray(np.swapaxes(k, -1, -2), dtype=dtype)  # see _attention_forward
-    drop = None
-    if dropout_p > 0:
-        drop = dropout_mask(q.shape[:-1] + (steps,), dropout_p, dtype, rng)  # (..., T, T)
     tiles = []
     for start, stop in _causal_tiles(steps):
         scores = q_scaled[..., start:stop, :] @ keys_t[..., :stop]  # (..., t, stop)
         scores[..., start:] += _causal_bias(stop - start, stop - start, dtype)  # diagonal block
         scores -= exp_shift(scores, (scores.ndim - 1,))
         probs = np.exp(scores, out=scores)
-        probs *= np.divide(1.0, sum_last(probs))
+        probs *= np.divide(1.0, np.einsum("...j->...", probs)[..., None])
         weights = probs if drop is None else probs * drop[..., start:stop, :stop]
         np.matmul(weights, v[..., :stop, :], out=out[..., start:stop, :])
         if keep:
@@ -286,15 +339,15 @@ def _causal_forward(
     return (q_scaled, k, v, tiles, drop, out) if keep else None
 
 
-def _causal_backward(
+def _causal_backward_block(
+    scale: float,
     grad: np.ndarray,
     residuals: tuple,
-    scale: float,
     dq: np.ndarray,
     dk: np.ndarray,
     dv: np.ndarray,
 ) -> None:
-    """The VJP of `_causal_forward`, tile by tile, written into ``dq, dk, dv`` (strided views
+    """The VJP of `_causal_forward_block`, tile by tile, written into ``dq, dk, dv`` (strided views
     are fine). Tile ``[start, stop)`` gives ``dq[start:stop]`` and adds to ``dk[:stop]``,
     ``dv[:stop]``; the last tile, which sees every key, writes them first."""
     q_scaled, k, v, tiles, drop, out = residuals

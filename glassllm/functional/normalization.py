@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+from functools import partial
+
 import numpy as np
 
-from glassllm.functional._common import as_dtype, float_tensor, ones_vector, sum_rows
+from glassllm.functional._common import as_dtype, float_tensor, sum_rows
 from glassllm.tensor import Tensor
+from glassllm.threads import split_rows
 
 
 def layer_norm(
@@ -41,46 +44,90 @@ def layer_norm(
     w = None if weight is None else float_tensor(weight, "layer_norm: weight", dtype=x.dtype)
     b = None if bias is None else float_tensor(bias, "layer_norm: bias", dtype=x.dtype)
     x2 = x.data.reshape(-1, dim)  # (N, D)
-    inv_dim = 1.0 / dim
-    ones = ones_vector(dim, x2.dtype)
-
-    mean = x2 @ ones  # (N,)
-    mean *= inv_dim
-    xhat = np.subtract(x2, mean[:, None])  # (N, D) centred, normalized in place below
-    var = np.einsum("ij,ij->i", xhat, xhat)  # (N,) row dot products, no temporary
-    var *= inv_dim
-    var += eps
-    rstd = np.sqrt(var, out=var)
-    np.divide(1.0, rstd, out=rstd)
-    xhat *= rstd[:, None]
-    out = xhat.copy() if w is None else np.multiply(xhat, w.data)
-    if b is not None:
-        out += b.data
+    xhat = np.empty_like(x2, order="C")  # (N, D) normalized x, kept for the VJP
+    rstd = np.empty(len(x2), x2.dtype)  # (N,)
+    out = np.empty_like(xhat)
+    wd = None if w is None else w.data
+    bd = None if b is None else b.data
+    split_rows(partial(_normalize_rows, wd, bd, eps), x2, xhat, rstd, out, min_rows=_MIN_ROWS)
 
     def backward(grad: np.ndarray) -> tuple:
         dy = grad.reshape(-1, dim)  # (N, D)
-        scale = ones if w is None else w.data  # (D,): g = dy * scale
         need_w = w is not None and w.requires_grad
         dx = dw = db = None
         if x.requires_grad or need_w:
-            dy_xhat = np.multiply(dy, xhat)  # (N, D): dw's rows, and g xhat = dy_xhat * w
+            dy_xhat = np.empty_like(xhat)  # (N, D): dw's rows, and g xhat = dy_xhat * w
+            dx2 = np.empty_like(xhat) if x.requires_grad else None
+            kernel = partial(_normalize_rows_vjp, wd, x.requires_grad)
+            split_rows(kernel, dy, xhat, rstd, dy_xhat, dx2, min_rows=_MIN_ROWS)
+            dx = None if dx2 is None else dx2.reshape(x.shape)
         if need_w:
             dw = as_dtype(sum_rows(dy_xhat), w.dtype)
-        if x.requires_grad:
-            # Row means of g and g xhat as matrix-vector products with w: no (N, D) temporary.
-            mean_g = dy @ scale  # (N,)
-            mean_g *= inv_dim
-            mean_gx = dy_xhat @ scale  # (N,)
-            mean_gx *= inv_dim
-            dx = np.multiply(xhat, mean_gx[:, None])  # (N, D) xhat mean(g xhat) + mean(g)
-            dx += mean_g[:, None]
-            g = dy if w is None else np.multiply(dy, scale, out=dy_xhat)  # reuse: dw is taken
-            np.subtract(g, dx, out=dx)
-            dx *= rstd[:, None]
-            dx = dx.reshape(x.shape)
         if b is not None and b.requires_grad:
             db = as_dtype(sum_rows(dy), b.dtype)
         return (dx,) + ((dw,) if w is not None else ()) + ((db,) if b is not None else ())
 
     parents = (x,) + tuple(p for p in (w, b) if p is not None)
     return Tensor.from_op(out.reshape(x.shape), parents, backward)
+
+
+# why: below ~512 rows a hand-off to a worker costs more than half the passes save.
+_MIN_ROWS = 512
+
+
+def _normalize_rows(
+    w: np.ndarray | None,
+    b: np.ndarray | None,
+    eps: float,
+    x: np.ndarray,
+    xhat: np.ndarray,
+    rstd: np.ndarray,
+    out: np.ndarray,
+) -> None:
+    """The forward of `layer_norm` for a block of rows ``x (n, D)``, into ``xhat, rstd, out``.
+
+    Row sums are ``einsum`` reductions, each over its own row: the same bits however the rows
+    are split into blocks (BLAS's gemv is faster, but its rounding depends on the block).
+    """
+    inv_dim = 1.0 / x.shape[-1]
+    mean = np.einsum("ij->i", x)  # (n,)
+    mean *= inv_dim
+    np.subtract(x, mean[:, None], out=xhat)  # centred, normalized in place below
+    var = np.einsum("ij,ij->i", xhat, xhat)  # (n,) row dot products, no temporary
+    var *= inv_dim
+    var += eps
+    np.sqrt(var, out=var)
+    np.divide(1.0, var, out=rstd)
+    xhat *= rstd[:, None]
+    if w is None:
+        out[...] = xhat
+    else:
+        np.multiply(xhat, w, out=out)
+    if b is not None:
+        out += b
+
+
+def _normalize_rows_vjp(
+    w: np.ndarray | None,
+    need_x: bool,
+    dy: np.ndarray,
+    xhat: np.ndarray,
+    rstd: np.ndarray,
+    dy_xhat: np.ndarray,
+    dx: np.ndarray | None,
+) -> None:
+    """The VJP of `layer_norm` for a block of rows: ``dy_xhat = dy xhat`` (the rows of ``dw``)
+    and, when ``need_x``, ``dx = rstd (g - mean(g) - xhat mean(g xhat))`` with ``g = dy w``."""
+    np.multiply(dy, xhat, out=dy_xhat)
+    if not need_x:
+        return
+    inv_dim = 1.0 / dy.shape[-1]
+    # Row means of g and g xhat as row reductions with w: no (n, D) temporary.
+    mean_g = np.einsum("ij->i", dy) if w is None else np.einsum("ij,j->i", dy, w)  # (n,)
+    mean_g *= inv_dim
+    mean_gx = np.einsum("ij->i", dy_xhat) if w is None else np.einsum("ij,j->i", dy_xhat, w)
+    mean_gx *= inv_dim
+    np.multiply(xhat, mean_gx[:, None], out=dx)  # xhat mean(g xhat) + mean(g)
+    dx += mean_g[:, None]
+    np.subtract(dy if w is None else dy * w, dx, out=dx)
+    dx *= rstd[:, None]

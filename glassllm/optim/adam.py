@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+from functools import partial
+
 import numpy as np
 
 from glassllm.autograd import no_grad
 from glassllm.optim.optimizer import Optimizer, ParamGroup, Params, check_non_negative
+from glassllm.threads import run_blocks, size_blocks
 
 
 class Adam(Optimizer):
@@ -74,12 +77,13 @@ class Adam(Optimizer):
 
     @no_grad()
     def step(self) -> None:
-        """Apply one Adam (or AdamW) update to every parameter that has a gradient."""
-        decoupled = self._decoupled_weight_decay
+        """Apply one Adam (or AdamW) update to every parameter that has a gradient.
+
+        The parameters are independent, so they are updated in blocks of about equal size over
+        `glassllm.threads`' workers; each parameter's arithmetic is the same on any thread.
+        """
         for group in self.param_groups:
-            lr, eps = float(group["lr"]), float(group["eps"])
-            weight_decay = float(group["weight_decay"])
-            beta1, beta2 = (float(beta) for beta in group["betas"])
+            updates = []
             for name, param, grad in self._grads(group):
                 state = self.state.get(name)
                 if state is None:
@@ -89,39 +93,58 @@ class Adam(Optimizer):
                         "exp_avg_sq": np.zeros_like(param, order="C"),
                     }
                 state["step"] += 1
-                step, exp_avg, exp_avg_sq = state["step"], state["exp_avg"], state["exp_avg_sq"]
-                scratch = self._buffer("scratch", param)
+                updates.append((param, grad, state))
+            blocks = size_blocks(updates, [param.size for param, _, _ in updates], _MIN_BLOCK)
+            run_blocks(
+                [partial(self._update, group, block, f"{i}") for i, block in enumerate(blocks)]
+            )
 
-                if weight_decay != 0.0:
-                    if decoupled:
-                        param *= 1.0 - lr * weight_decay  # AdamW: shrink p before the Adam step
-                    else:
-                        decayed = np.multiply(param, weight_decay, out=self._buffer("grad", param))
-                        decayed += grad  # L2: g + λp, in scratch so p.grad stays untouched
-                        grad = decayed
+    def _update(self, group: ParamGroup, block: list, slot: str) -> None:
+        """The update of each ``(param, grad, state)`` in ``block``, with scratch ``slot``."""
+        decoupled = self._decoupled_weight_decay
+        lr, eps = float(group["lr"]), float(group["eps"])
+        weight_decay = float(group["weight_decay"])
+        beta1, beta2 = (float(beta) for beta in group["betas"])
+        for param, grad, state in block:
+            step, exp_avg, exp_avg_sq = state["step"], state["exp_avg"], state["exp_avg_sq"]
+            scratch = self._buffer("scratch" + slot, param)
 
-                # m ← m + (1 − β1)(g − m)
-                np.subtract(grad, exp_avg, out=scratch)
-                scratch *= 1.0 - beta1
-                exp_avg += scratch
-                # v ← β2 v + (1 − β2) g²
-                exp_avg_sq *= beta2
-                np.multiply(grad, 1.0 - beta2, out=scratch)
-                scratch *= grad
-                exp_avg_sq += scratch
+            if weight_decay != 0.0:
+                if decoupled:
+                    param *= 1.0 - lr * weight_decay  # AdamW: shrink p before the Adam step
+                else:
+                    decayed = np.multiply(
+                        param, weight_decay, out=self._buffer("grad" + slot, param)
+                    )
+                    decayed += grad  # L2: g + λp, in scratch so p.grad stays untouched
+                    grad = decayed
 
-                bias_correction1 = 1.0 - beta1**step
-                bias_correction2 = 1.0 - beta2**step
-                step_size = lr / bias_correction1
-                bias_correction2_sqrt = bias_correction2**0.5
+            # m ← m + (1 − β1)(g − m)
+            np.subtract(grad, exp_avg, out=scratch)
+            scratch *= 1.0 - beta1
+            exp_avg += scratch
+            # v ← β2 v + (1 − β2) g²
+            exp_avg_sq *= beta2
+            np.multiply(grad, 1.0 - beta2, out=scratch)
+            scratch *= grad
+            exp_avg_sq += scratch
 
-                # denom ← sqrt(v) / sqrt(1 − β2^t) + ε ;  p ← p − step_size · m / denom
-                denom = np.sqrt(exp_avg_sq, out=scratch)
-                denom /= bias_correction2_sqrt
-                denom += eps
-                update = np.divide(exp_avg, denom, out=scratch)
-                update *= -step_size
-                param += update
+            bias_correction1 = 1.0 - beta1**step
+            bias_correction2 = 1.0 - beta2**step
+            step_size = lr / bias_correction1
+            bias_correction2_sqrt = bias_correction2**0.5
+
+            # denom ← sqrt(v) / sqrt(1 − β2^t) + ε ;  p ← p − step_size · m / denom
+            denom = np.sqrt(exp_avg_sq, out=scratch)
+            denom /= bias_correction2_sqrt
+            denom += eps
+            update = np.divide(exp_avg, denom, out=scratch)
+            update *= -step_size
+            param += update
+
+
+# why: below ~64K elements per block a hand-off to a worker thread costs more than it saves.
+_MIN_BLOCK = 1 << 16
 
 
 class AdamW(Adam):
