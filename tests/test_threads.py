@@ -1,0 +1,291 @@
+"""glassllm.threads: the worker pool's contract, and every op that uses it giving the same bits
+on one thread as on several (the oracle for the parallel path is the serial one)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import threading
+import time
+
+import numpy as np
+import pytest
+from conftest import REPO
+from hypothesis import given
+from hypothesis import strategies as st
+
+from glassllm import Tensor, threads
+from glassllm import functional as F
+from glassllm.optim import AdamW
+
+
+@pytest.fixture
+def num_threads():
+    """``num_threads(n)`` sets the pool's size for the test; the old size comes back after."""
+    before = threads.get_num_threads()
+    yield threads.set_num_threads
+    threads.set_num_threads(before)
+
+
+def test_run_blocks_runs_every_task_once_on_distinct_threads(num_threads):
+    num_threads(3)
+    seen: list[tuple[int, int]] = []
+    barrier = threading.Barrier(3, timeout=10)  # only passes if all three run at once
+
+    def task(i: int) -> None:
+        barrier.wait()
+        seen.append((i, threading.get_ident()))
+
+    threads.run_blocks([lambda i=i: task(i) for i in range(3)])
+    assert sorted(i for i, _ in seen) == [0, 1, 2]
+    assert len({ident for _, ident in seen}) == 3
+    assert dict(seen)[0] == threading.get_ident()  # block 0 on the caller
+
+
+def test_an_error_in_a_block_is_raised_after_every_block_finished(num_threads):
+    num_threads(2)
+    finished = []
+
+    def slow() -> None:
+        time.sleep(0.05)
+        finished.append("worker")
+
+    def fail() -> None:
+        raise KeyError("block 0")
+
+    with pytest.raises(KeyError, match="block 0"):
+        threads.run_blocks([fail, slow])
+    assert finished == ["worker"]
+    with pytest.raises(ZeroDivisionError):  # from a worker's block too
+        threads.run_blocks([lambda: None, lambda: 1 / 0])
+    threads.run_blocks([lambda: None, lambda: None])  # and the pool still works
+
+
+def test_a_region_inside_a_region_and_two_callers_at_once_run_serially(num_threads):
+    num_threads(2)
+    out = np.zeros(8)
+
+    def inner(rows: slice) -> None:  # a region opened from inside a block
+        threads.split_rows(lambda a: a.__iadd__(1), out[rows])
+
+    threads.run_blocks([lambda: inner(slice(0, 4)), lambda: inner(slice(4, 8))])
+    np.testing.assert_array_equal(out, 1)
+
+    results = {}
+
+    def caller(name: str) -> None:  # two user threads, each opening regions
+        a = np.arange(100_000.0)
+        for _ in range(20):
+            b = np.empty_like(a)
+            threads.split_rows(lambda x, y: np.multiply(x, 2.0, out=y), a, b)
+        results[name] = b
+
+    users = [threading.Thread(target=caller, args=(n,)) for n in "ab"]
+    for user in users:
+        user.start()
+    for user in users:
+        user.join(timeout=30)
+    for b in results.values():
+        np.testing.assert_array_equal(b, np.arange(100_000.0) * 2)
+    assert len(results) == 2
+
+
+@given(rows=st.integers(0, 10_000), parts=st.integers(1, 8), min_rows=st.integers(1, 3_000))
+def test_row_blocks_cover_the_rows_once_in_order(rows, parts, min_rows):
+    before = threads.get_num_threads()
+    threads.set_num_threads(parts)
+    try:
+        blocks = threads.row_blocks(rows, min_rows)
+    finally:
+        threads.set_num_threads(before)
+    assert blocks[0].start == 0 and blocks[-1].stop == rows
+    assert all(a.stop == b.start for a, b in zip(blocks, blocks[1:], strict=False))
+    assert 1 <= len(blocks) <= parts
+    if len(blocks) > 1:
+        sizes = [b.stop - b.start for b in blocks]
+        assert min(sizes) >= min_rows and max(sizes) - min(sizes) <= 1
+
+
+@given(sizes=st.lists(st.integers(1, 1000), max_size=30), parts=st.integers(1, 4))
+def test_size_blocks_deal_every_item_once_keeping_their_order(sizes, parts):
+    before = threads.get_num_threads()
+    threads.set_num_threads(parts)
+    try:
+        blocks = threads.size_blocks(list(range(len(sizes))), sizes)
+    finally:
+        threads.set_num_threads(before)
+    assert sorted(i for block in blocks for i in block) == list(range(len(sizes)))
+    assert all(block == sorted(block) for block in blocks)
+    assert len(blocks) <= parts
+    if blocks:  # greedy largest-first: no block exceeds the lightest by more than one item
+        loads = [sum(sizes[i] for i in block) for block in blocks]
+        assert max(loads) - min(loads) <= max(sizes)
+
+
+@pytest.mark.parametrize("bad", [0, -1, 1.5, True, "2"])
+def test_set_num_threads_rejects_anything_but_a_positive_int(bad):
+    with pytest.raises(ValueError, match="threads must be an int >= 1"):
+        threads.set_num_threads(bad)
+
+
+def test_a_blas_region_runs_with_one_blas_thread_and_restores_the_count(num_threads):
+    limit = threads._BlasLimit()
+    if not limit.available:
+        pytest.skip("NumPy's BLAS is not OpenBLAS: BLAS regions run serially")
+    get = limit._functions[0]
+    before = get()
+    inside = []
+    num_threads(2)
+    threads.run_blocks([lambda: inside.append(get()), lambda: None], uses_blas=True)
+    assert inside == [1] and get() == before
+
+
+# ------------------------------------------------------------------ the same bits on any count
+
+
+def _on_threads(count: int, fn):
+    before = threads.get_num_threads()
+    threads.set_num_threads(count)
+    try:
+        return fn()
+    finally:
+        threads.set_num_threads(before)
+
+
+def _forward_backward(op, *shapes, seed=0):
+    """``op``'s output and its inputs' gradients for a fixed random upstream gradient."""
+    rng = np.random.default_rng(seed)
+    inputs = [Tensor(rng.standard_normal(s, dtype=np.float32), requires_grad=True) for s in shapes]
+    out = op(*inputs)
+    out.backward(rng.standard_normal(out.shape, dtype=np.float32))
+    return [out.data] + [t.grad for t in inputs]
+
+
+@pytest.mark.parametrize(
+    "name, op, shapes",
+    [
+        ("gelu", F.gelu, [(768, 512)]),
+        ("layer_norm", F.layer_norm, [(3, 700, 96), (96,), (96,)]),
+        ("attention", lambda t: F.packed_attention(t, 4, causal=True), [(6, 130, 96)]),
+    ],
+)
+def test_parallel_ops_give_the_bits_of_one_thread(name, op, shapes):
+    one = _on_threads(1, lambda: _forward_backward(op, *shapes))
+    two = _on_threads(2, lambda: _forward_backward(op, *shapes))
+    three = _on_threads(3, lambda: _forward_backward(op, *shapes))
+    for a, b, c in zip(one, two, three, strict=True):
+        np.testing.assert_array_equal(a, b, err_msg=name)
+        np.testing.assert_array_equal(a, c, err_msg=name)
+
+
+def test_parallel_ops_split_these_shapes(monkeypatch):
+    """The shapes above are large enough that each op really splits its work (else the bitwise
+    test above would compare the serial path with itself)."""
+    import glassllm.functional.attention as attention
+
+    calls = []
+    original = threads.run_blocks
+
+    def spy(tasks, uses_blas=False):
+        calls.append(len(tasks))
+        original(tasks, uses_blas)
+
+    monkeypatch.setattr(threads, "run_blocks", spy)  # split_rows' (gelu, layer_norm)
+    monkeypatch.setattr(attention, "run_blocks", spy)
+    _on_threads(2, lambda: _forward_backward(F.gelu, (768, 512)))
+    _on_threads(2, lambda: _forward_backward(F.layer_norm, (3, 700, 96), (96,), (96,)))
+    causal = lambda t: F.packed_attention(t, 4, causal=True)  # noqa: E731
+    _on_threads(2, lambda: _forward_backward(causal, (6, 130, 96)))
+    assert calls == [2] * 6  # gelu, layer_norm, attention: forward and backward each
+
+
+def test_adamw_gives_the_bits_of_one_thread():
+    def train(count: int) -> list[np.ndarray]:
+        rng = np.random.default_rng(0)
+        params = [
+            Tensor(rng.standard_normal(shape, dtype=np.float32), requires_grad=True)
+            for shape in [(300, 400), (400,), (200, 300), (7,)]
+        ]
+        opt = AdamW(params, lr=1e-2, weight_decay=0.1)
+
+        def steps() -> None:
+            for _ in range(3):
+                for p in params:
+                    p.grad = rng.standard_normal(p.shape, dtype=np.float32)
+                opt.step()
+
+        _on_threads(count, steps)
+        return [p.data.copy() for p in params] + [opt.state[n]["exp_avg_sq"] for n in opt.state]
+
+    for a, b in zip(train(1), train(2), strict=True):
+        np.testing.assert_array_equal(a, b)
+
+
+def _fresh_python(code: str, **env: str) -> str:
+    clean = {k: v for k, v in os.environ.items() if not k.startswith(("OPENBLAS", "OMP_"))}
+    done = subprocess.run(
+        [sys.executable, "-c", code],
+        env={**clean, "PYTHONPATH": str(REPO), **env},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stderr
+    return done.stdout.split()
+
+
+def test_the_default_uses_the_cores_only_where_openblas_spins_briefly():
+    probe = (
+        "from glassllm import threads; import os; "
+        "print(threads.get_num_threads(), os.environ.get('OPENBLAS_THREAD_TIMEOUT'), "
+        "len(os.sched_getaffinity(0)), bool(threads._BlasLimit().available))"
+    )
+    count, timeout, cores, openblas = _fresh_python("import glassllm; " + probe)
+    assert timeout == "16"  # set by import glassllm, before NumPy
+    assert int(count) == (int(cores) if openblas == "True" else 1)
+    count, timeout, *_ = _fresh_python("import numpy; import glassllm; " + probe)
+    assert (count, timeout) == ("1", "None")  # too late to shorten the spin: no workers
+    count, timeout, *_ = _fresh_python("import glassllm; " + probe, OPENBLAS_NUM_THREADS="1")
+    assert count == "1"
+    count, timeout, *_ = _fresh_python("import glassllm; " + probe, OPENBLAS_THREAD_TIMEOUT="28")
+    assert (count, timeout) == ("1", "28")  # the user's own long spin is respected
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="os.fork is POSIX-only")
+def test_a_forked_child_starts_its_own_workers():
+    code = (
+        "import glassllm, os, numpy as np; from glassllm import threads;"
+        "threads.set_num_threads(2); a = np.arange(200_000.0); b = np.empty_like(a);"
+        "threads.split_rows(lambda x, y: np.multiply(x, 3.0, out=y), a, b);"
+        "pid = os.fork()\n"
+        "if pid == 0:\n"
+        "    c = np.empty_like(a); threads.split_rows(lambda x, y: np.add(x, 1.0, out=y), a, c)\n"
+        "    os._exit(0 if (c == a + 1).all() else 1)\n"
+        "_, status = os.waitpid(pid, 0); print(os.waitstatus_to_exitcode(status))"
+    )
+    assert _fresh_python(code) == ["0"]
+
+
+def test_gpt_training_steps_give_the_bits_of_one_thread():
+    from glassllm.models import GPT, GPTConfig
+
+    def train(count: int) -> list[np.ndarray]:
+        config = GPTConfig(vocab_size=65, block_size=128, n_layer=1, n_head=2, n_embd=64)
+        model = GPT(config, rng=np.random.default_rng(0))
+        opt = AdamW(model.parameters(), lr=1e-3)
+        rng = np.random.default_rng(1)
+
+        def steps() -> None:
+            for _ in range(2):
+                tokens = rng.integers(0, 65, size=(8, 129))
+                _, loss = model(tokens[:, :-1], tokens[:, 1:])
+                loss.backward()
+                opt.step()
+                opt.zero_grad()
+
+        _on_threads(count, steps)
+        return [p.data.copy() for p in model.parameters()]
+
+    for a, b in zip(train(1), train(2), strict=True):
+        np.testing.assert_array_equal(a, b)
