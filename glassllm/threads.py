@@ -13,8 +13,9 @@ The contract:
   blocks (the fused functions take their column sums after the blocks, on the caller).
 * ``set_num_threads(n)`` sets how many blocks a region is split into (1: no workers, nothing
   changes). The default is the number of cores this process may run on (PyTorch's default),
-  or ``OPENBLAS_NUM_THREADS`` / ``OMP_NUM_THREADS`` when set and smaller, where the workers find those cores free between matrix products: NumPy's BLAS is OpenBLAS
-  and ``OPENBLAS_THREAD_TIMEOUT`` (how long its idle threads spin, log2 cycles) is at most
+  or ``OPENBLAS_NUM_THREADS`` / ``OMP_NUM_THREADS`` when set and smaller, where the workers
+  find those cores free between matrix products: NumPy's BLAS is OpenBLAS and
+  ``OPENBLAS_THREAD_TIMEOUT`` (how long its idle threads spin, log2 cycles) is at most
   `SHORT_BLAS_SPIN`, which ``import glassllm`` sets to 16 when NumPy is not loaded yet.
   Elsewhere (other BLAS, or NumPy imported first with OpenBLAS's 0.1 s spin) the default is 1.
 * A region opened from a worker, or while another thread is inside one, runs its blocks one
