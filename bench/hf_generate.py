@@ -68,6 +68,9 @@ def make_model(shape: str, directory: Path) -> None:
 
 def worker(args: argparse.Namespace) -> None:
     """One engine, one thread count: load, warm up, time ``repeats`` generations; print JSON."""
+    if args.worker == "glassllm":
+        import glassllm  # noqa: F401 - before NumPy, as the glassllm command imports it
+
     import numpy as np
 
     args.threads = args.threads[0]

@@ -289,3 +289,23 @@ def test_gpt_training_steps_give_the_bits_of_one_thread():
 
     for a, b in zip(train(1), train(2), strict=True):
         np.testing.assert_array_equal(a, b)
+
+
+@pytest.mark.parametrize("layout", ["rows", "transposed", "strided"])
+def test_one_row_linear_matches_blas_and_gives_the_bits_of_one_thread(layout):
+    """A decoding step's ``x @ W`` (one row) streams W with einsum; a tied head's transposed
+    table is split into row blocks over the workers."""
+    rng = np.random.default_rng(0)
+    table = rng.standard_normal((3000, 96), dtype=np.float32)  # (out, in), as a tied head
+    w = {
+        "rows": np.ascontiguousarray(table.T),  # (in, out) C-contiguous, as nn.Linear's
+        "transposed": table.T,  # F-contiguous view
+        "strided": table.T[:, ::2],  # neither: falls back to matmul
+    }[layout]
+    x = Tensor(rng.standard_normal((1, 1, 96), dtype=np.float32))
+    weight = Tensor(w)
+    one = _on_threads(1, lambda: F.linear(x, weight).data)
+    two = _on_threads(2, lambda: F.linear(x, weight).data)
+    np.testing.assert_array_equal(one, two)
+    assert one.dtype == np.float32 and one.shape == (1, 1, w.shape[1])
+    np.testing.assert_allclose(one[0, 0], x.data[0, 0] @ w, rtol=1e-5, atol=1e-5)
