@@ -182,6 +182,9 @@ def split_rows(
     >>> split_rows(lambda a, out: np.multiply(a, a, out=out), a, out); out
     array([ 0.,  1.,  4.,  9., 16., 25.])
     """
+    if len(arrays[0]) < 2 * min_rows or get_num_threads() == 1:  # one block: call it directly
+        kernel(*arrays)
+        return
     blocks = row_blocks(len(arrays[0]), min_rows)
     tasks = [partial(kernel, *(None if a is None else a[rows] for a in arrays)) for rows in blocks]
     run_blocks(tasks, uses_blas)

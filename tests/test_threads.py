@@ -296,7 +296,7 @@ def test_one_row_linear_matches_blas_and_gives_the_bits_of_one_thread(layout):
     """A decoding step's ``x @ W`` (one row) streams W with einsum; a tied head's transposed
     table is split into row blocks over the workers."""
     rng = np.random.default_rng(0)
-    table = rng.standard_normal((3000, 96), dtype=np.float32)  # (out, in), as a tied head
+    table = rng.standard_normal((6000, 96), dtype=np.float32)  # (out, in), as a tied head
     w = {
         "rows": np.ascontiguousarray(table.T),  # (in, out) C-contiguous, as nn.Linear's
         "transposed": table.T,  # F-contiguous view

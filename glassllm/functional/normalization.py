@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from functools import partial
 
 import numpy as np
 
-from glassllm.functional._common import as_dtype, float_tensor, sum_rows
+from glassllm.functional._common import as_dtype, float_tensor, ones_vector, sum_rows
 from glassllm.tensor import Tensor
 from glassllm.threads import split_rows
 
@@ -49,7 +50,9 @@ def layer_norm(
     out = np.empty_like(xhat)
     wd = None if w is None else w.data
     bd = None if b is None else b.data
-    split_rows(partial(_normalize_rows, wd, bd, eps), x2, xhat, rstd, out, min_rows=_MIN_ROWS)
+    row_sums = _row_sums(len(x2))
+    kernel = partial(_normalize_rows, row_sums, wd, bd, eps)
+    split_rows(kernel, x2, xhat, rstd, out, min_rows=_MIN_ROWS)
 
     def backward(grad: np.ndarray) -> tuple:
         dy = grad.reshape(-1, dim)  # (N, D)
@@ -58,7 +61,7 @@ def layer_norm(
         if x.requires_grad or need_w:
             dy_xhat = np.empty_like(xhat)  # (N, D): dw's rows, and g xhat = dy_xhat * w
             dx2 = np.empty_like(xhat) if x.requires_grad else None
-            kernel = partial(_normalize_rows_vjp, wd, x.requires_grad)
+            kernel = partial(_normalize_rows_vjp, row_sums, wd, x.requires_grad)
             split_rows(kernel, dy, xhat, rstd, dy_xhat, dx2, min_rows=_MIN_ROWS)
             dx = None if dx2 is None else dx2.reshape(x.shape)
         if need_w:
@@ -75,7 +78,21 @@ def layer_norm(
 _MIN_ROWS = 512
 
 
+def _row_sums(rows: int) -> Callable[[np.ndarray, np.ndarray | None], np.ndarray]:
+    """``row_sums(a, w) = a @ w`` (``w`` None: ones) for a layer_norm over ``rows`` rows.
+
+    Arrays that may be split into row blocks sum with ``einsum``, each row on its own, so any
+    split gives the same bits; smaller ones, never split, use BLAS's gemv, faster per call
+    (its rounding depends on where a block starts, which does not arise there). The choice
+    depends on the shape only, never on the thread count.
+    """
+    if rows >= 2 * _MIN_ROWS:
+        return lambda a, w: np.einsum("ij->i", a) if w is None else np.einsum("ij,j->i", a, w)
+    return lambda a, w: a @ (ones_vector(a.shape[-1], a.dtype) if w is None else w)
+
+
 def _normalize_rows(
+    row_sums: Callable,
     w: np.ndarray | None,
     b: np.ndarray | None,
     eps: float,
@@ -86,11 +103,10 @@ def _normalize_rows(
 ) -> None:
     """The forward of `layer_norm` for a block of rows ``x (n, D)``, into ``xhat, rstd, out``.
 
-    Row sums are ``einsum`` reductions, each over its own row: the same bits however the rows
-    are split into blocks (BLAS's gemv is faster, but its rounding depends on the block).
+    ``row_sums``: see `_row_sums`.
     """
     inv_dim = 1.0 / x.shape[-1]
-    mean = np.einsum("ij->i", x)  # (n,)
+    mean = row_sums(x, None)  # (n,)
     mean *= inv_dim
     np.subtract(x, mean[:, None], out=xhat)  # centred, normalized in place below
     var = np.einsum("ij,ij->i", xhat, xhat)  # (n,) row dot products, no temporary
@@ -108,6 +124,7 @@ def _normalize_rows(
 
 
 def _normalize_rows_vjp(
+    row_sums: Callable,
     w: np.ndarray | None,
     need_x: bool,
     dy: np.ndarray,
@@ -123,9 +140,9 @@ def _normalize_rows_vjp(
         return
     inv_dim = 1.0 / dy.shape[-1]
     # Row means of g and g xhat as row reductions with w: no (n, D) temporary.
-    mean_g = np.einsum("ij->i", dy) if w is None else np.einsum("ij,j->i", dy, w)  # (n,)
+    mean_g = row_sums(dy, w)  # (n,)
     mean_g *= inv_dim
-    mean_gx = np.einsum("ij->i", dy_xhat) if w is None else np.einsum("ij,j->i", dy_xhat, w)
+    mean_gx = row_sums(dy_xhat, w)
     mean_gx *= inv_dim
     np.multiply(xhat, mean_gx[:, None], out=dx)  # xhat mean(g xhat) + mean(g)
     dx += mean_g[:, None]
