@@ -37,6 +37,7 @@ The contract:
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import os
 import queue
@@ -137,7 +138,7 @@ def run_blocks(tasks: Sequence[Callable[[], None]], uses_blas: bool = False) -> 
         while len(_workers) < len(tasks) - 1:
             _workers.append(_Worker())
         done: queue.SimpleQueue = queue.SimpleQueue()  # per region: a Ctrl-C leaves no stale
-        with limit or _nothing():
+        with limit or contextlib.nullcontext():
             for worker, task in zip(_workers, tasks[1:], strict=False):
                 worker.tasks.put((task, done))
             error = None
@@ -211,14 +212,6 @@ def size_blocks(items: Sequence, sizes: Sequence[int], min_size: int = 1) -> lis
 def _run_serially(tasks: Sequence[Callable[[], None]]) -> None:
     for task in tasks:
         task()
-
-
-class _nothing:
-    def __enter__(self) -> None:
-        return None
-
-    def __exit__(self, *exc: object) -> None:
-        return None
 
 
 class _BlasLimit:
