@@ -27,7 +27,9 @@ def linear(x: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:
     """``y = x @ W + b`` over the last axis of ``x``; ``W`` is ``(in, out)``, ``b`` is ``(out,)``.
 
     ``x`` of shape ``(..., in)`` is viewed as a matrix ``X (N, in)``, so the product is one
-    2-D BLAS call. VJP with ``G = dL/dY (N, out)``:
+    2-D BLAS call, except one row against a matrix of at least 2^19 weights (a decoding step),
+    which streams the weights through ``einsum`` (see `_row_times_matrix`). VJP with
+    ``G = dL/dY (N, out)``:
     ``dX = G W^T``, ``dW = X^T G``, ``db = 1^T G`` (a row sum as a matrix-vector product).
 
     >>> x = Tensor(np.ones((2, 3, 4), dtype=np.float32))
