@@ -84,12 +84,13 @@ _MIN_BLOCK = 1 << 16  # weights per worker block
 
 
 def _row_times_matrix(x: np.ndarray, w: np.ndarray) -> np.ndarray:
-    """``x @ w`` for one row ``x (in,)`` and ``w (in, out)``: each output is summed over the rows
-    of ``w`` in order, whatever blocks of outputs the worker threads take (same bits on any
-    thread count)."""
+    """``x @ w`` for one row ``x (in,)`` and ``w (in, out)``, each output a sum in a fixed order:
+    a transposed ``w`` (a tied head's ``(out, in)`` table) splits its rows over the worker
+    threads, the same bits on any thread count."""
     out = np.empty(w.shape[1], dtype=w.dtype)
-    if w.flags.c_contiguous:  # (in, out) rows, one stream (two threads on halves of each row
-        np.einsum("j,ji->i", x, w, out=out)  # streamed 2-3x slower than one thread)
+    if w.flags.c_contiguous:
+        # why: one thread; two threads each streaming half of every row were 2-3x slower.
+        np.einsum("j,ji->i", x, w, out=out)
     elif w.T.flags.c_contiguous:  # a transposed (out, in) table, e.g. a tied output head
         table = w.T
         rows = row_blocks(table.shape[0], min_rows=-(-_MIN_BLOCK // max(1, table.shape[1])))

@@ -262,7 +262,7 @@ def _causal_forward(
     drop = None
     if dropout_p > 0:
         drop = dropout_mask(q.shape[:-1] + (steps,), dropout_p, out.dtype, rng)  # (B, nh, T, T)
-    blocks = row_blocks(batch, min_rows=-(-_MIN_BLOCK_WORK // (heads * steps * steps)))
+    blocks = row_blocks(batch, min_rows=-(-_MIN_BLOCK_WORK // max(1, heads * steps * steps)))
     residuals: list = [None] * len(blocks)
 
     def run(index: int, rows: slice) -> None:
