@@ -78,9 +78,14 @@ def main(bench: ModuleType, argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--threads", type=int, nargs="+", default=[2], help="BLAS/torch threads")
     parser.add_argument("--rounds", type=int, default=3, help="alternating rounds of the sides")
     parser.add_argument("--sides", default=",".join(bench.DEFAULT_SIDES), help=", ".join(sides))
-    parser.add_argument("--out", type=Path, default=RESULTS_DIR / f"{name}.json", metavar="JSON")
     parser.add_argument(
-        "--write-results", action="store_true", help="then regenerate bench/RESULTS.md"
+        "--out", type=Path, metavar="JSON", help=f"store the runs here (default: nowhere, or "
+        f"bench/results/{name}.json with --write-results)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--write-results",
+        action="store_true",
+        help=f"store the runs in bench/results/{name}.json, then regenerate bench/RESULTS.md",
     )
     parser.add_argument("--worker", choices=sides, help=argparse.SUPPRESS)
     # Smoke tests: the workers run in this process, so without their own thread counts.
@@ -103,9 +108,15 @@ def main(bench: ModuleType, argv: Sequence[str] | None = None) -> int:
         return 0
     args.script = Path(script).resolve()
     args.run_inline = lambda argv: json.loads(json.dumps(worker(parse(argv))))
-    keys = [write_result(args.out, key, payload) for key, payload in bench.parent(args).items()]
-    runs = json.loads(args.out.read_text())["runs"]
-    print(bench.render({key: runs[key] for key in keys}), f"\nwrote {args.out} {keys}", sep="\n")
+    payloads = bench.parent(args)
+    # why: a quick one-side check must not replace a full run's entries in the result file.
+    out = args.out or (RESULTS_DIR / f"{name}.json" if args.write_results else None)
+    if out is None:
+        print(bench.render(json.loads(json.dumps(payloads))), "\n(not stored: --write-results)")
+        return 0
+    keys = [write_result(out, key, payload) for key, payload in payloads.items()]
+    runs = json.loads(out.read_text())["runs"]
+    print(bench.render({key: runs[key] for key in keys}), f"\nwrote {out} {keys}", sep="\n")
     if args.write_results:
         import report
 
