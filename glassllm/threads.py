@@ -3,7 +3,8 @@
 NumPy runs an elementwise ufunc, a reduction or a stack of small matrix products on the calling
 thread only, while BLAS spreads a large matrix product over every core by itself. So between two
 matrix products a training step runs on one core. The fused functions (`gelu`, `layer_norm`,
-causal attention, `AdamW`) therefore split such work into independent blocks of rows and hand
+causal attention, `Adam` and `AdamW`, and `linear` on one row against a tied output head)
+therefore split such work into independent blocks of rows and hand
 them to `run_blocks`: block 0 runs on the calling thread, the others on persistent worker
 threads. NumPy releases the GIL inside its loops, so the blocks run at the same time.
 
@@ -20,10 +21,12 @@ The contract:
   Elsewhere (other BLAS, or NumPy imported first with OpenBLAS's 0.1 s spin) the default is 1.
 * A region opened from a worker, or while another thread is inside one, runs its blocks one
   after another on the caller: no nesting, no deadlock, the same results.
-* An exception in any block is re-raised on the caller once every block has finished.
+* An exception in any block, or a Ctrl-C meanwhile, is re-raised on the caller once every block
+  has finished (a caller that saves on Ctrl-C never races a block still writing).
 * Blocks that call BLAS (attention's stacked products) run with BLAS limited to one thread, so
   the two pools do not fight over the cores; where that limit cannot be set (BLAS other than
-  OpenBLAS, or no ``/proc``), such regions run serially.
+  OpenBLAS, or no ``/proc``), such regions run serially. The limit is OpenBLAS's process-wide
+  setting: BLAS called meanwhile from another thread of the process also runs on one thread.
 
 >>> import numpy as np
 >>> set_num_threads(2); get_num_threads()
@@ -137,7 +140,7 @@ def run_blocks(tasks: Sequence[Callable[[], None]], uses_blas: bool = False) -> 
         _local.in_region = True
         while len(_workers) < len(tasks) - 1:
             _workers.append(_Worker())
-        done: queue.SimpleQueue = queue.SimpleQueue()  # per region: a Ctrl-C leaves no stale
+        done: queue.SimpleQueue = queue.SimpleQueue()
         with limit or contextlib.nullcontext():
             for worker, task in zip(_workers, tasks[1:], strict=False):
                 worker.tasks.put((task, done))
@@ -146,8 +149,14 @@ def run_blocks(tasks: Sequence[Callable[[], None]], uses_blas: bool = False) -> 
                 tasks[0]()
             except BaseException as caught:  # noqa: BLE001 - raised once the workers are done
                 error = caught
-            for _ in tasks[1:]:
-                failure = done.get()
+            pending = len(tasks) - 1
+            while pending:  # even through Ctrl-C: a caller that saves must not race a block
+                try:
+                    failure = done.get()
+                except BaseException as caught:  # noqa: BLE001 - e.g. KeyboardInterrupt
+                    error = error or caught
+                    continue
+                pending -= 1
                 error = error or failure
         if error is not None:
             raise error

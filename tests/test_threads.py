@@ -309,3 +309,33 @@ def test_one_row_linear_matches_blas_and_gives_the_bits_of_one_thread(layout):
     np.testing.assert_array_equal(one, two)
     assert one.dtype == np.float32 and one.shape == (1, 1, w.shape[1])
     np.testing.assert_allclose(one[0, 0], x.data[0, 0] @ w, rtol=1e-5, atol=1e-5)
+
+
+def test_ctrl_c_during_a_region_waits_for_every_block():
+    """A real SIGINT while the caller waits: the KeyboardInterrupt comes once the worker's block
+    is done, so a caller that saves on Ctrl-C never races a block still writing."""
+    code = (
+        "import os, signal, threading, time\n"
+        "from glassllm import threads\n"
+        "threads.set_num_threads(2); log = []\n"
+        "def caller():\n"
+        "    threading.Timer(0.1, lambda: os.kill(os.getpid(), signal.SIGINT)).start()\n"
+        "def worker():\n"
+        "    time.sleep(0.5); log.append('worker done')\n"
+        "try:\n"
+        "    threads.run_blocks([caller, worker])\n"
+        "except KeyboardInterrupt:\n"
+        "    print(log == ['worker done'])\n"
+    )
+    assert _fresh_python(code) == ["True"]
+
+
+def test_adam_checks_every_gradient_before_moving_any_state():
+    w0 = Tensor(np.ones(3, dtype=np.float32), requires_grad=True)
+    w1 = Tensor(np.ones(3, dtype=np.float32), requires_grad=True)
+    opt = AdamW([w0, w1], lr=0.1)
+    w0.grad = np.ones(3, dtype=np.float32)
+    w1.grad = np.ones(4, dtype=np.float32)  # wrong shape
+    with pytest.raises(ValueError, match="gradient shape"):
+        opt.step()
+    assert opt.state == {} and (w0.data == 1).all()

@@ -28,9 +28,11 @@ def limit_blas_threads(threads: int) -> bool:
     """
     if threads < 1:
         raise ValueError(f"BLAS threads must be >= 1, got {threads}")
-    from glassllm.threads import set_num_threads
+    from glassllm.threads import get_num_threads, set_num_threads
 
-    set_num_threads(threads)  # the library's own workers share the same cores
+    # The library's own workers share the same cores; a limit never raises their count (where
+    # the default chose 1, OpenBLAS's long spin would leave them no core).
+    set_num_threads(min(threads, get_num_threads()))
     try:
         from threadpoolctl import threadpool_limits
     except ImportError:

@@ -84,7 +84,8 @@ class Adam(Optimizer):
         """
         for group in self.param_groups:
             updates = []
-            for name, param, grad in self._grads(group):
+            # list() first: a bad gradient raises before any parameter's state has moved
+            for name, param, grad in list(self._grads(group)):
                 state = self.state.get(name)
                 if state is None:
                     state = self.state[name] = {
