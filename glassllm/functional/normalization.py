@@ -51,8 +51,11 @@ def layer_norm(
     wd = None if w is None else w.data
     bd = None if b is None else b.data
     row_sums = _row_sums(len(x2))
-    kernel = partial(_normalize_rows, row_sums, wd, bd, eps)
-    split_rows(kernel, x2, xhat, rstd, out, min_rows=_MIN_ROWS)
+    if row_sums is _blas_row_sums:  # never split: no block bookkeeping on the decoding path
+        _normalize_rows(row_sums, wd, bd, eps, x2, xhat, rstd, out)
+    else:
+        kernel = partial(_normalize_rows, row_sums, wd, bd, eps)
+        split_rows(kernel, x2, xhat, rstd, out, min_rows=_MIN_ROWS)
 
     def backward(grad: np.ndarray) -> tuple:
         dy = grad.reshape(-1, dim)  # (N, D)
@@ -86,9 +89,15 @@ def _row_sums(rows: int) -> Callable[[np.ndarray, np.ndarray | None], np.ndarray
     (its rounding depends on where a block starts, which does not arise there). The choice
     depends on the shape only, never on the thread count.
     """
-    if rows >= 2 * _MIN_ROWS:
-        return lambda a, w: np.einsum("ij->i", a) if w is None else np.einsum("ij,j->i", a, w)
-    return lambda a, w: a @ (ones_vector(a.shape[-1], a.dtype) if w is None else w)
+    return _einsum_row_sums if rows >= 2 * _MIN_ROWS else _blas_row_sums
+
+
+def _einsum_row_sums(a: np.ndarray, w: np.ndarray | None) -> np.ndarray:
+    return np.einsum("ij->i", a) if w is None else np.einsum("ij,j->i", a, w)
+
+
+def _blas_row_sums(a: np.ndarray, w: np.ndarray | None) -> np.ndarray:
+    return a @ (ones_vector(a.shape[-1], a.dtype) if w is None else w)
 
 
 def _normalize_rows(
