@@ -226,34 +226,51 @@ def _run_serially(tasks: Sequence[Callable[[], None]]) -> None:
 class _BlasLimit:
     """``with _BlasLimit():`` OpenBLAS runs on one thread inside, its previous count after."""
 
-    _functions: tuple | None = None  # (get, set), found once; () when there are none
+    _functions: list | None = None  # openblas_thread_functions(), found once
 
     def __init__(self) -> None:
         if _BlasLimit._functions is None:
-            _BlasLimit._functions = _find_openblas_thread_functions()
+            _BlasLimit._functions = openblas_thread_functions()
         self.available = bool(_BlasLimit._functions)
 
     def __enter__(self) -> None:
-        get, set_ = self._functions
-        self.previous = get()
+        self.previous = self._functions[0][0]()
         if self.previous != 1:
-            set_(1)
+            for _, set_ in self._functions:
+                set_(1)
 
     def __exit__(self, *exc: object) -> None:
         if self.previous != 1:
-            self._functions[1](self.previous)
+            for _, set_ in self._functions:
+                set_(self.previous)
 
 
-def _find_openblas_thread_functions() -> tuple:
-    """OpenBLAS's ``get_num_threads`` / ``set_num_threads`` in the libraries loaded here
-    (NumPy's wheel names them ``scipy_openblas_*64_``), or () where none is found."""
+def openblas_thread_functions() -> list[tuple[Callable[[], int], Callable[[int], None]]]:
+    """OpenBLAS's ``(get_num_threads, set_num_threads)``, one pair per OpenBLAS library loaded
+    in this process (NumPy's wheel names them ``scipy_openblas_*64_``); empty where there is
+    none or no ``/proc`` to find them in. `glassllm.distributed.limit_blas_threads` uses it too."""
     import numpy  # noqa: F401 - loads NumPy's BLAS, whose functions are looked up below
 
     try:
         with open("/proc/self/maps") as maps:  # Linux: the shared libraries loaded here
             paths = sorted({line.split()[-1] for line in maps if "openblas" in line.lower()})
     except OSError:
-        return ()
+        return []
+    pairs = []
+    for path in paths:
+        try:
+            lib = ctypes.CDLL(path)
+        except OSError:
+            continue
+        for prefix, suffix in (("scipy_", "64_"), ("", "64_"), ("scipy_", ""), ("", "")):
+            get = getattr(lib, f"{prefix}openblas_get_num_threads{suffix}", None)
+            set_ = getattr(lib, f"{prefix}openblas_set_num_threads{suffix}", None)
+            if get is not None and set_ is not None:
+                get.restype, get.argtypes = ctypes.c_int, []
+                set_.restype, set_.argtypes = None, [ctypes.c_int]
+                pairs.append((get, set_))
+                break
+    return pairs
     for path in paths:
         try:
             lib = ctypes.CDLL(path)

@@ -133,7 +133,7 @@ def test_a_blas_region_runs_with_one_blas_thread_and_restores_the_count(num_thre
     limit = threads._BlasLimit()
     if not limit.available:
         pytest.skip("NumPy's BLAS is not OpenBLAS: BLAS regions run serially")
-    get = limit._functions[0]
+    get = limit._functions[0][0]
     before = get()
     inside = []
     num_threads(2)

@@ -42,32 +42,12 @@ def limit_blas_threads(threads: int) -> bool:
 
 
 def _limit_openblas(threads: int) -> bool:
-    import ctypes
+    from glassllm.threads import openblas_thread_functions
 
-    try:
-        with open("/proc/self/maps") as maps:  # Linux: the shared libraries loaded here
-            paths = {line.split()[-1] for line in maps if "openblas" in line.lower()}
-    except OSError:
-        return False
-    done = False
-    for path in sorted(paths):
-        try:
-            lib = ctypes.CDLL(path)
-        except OSError:
-            continue
-        for symbol in (
-            "scipy_openblas_set_num_threads64_",
-            "openblas_set_num_threads64_",
-            "scipy_openblas_set_num_threads",
-            "openblas_set_num_threads",
-        ):
-            setter = getattr(lib, symbol, None)
-            if setter is not None:
-                setter.argtypes = [ctypes.c_int]
-                setter(threads)
-                done = True
-                break
-    return done
+    pairs = openblas_thread_functions()
+    for _, set_ in pairs:
+        set_(threads)
+    return bool(pairs)
 
 
 def available_cores() -> list[int]:
