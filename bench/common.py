@@ -112,7 +112,8 @@ def main(bench: ModuleType, argv: Sequence[str] | None = None) -> int:
     # why: a quick one-side check must not replace a full run's entries in the result file.
     out = args.out or (RESULTS_DIR / f"{name}.json" if args.write_results else None)
     if out is None:
-        print(bench.render(json.loads(json.dumps(payloads))), "\n(not stored: --write-results)")
+        runs = {key: {"machine": machine_info(), **payload} for key, payload in payloads.items()}
+        print(bench.render(json.loads(json.dumps(runs))), "\n(not stored: --write-results)")
         return 0
     keys = [write_result(out, key, payload) for key, payload in payloads.items()]
     runs = json.loads(out.read_text())["runs"]

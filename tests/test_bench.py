@@ -73,6 +73,22 @@ def test_benchmark_runs_and_its_results_render(
     assert "| " in capsys.readouterr().out  # the parent printed its table too
 
 
+@pytest.mark.parametrize("name", list(TINY))
+def test_a_run_without_a_result_file_prints_its_table_and_stores_nothing(
+    name, bench, tmp_path, text_file, capsys, monkeypatch
+):
+    """Without --out or --write-results the table is printed, and no result file is touched."""
+    results = tmp_path / "results"
+    monkeypatch.setattr(bench("common"), "RESULTS_DIR", results)
+    argv = [*TINY[name], "--sides", SIDES[name][False], "--inline", "--threads", "1"]
+    if name == "shakespeare":
+        argv += ["--data", str(text_file)]
+    assert bench(name).main(argv) == 0
+    printed = capsys.readouterr().out
+    assert "| " in printed and "(not stored: --write-results)" in printed
+    assert not results.exists()
+
+
 def test_the_torch_side_trains_as_the_trainer_does(bench, tmp_path, torch):
     """The benchmarks' PyTorch step on the Trainer's data, schedule and initial weights takes the
     Trainer's steps: the same losses and the same weights after them (the two sides time the same
