@@ -88,7 +88,12 @@ def topological_order(root: Tensor) -> list[Tensor]:
     return order
 
 
-def run_backward(root: Tensor, seed: np.ndarray, retain_intermediate_grads: bool = True) -> None:
+def run_backward(
+    root: Tensor,
+    seed: np.ndarray,
+    retain_intermediate_grads: bool = True,
+    retain_graph: bool = True,
+) -> None:
     """Propagate ``seed`` (d loss / d root) through the graph below ``root``.
 
     Leaves (nodes without a backward function) accumulate into ``.grad``
@@ -100,26 +105,40 @@ def run_backward(root: Tensor, seed: np.ndarray, retain_intermediate_grads: bool
     added with out-of-place ``+`` because a VJP may return the very array it
     received (``add`` does), so two nodes can legitimately share one array.
 
+    ``retain_graph=False`` consumes the graph as it goes, as PyTorch's backward does by
+    default: once a node's VJP has run, the node drops its backward function (and with it the
+    arrays that function saved) and its links to its parents, so an intermediate result that
+    nothing but the graph held is freed as soon as it has been passed back. The peak then holds
+    only the activations not yet passed back. A later backward that reaches a consumed node
+    raises RuntimeError. With ``retain_intermediate_grads`` false as well, intermediates are not
+    kept for the final write either.
+
     All-or-nothing: the gradients are computed first and written only once the
     whole traversal has succeeded, so a VJP that raises (or returns a gradient
-    of the wrong shape) leaves every ``.grad`` as it was.
+    of the wrong shape) leaves every ``.grad`` as it was (a consumed graph stays consumed up to
+    the failing node).
     """
     order = topological_order(root)
     pending: dict[int, np.ndarray] = {id(root): seed}
     reached: list[tuple[Tensor, np.ndarray | None]] = []
-    for node in reversed(order):
+    while order:
+        node = order.pop()  # popped, not iterated: a consumed node can be freed right away
         grad = pending.pop(id(node), None)
         is_leaf = node._backward is None
-        reached.append((node, grad if retain_intermediate_grads or is_leaf else None))
+        if retain_intermediate_grads or is_leaf or node.grad is not None:
+            reached.append((node, grad if retain_intermediate_grads or is_leaf else None))
         if grad is None or is_leaf:
             continue
+        parents = node.parents
         contributions = node._backward(grad)
-        if len(contributions) != len(node.parents):
+        if len(contributions) != len(parents):
             raise ValueError(
-                f"backward {_op_name(node)} of a node with {len(node.parents)} parents returned "
+                f"backward {_op_name(node)} of a node with {len(parents)} parents returned "
                 f"{len(contributions)} gradients"
             )
-        for parent, contribution in zip(node.parents, contributions, strict=True):
+        if not retain_graph:
+            node._backward, node.parents = graph_consumed, ()
+        for parent, contribution in zip(parents, contributions, strict=True):
             if contribution is None or not parent.requires_grad:
                 continue
             contribution = np.asarray(contribution)
@@ -133,6 +152,7 @@ def run_backward(root: Tensor, seed: np.ndarray, retain_intermediate_grads: bool
             key = id(parent)
             previous = pending.get(key)
             pending[key] = contribution if previous is None else previous + contribution
+        del parents, contributions, grad  # before the next VJP allocates
 
     for node, grad in reached:
         if node._backward is not None:
@@ -145,6 +165,14 @@ def run_backward(root: Tensor, seed: np.ndarray, retain_intermediate_grads: bool
                 if node.grad is None
                 else node.grad + grad
             )
+
+
+def graph_consumed(grad: np.ndarray) -> tuple:
+    """The backward function of a node that ``backward(retain_graph=False)`` has passed."""
+    raise RuntimeError(
+        "backward reached a node whose graph an earlier backward(retain_graph=False) consumed; "
+        "keep the graph with retain_graph=True (the default) to traverse it more than once"
+    )
 
 
 def _op_name(node: Tensor) -> str:

@@ -126,14 +126,15 @@ class Tensor:
         return f"Tensor({body}, {', '.join(extras)})"
 
     # ------------------------------------------------------------- backward
-    def backward(self, grad: Any = None, retain_intermediate_grads: bool = True) -> None:
-        """Accumulate d(self)/d(leaf) into every leaf's ``.grad``.
+    def backward(
+        self, grad: Any = None, retain_intermediate_grads: bool = True, retain_graph: bool = True
+    ) -> None:
+        """Accumulate d(self)/d(leaf) into every leaf's ``.grad``; ``grad`` is the seed dL/d(self)
+        (the output's shape; ``None``: ones, the gradient of the sum). No-op without requires_grad.
 
-        ``grad`` is the seed dL/d(self); ``None`` means ones, i.e. the gradient of
-        the sum of the entries. It must have the output's shape. An output that
-        does not require grad does nothing. ``retain_intermediate_grads=False`` clears
-        every intermediate's ``.grad`` and frees each as soon as it is passed on (training).
-        """
+        Training passes both flags False: ``retain_intermediate_grads=False`` frees each
+        intermediate ``.grad`` once passed on, ``retain_graph=False`` what each op saved once its
+        VJP has run (`autograd.run_backward`; a second backward then raises RuntimeError)."""
         if not self.requires_grad:
             return
         if grad is None:
@@ -147,7 +148,7 @@ class Tensor:
                 )
             if np.issubdtype(self.data.dtype, np.inexact):
                 seed = seed.astype(self.data.dtype, copy=False)
-        autograd.run_backward(self, seed, retain_intermediate_grads)
+        autograd.run_backward(self, seed, retain_intermediate_grads, retain_graph)
 
     # ------------------------------------------------------------ arithmetic
     def _operand(self, other: Any) -> Tensor:

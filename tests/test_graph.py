@@ -375,3 +375,81 @@ def test_retain_intermediate_grads_false_gives_the_same_leaf_grads():
         grads.append(x.grad.copy())
         assert (h.grad is not None) == retain and (out.grad is not None) == retain
     np.testing.assert_array_equal(grads[0], grads[1])
+
+
+def _chain_recording_what_is_alive(retain_graph: bool) -> tuple[list, Tensor, Tensor]:
+    """x -> a -> b -> c -> loss, each a custom op that saves an array for its VJP; a's VJP (the
+    last to run) records whether b's saved array and b's result are still alive. Only x and the
+    loss are held here, as a training step holds them."""
+    seen: list = []
+    x = Tensor(np.array([1.0, 2.0]), requires_grad=True)
+
+    def op(parent: Tensor, factor: float) -> Tensor:
+        saved = parent.data * factor  # what a real op keeps for its VJP (here: unused copy)
+
+        def backward(g: np.ndarray) -> tuple:
+            if parent is x:  # op a: everything downstream has been passed back
+                seen.append((refs["saved_b"]() is not None, refs["result_b"]() is not None))
+            return (g * factor + 0.0 * saved,)
+
+        out = Tensor.from_op(parent.data * factor, (parent,), backward)
+        refs.setdefault("saved_next", saved)
+        return out
+
+    refs: dict = {}
+    a = op(x, 2.0)
+    refs.pop("saved_next")
+    b = op(a, 3.0)
+    refs["saved_b"] = weakref.ref(refs.pop("saved_next"))
+    refs["result_b"] = weakref.ref(b.data)
+    loss = op(op(b, 5.0), 7.0).sum()
+    del a, b
+    loss.backward(retain_intermediate_grads=False, retain_graph=retain_graph)
+    return seen, x, loss
+
+
+@pytest.mark.parametrize("retain_graph", [True, False])
+def test_retain_graph_false_frees_what_each_op_saved_during_the_traversal(retain_graph):
+    seen, x, _ = _chain_recording_what_is_alive(retain_graph)
+    # consumed: b's saved array and its result are gone before a's VJP runs; kept: both alive
+    assert seen == [(retain_graph, retain_graph)]
+    np.testing.assert_array_equal(x.grad, [210.0, 210.0])
+
+
+def test_a_consumed_graph_refuses_a_second_backward_and_changes_no_grad():
+    _, x, loss = _chain_recording_what_is_alive(retain_graph=False)
+    assert loss.parents == ()
+    with pytest.raises(RuntimeError, match=r"retain_graph=False.*retain_graph=True"):
+        loss.backward()
+    np.testing.assert_array_equal(x.grad, [210.0, 210.0])
+
+
+@pytest.mark.parametrize("retain_intermediate_grads", [True, False])
+def test_retain_graph_false_gives_the_same_grads(retain_intermediate_grads):
+    """Shared paths (h is used three times), broadcasting and a leaf used twice."""
+    rng = np.random.default_rng(0)
+    x = Tensor(rng.standard_normal((3, 4)), requires_grad=True)
+    w = Tensor(rng.standard_normal(4), requires_grad=True)
+    grads = []
+    for retain_graph in (True, False):
+        x.grad = w.grad = None
+        h = x * w
+        out = ((h * h).sum(axis=0) + h.sum(axis=0) * w).sum() + h.max()
+        out.backward(retain_intermediate_grads=retain_intermediate_grads, retain_graph=retain_graph)
+        grads.append((x.grad.copy(), w.grad.copy(), None if h.grad is None else h.grad.copy()))
+        assert (h.grad is not None) == retain_intermediate_grads
+    for kept, consumed in zip(*grads, strict=True):
+        np.testing.assert_array_equal(kept, consumed)
+
+
+def test_a_consumed_result_is_not_taken_for_a_parameter():
+    """Module registers a Tensor as a parameter when it is a leaf; a consumed intermediate has
+    no parents left but is not a leaf."""
+    from glassllm.nn import Module
+
+    w = Tensor(np.ones(2), requires_grad=True)
+    h = w * 2.0
+    h.sum().backward(retain_graph=False)
+    module = Module()
+    module.cached = h
+    assert list(module.parameters()) == [] and module.cached is h

@@ -175,14 +175,16 @@ class TrainParallel:
         if size == 1 and accum == 1:  # the single-process step, exactly as it always was
             _, loss = model(x, y)
             # why: training reads only the parameters' gradients; freeing each intermediate's
-            # as soon as it is passed on cuts the step's peak memory by about a third.
-            loss.backward(retain_intermediate_grads=False)
+            # gradient, and what each operation saved, as soon as it is passed on cuts the step's
+            # peak memory (mid size: 1,071 -> 922 MiB over the model, bench/RESULTS.md).
+            loss.backward(retain_intermediate_grads=False, retain_graph=False)
             return float(loss.data)
         loss_sum = 0.0
         for k in range(accum):
             rows = micro_batch(x.shape[0], self.world, accum, k)
             _, loss = model(x[rows], y[rows])
-            loss.backward(retain_intermediate_grads=False)  # .grad adds up the micro-batches
+            # .grad adds up the micro-batches
+            loss.backward(retain_intermediate_grads=False, retain_graph=False)
             loss_sum += float(loss.data)
         self.ddp.sync_gradients()
         if size > 1:

@@ -30,6 +30,18 @@ def _causal_bias(num_queries: int, num_keys: int, dtype: np.dtype) -> np.ndarray
     return bias
 
 
+def _scaled_keys_t(k: np.ndarray, scale: float, dtype: np.dtype) -> np.ndarray:
+    """``(k / sqrt d)^T``: ``k (..., Tk, d)`` transposed to a C-contiguous ``(..., d, Tk)``,
+    scaled on the way. The scale goes on k, not on q, so the backward can read q where the
+    caller keeps it (a view into qkv) instead of a scaled copy saved per layer."""
+    # why: a contiguous copy: NumPy's stacked matmul is ~2.5x slower on a transposed (..., d, Tk)
+    # view than the copy and a plain product together (300 vs 34 + 117 us at (12, 4, 64, 32),
+    # measured on the 2-core dev box); the scale rides on that copy for free.
+    keys_t = np.empty(k.shape[:-2] + (k.shape[-1], k.shape[-2]), dtype)
+    np.multiply(np.swapaxes(k, -1, -2), scale, out=keys_t)
+    return keys_t
+
+
 def _mask_bias(
     num_queries: int, num_keys: int, causal: bool, mask: np.ndarray | None, dtype: np.dtype
 ) -> np.ndarray | None:
@@ -62,7 +74,7 @@ def scaled_dot_product_attention(
     ``dropout_p`` drops attention weights (``glassllm.rng.get_rng(rng)``); pass 0
     when not training.
 
-    Forward: ``S = (q/sqrt d) k^T + M``, ``P = softmax(S)`` with the row maximum subtracted
+    Forward: ``S = q (k/sqrt d)^T + M``, ``P = softmax(S)`` with the row maximum subtracted
     (a fully masked row is shifted by 0 and its zero sum replaced by 1), ``A = P * m_drop``,
     ``O = A v``. VJP with ``G = dL/dO``: ``dv = A^T G``, ``dP = (G v^T) * m_drop``,
     ``dS = P * (dP - rowsum(dP * P))``, where ``rowsum(dP * P) = rowsum(G * O)`` is computed
@@ -137,7 +149,7 @@ def attention_probabilities(
 
     ``q (..., Tq, d)`` and ``k (..., Tk, d)`` (arrays or Tensors), ``causal`` and ``mask`` as in
     `scaled_dot_product_attention`: each row sums to 1, masked entries are exactly 0, and a query
-    allowed no key has a row of zeros. The arithmetic is the fused forward's (scale q, subtract
+    allowed no key has a row of zeros. The arithmetic is the fused forward's (scale k, subtract
     the row maximum, exponentiate, multiply by the reciprocal row sum), so ``P @ v`` is the fused
     op's output up to float rounding.
 
@@ -163,8 +175,7 @@ def attention_probabilities(
     num_queries, head_dim = q_data.shape[-2:]
     scale = 1.0 / math.sqrt(head_dim) if head_dim else 1.0
     bias = _mask_bias(num_queries, k_data.shape[-2], causal, mask, dtype)
-    q_scaled = np.multiply(q_data, scale, dtype=dtype)  # (..., Tq, d)
-    scores = q_scaled @ np.ascontiguousarray(np.swapaxes(k_data, -1, -2), dtype=dtype)
+    scores = np.asarray(q_data, dtype=dtype) @ _scaled_keys_t(k_data, scale, dtype)
     if bias is not None:
         scores = scores + bias  # (..., Tq, Tk)
     scores -= exp_shift(scores, (scores.ndim - 1,))  # row max, 0 if fully masked
@@ -323,11 +334,10 @@ def _causal_forward_block(
     # (bench/attention_tiles.py); tile 32 is within 5-7% of 64 either way.
     dtype = out.dtype
     steps = q.shape[-2]
-    q_scaled = np.multiply(q, scale, dtype=dtype)  # (..., T, d): cheaper to scale than S
-    keys_t = np.ascontiguousarray(np.swapaxes(k, -1, -2), dtype=dtype)  # see _attention_forward
+    keys_t = _scaled_keys_t(k, scale, dtype)  # (..., d, T)
     tiles = []
     for start, stop in _causal_tiles(steps):
-        scores = q_scaled[..., start:stop, :] @ keys_t[..., :stop]  # (..., t, stop)
+        scores = q[..., start:stop, :] @ keys_t[..., :stop]  # (..., t, stop)
         scores[..., start:] += _causal_bias(stop - start, stop - start, dtype)  # diagonal block
         scores -= exp_shift(scores, (scores.ndim - 1,))
         probs = np.exp(scores, out=scores)
@@ -336,7 +346,7 @@ def _causal_forward_block(
         np.matmul(weights, v[..., :stop, :], out=out[..., start:stop, :])
         if keep:
             tiles.append((start, stop, probs, weights))
-    return (q_scaled, k, v, tiles, drop, out) if keep else None
+    return (q, k, v, tiles, drop, out) if keep else None
 
 
 def _causal_backward_block(
@@ -350,9 +360,9 @@ def _causal_backward_block(
     """The VJP of `_causal_forward_block`, tile by tile, written into ``dq, dk, dv`` (strided views
     are fine). Tile ``[start, stop)`` gives ``dq[start:stop]`` and adds to ``dk[:stop]``,
     ``dv[:stop]``; the last tile, which sees every key, writes them first."""
-    q_scaled, k, v, tiles, drop, out = residuals
-    steps = q_scaled.shape[-2]
-    values_t = np.ascontiguousarray(np.swapaxes(v, -1, -2), dtype=q_scaled.dtype)  # as keys_t
+    q, k, v, tiles, drop, out = residuals
+    steps = q.shape[-2]
+    values_t = np.ascontiguousarray(np.swapaxes(v, -1, -2), dtype=out.dtype)  # see keys_t
     for start, stop, probs, weights in reversed(tiles):
         g = grad[..., start:stop, :]  # (..., t, dv)
         first = stop == steps
@@ -367,10 +377,11 @@ def _causal_backward_block(
         dq_tile = np.matmul(d_scores, k[..., :stop, :], out=dq[..., start:stop, :])
         dq_tile *= scale
         part = np.matmul(
-            np.swapaxes(d_scores, -1, -2), q_scaled[..., start:stop, :], out=dk if first else None
+            np.swapaxes(d_scores, -1, -2), q[..., start:stop, :], out=dk if first else None
         )
         if not first:
             dk[..., :stop, :] += part
+    dk *= scale
 
 
 def _attention_forward(
@@ -388,12 +399,8 @@ def _attention_forward(
 
     ``out`` (optional) receives ``O``: a strided view is fine (the packed op merges heads so).
     """
-    q_scaled = np.multiply(q, scale, dtype=dtype)  # (..., Tq, d): cheaper to scale than S
-    # why: k^T as a contiguous copy: NumPy's stacked matmul is ~2.5x slower on a transposed
-    # (..., d, Tk) view than the copy and a plain product together (300 vs 34 + 117 us at
-    # (12, 4, 64, 32), measured on the 2-core dev box).
-    keys_t = np.ascontiguousarray(np.swapaxes(k, -1, -2), dtype=dtype)  # (..., d, Tk)
-    scores = q_scaled @ keys_t  # (..., Tq, Tk)
+    keys_t = _scaled_keys_t(k, scale, dtype)  # (..., d, Tk)
+    scores = np.asarray(q, dtype=dtype) @ keys_t  # (..., Tq, Tk)
     if bias is not None:
         if np.broadcast_shapes(scores.shape, bias.shape) == scores.shape:
             scores += bias
@@ -408,7 +415,7 @@ def _attention_forward(
     drop = dropout_mask(probs.shape, dropout_p, dtype, rng) if dropout_p > 0 else None
     weights = probs if drop is None else probs * drop  # (..., Tq, Tk)
     out = np.matmul(weights, v, out=out)  # (..., Tq, dv)
-    return out, (q_scaled, k, v, probs, drop, weights, out)
+    return out, (q, k, v, probs, drop, weights, out)
 
 
 def _attention_backward(
@@ -427,7 +434,7 @@ def _attention_backward(
     ``dq``, ``dk``, ``dv`` (optional) receive the gradients, possibly as strided views; the
     un-needed ones come back None. Shapes are the broadcast batch shape (unbroadcast after).
     """
-    q_scaled, k, v, probs, drop, weights, out = residuals
+    q, k, v, probs, drop, weights, out = residuals
     if need_v:
         dv = np.matmul(np.swapaxes(weights, -1, -2), grad, out=dv)
     else:
@@ -446,5 +453,9 @@ def _attention_backward(
         dq *= scale
     else:
         dq = None
-    dk = np.matmul(np.swapaxes(d_scores, -1, -2), q_scaled, out=dk) if need_k else None
+    if need_k:
+        dk = np.matmul(np.swapaxes(d_scores, -1, -2), q, out=dk)
+        dk *= scale
+    else:
+        dk = None
     return dq, dk, dv

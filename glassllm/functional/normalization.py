@@ -25,6 +25,8 @@ def layer_norm(
     VJP, with ``g = dy * w``: ``dxhat/dx = rstd (I - 1/D - xhat xhat^T / D)``, so
     ``dx = rstd (g - mean(g) - xhat mean(g xhat))``; ``dw = sum_rows(dy xhat)``,
     ``db = sum_rows(dy)``. ``weight`` and ``bias`` have shape ``(D,)`` and are optional.
+    The VJP keeps ``mu`` and ``rstd`` per row and rebuilds ``xhat = (x - mu) rstd`` from ``x``
+    (PyTorch keeps the same), not an ``(N, D)`` copy of ``xhat``.
 
     >>> x = Tensor(np.array([[1.0, 2.0, 3.0]], dtype=np.float32))
     >>> [round(float(v), 4) for v in layer_norm(x).data[0]]
@@ -45,30 +47,30 @@ def layer_norm(
     w = None if weight is None else float_tensor(weight, "layer_norm: weight", dtype=x.dtype)
     b = None if bias is None else float_tensor(bias, "layer_norm: bias", dtype=x.dtype)
     x2 = x.data.reshape(-1, dim)  # (N, D)
-    xhat = np.empty_like(x2, order="C")  # (N, D) normalized x, kept for the VJP
+    mean = np.empty(len(x2), x2.dtype)  # (N,)
     rstd = np.empty(len(x2), x2.dtype)  # (N,)
-    out = np.empty_like(xhat)
+    out = np.empty_like(x2, order="C")
     wd = None if w is None else w.data
     bd = None if b is None else b.data
     row_sums = _row_sums(len(x2))
     if row_sums is _blas_row_sums:  # never split: no block bookkeeping on the decoding path
-        _normalize_rows(row_sums, wd, bd, eps, x2, xhat, rstd, out)
+        _normalize_rows(row_sums, wd, bd, eps, x2, mean, rstd, out)
     else:
         kernel = partial(_normalize_rows, row_sums, wd, bd, eps)
-        split_rows(kernel, x2, xhat, rstd, out, min_rows=_MIN_ROWS)
+        split_rows(kernel, x2, mean, rstd, out, min_rows=_MIN_ROWS)
 
     def backward(grad: np.ndarray) -> tuple:
         dy = grad.reshape(-1, dim)  # (N, D)
         need_w = w is not None and w.requires_grad
         dx = dw = db = None
         if x.requires_grad or need_w:
-            dy_xhat = np.empty_like(xhat)  # (N, D): dw's rows, and g xhat = dy_xhat * w
-            dx2 = np.empty_like(xhat) if x.requires_grad else None
+            dy_centred = np.empty_like(out)  # (N, D): dy (x - mu), dw's rows over rstd
+            dx2 = np.empty_like(out) if x.requires_grad else None
             kernel = partial(_normalize_rows_vjp, row_sums, wd, x.requires_grad)
-            split_rows(kernel, dy, xhat, rstd, dy_xhat, dx2, min_rows=_MIN_ROWS)
+            split_rows(kernel, dy, x2, mean, rstd, dy_centred, dx2, min_rows=_MIN_ROWS)
             dx = None if dx2 is None else dx2.reshape(x.shape)
         if need_w:
-            dw = as_dtype(sum_rows(dy_xhat), w.dtype)
+            dw = as_dtype(rstd @ dy_centred, w.dtype)  # sum_rows(dy xhat)
         if b is not None and b.requires_grad:
             db = as_dtype(sum_rows(dy), b.dtype)
         return (dx,) + ((dw,) if w is not None else ()) + ((db,) if b is not None else ())
@@ -106,28 +108,25 @@ def _normalize_rows(
     b: np.ndarray | None,
     eps: float,
     x: np.ndarray,
-    xhat: np.ndarray,
+    mean: np.ndarray,
     rstd: np.ndarray,
     out: np.ndarray,
 ) -> None:
-    """The forward of `layer_norm` for a block of rows ``x (n, D)``, into ``xhat, rstd, out``.
+    """The forward of `layer_norm` for a block of rows ``x (n, D)``, into ``mean, rstd, out``.
 
     ``row_sums``: see `_row_sums`.
     """
     inv_dim = 1.0 / x.shape[-1]
-    mean = row_sums(x, None)  # (n,)
-    mean *= inv_dim
-    np.subtract(x, mean[:, None], out=xhat)  # centred, normalized in place below
-    var = np.einsum("ij,ij->i", xhat, xhat)  # (n,) row dot products, no temporary
+    np.multiply(row_sums(x, None), inv_dim, out=mean)  # (n,)
+    np.subtract(x, mean[:, None], out=out)  # centred, then xhat, then y, in place
+    var = np.einsum("ij,ij->i", out, out)  # (n,) row dot products, no temporary
     var *= inv_dim
     var += eps
     np.sqrt(var, out=var)
     np.divide(1.0, var, out=rstd)
-    xhat *= rstd[:, None]
-    if w is None:
-        out[...] = xhat
-    else:
-        np.multiply(xhat, w, out=out)
+    out *= rstd[:, None]
+    if w is not None:
+        out *= w
     if b is not None:
         out += b
 
@@ -137,23 +136,27 @@ def _normalize_rows_vjp(
     w: np.ndarray | None,
     need_x: bool,
     dy: np.ndarray,
-    xhat: np.ndarray,
+    x: np.ndarray,
+    mean: np.ndarray,
     rstd: np.ndarray,
-    dy_xhat: np.ndarray,
+    dy_centred: np.ndarray,
     dx: np.ndarray | None,
 ) -> None:
-    """The VJP of `layer_norm` for a block of rows: ``dy_xhat = dy xhat`` (the rows of ``dw``)
-    and, when ``need_x``, ``dx = rstd (g - mean(g) - xhat mean(g xhat))`` with ``g = dy w``."""
-    np.multiply(dy, xhat, out=dy_xhat)
+    """The VJP of `layer_norm` for a block of rows: ``dy_centred = dy (x - mu)`` (``dw``'s rows
+    times ``1/rstd``) and, when ``need_x``, ``dx = rstd (g - mean(g) - xhat mean(g xhat))`` with
+    ``g = dy w``, written as ``rstd (g - (mean(g) + (x - mu) rstd mean(g xhat)))``."""
+    centred = dx if need_x else dy_centred  # x - mu, rebuilt in place
+    np.subtract(x, mean[:, None], out=centred)
+    np.multiply(dy, centred, out=dy_centred)
     if not need_x:
         return
     inv_dim = 1.0 / dy.shape[-1]
     # Row means of g and g xhat as row reductions with w: no (n, D) temporary.
     mean_g = row_sums(dy, w)  # (n,)
     mean_g *= inv_dim
-    mean_gx = row_sums(dy_xhat, w)
-    mean_gx *= inv_dim
-    np.multiply(xhat, mean_gx[:, None], out=dx)  # xhat mean(g xhat) + mean(g)
+    centred_coef = row_sums(dy_centred, w)  # rstd mean(g xhat) = rstd^2 mean(g (x - mu))
+    centred_coef *= rstd * rstd * inv_dim
+    dx *= centred_coef[:, None]  # (x - mu) rstd mean(g xhat) + mean(g)
     dx += mean_g[:, None]
     np.subtract(dy if w is None else dy * w, dx, out=dx)
     dx *= rstd[:, None]

@@ -81,7 +81,7 @@ class Module:
                 )
             object.__setattr__(self, name, value)
             return
-        if isinstance(value, Tensor) and value.requires_grad and not value.parents:
+        if isinstance(value, Tensor) and value.requires_grad and value._backward is None:
             _check_registered_name(name)
             self._unregister(name, keep="_parameters")
             self._parameters[name] = value
