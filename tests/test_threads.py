@@ -179,6 +179,25 @@ def test_parallel_ops_give_the_bits_of_one_thread(name, op, shapes):
         np.testing.assert_array_equal(a, c, err_msg=name)
 
 
+def test_gelu_in_chunks_gives_the_bits_of_one_pass_over_the_whole_array():
+    """GELU runs its chain of passes chunk by chunk (its temporaries stay in the cache); a length
+    that is not a multiple of the chunk gets the bits of the kernels over the whole array."""
+    from glassllm.functional import activations
+
+    rng = np.random.default_rng(0)
+    n = 3 * activations._CHUNK + 5
+    x = rng.standard_normal(n, dtype=np.float32) * 4
+    grad = rng.standard_normal(n, dtype=np.float32)
+    s, out, slope = np.empty_like(x), np.empty_like(x), np.empty_like(x)
+    activations._gelu_tanh(x, s, out)
+    activations._gelu_tanh_slope(x, s, grad, slope)
+    t = Tensor(x, requires_grad=True)
+    y = F.gelu(t)
+    y.backward(grad)
+    np.testing.assert_array_equal(y.data, out)
+    np.testing.assert_array_equal(t.grad, slope)
+
+
 def test_parallel_ops_split_these_shapes(monkeypatch):
     """The shapes above are large enough that each op really splits its work (else the bitwise
     test above would compare the serial path with itself)."""

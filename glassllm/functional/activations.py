@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from functools import partial
 
 import numpy as np
 
@@ -78,16 +79,28 @@ def gelu(x: Tensor, approximate: str = "tanh") -> Tensor:
 
 # why: below ~64K elements a hand-off to a worker costs more than half the passes save.
 _MIN_BLOCK = 1 << 16
+# why: a chain of passes over 128K-element chunks (512 KiB of float32) keeps each chunk and its
+# temporaries in the cache: GELU at (12*256, 1536) on one core, forward 7.0 -> 6.7 ms and VJP
+# 7.1 -> 5.6 ms; the VJP's temporary is one chunk, not a fourth (N, 4E) array at the step's
+# peak. Smaller chunks pay more per call (64K: VJP 6.0 ms), larger ones gain nothing.
+_CHUNK = 1 << 17
 
 
 def _elementwise(kernel: Callable[..., None], *arrays: np.ndarray) -> None:
-    """``kernel(*arrays)``, split into blocks over the worker threads when the arrays are large
-    and C-contiguous (elementwise kernels give the same bits either way)."""
+    """``kernel(*arrays)``, over consecutive chunks in blocks over the worker threads when the
+    arrays are large and C-contiguous (elementwise kernels give the same bits either way)."""
     if arrays[0].size >= 2 * _MIN_BLOCK and all(a.flags.c_contiguous for a in arrays):
         if all(a.shape == arrays[0].shape for a in arrays):
-            split_rows(kernel, *(a.reshape(-1) for a in arrays), min_rows=_MIN_BLOCK)
+            chunked = partial(_in_chunks, kernel)
+            split_rows(chunked, *(a.reshape(-1) for a in arrays), min_rows=_MIN_BLOCK)
             return
     kernel(*arrays)
+
+
+def _in_chunks(kernel: Callable[..., None], *arrays: np.ndarray) -> None:
+    """``kernel`` on consecutive `_CHUNK`-element slices of the 1-D ``arrays``."""
+    for start in range(0, len(arrays[0]), _CHUNK):
+        kernel(*(a[start : start + _CHUNK] for a in arrays))
 
 
 def _gelu_tanh(x: np.ndarray, s: np.ndarray, out: np.ndarray) -> None:
