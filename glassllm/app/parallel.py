@@ -175,8 +175,8 @@ class TrainParallel:
         if size == 1 and accum == 1:  # the single-process step, exactly as it always was
             _, loss = model(x, y)
             # why: training reads only the parameters' gradients; freeing each intermediate's
-            # gradient, and what each operation saved, as soon as it is passed on cuts the step's
-            # peak memory (mid size: 1,071 -> 922 MiB over the model, bench/RESULTS.md).
+            # gradient, and what each operation saved, as soon as it is passed back cuts the
+            # step's peak memory (bench/RESULTS.md, memory).
             loss.backward(retain_intermediate_grads=False, retain_graph=False)
             return float(loss.data)
         loss_sum = 0.0
