@@ -453,3 +453,35 @@ def test_a_consumed_result_is_not_taken_for_a_parameter():
     module = Module()
     module.cached = h
     assert list(module.parameters()) == [] and module.cached is h
+
+
+def test_consuming_the_graph_frees_a_gpt_forward_during_its_backward():
+    """What a training step gains from retain_graph=False: the forward's arrays are freed as the
+    backward passes them (bytes as tracemalloc counts NumPy's buffers), so the traversal's peak
+    rises less above the end of the forward, and nothing of the forward is left at its end but
+    the logits the caller holds."""
+    import tracemalloc
+
+    from glassllm.models import GPT, GPTConfig
+
+    config = GPTConfig(vocab_size=11, block_size=32, n_layer=4, n_head=2, n_embd=32)
+    model = GPT(config, rng=np.random.default_rng(0))
+    idx = np.random.default_rng(1).integers(0, 11, size=(8, 32))
+    seen = {}
+    for retain_graph in (True, False):
+        model.zero_grad()
+        tracemalloc.start()
+        try:
+            logits, loss = model(idx, idx)
+            forward = tracemalloc.get_traced_memory()[0]
+            tracemalloc.reset_peak()
+            loss.backward(retain_intermediate_grads=False, retain_graph=retain_graph)
+            left, peak = tracemalloc.get_traced_memory()
+            grads = sum(p.grad.nbytes for p in model.parameters())
+            seen[retain_graph] = (peak - forward, left - grads - logits.data.nbytes, forward)
+        finally:
+            tracemalloc.stop()
+        del logits, loss
+    (rise_kept, left_kept, forward), (rise_consumed, left_consumed, _) = seen[True], seen[False]
+    assert left_kept > 0.9 * forward and left_consumed < 0.1 * forward, seen
+    assert rise_consumed < 0.8 * rise_kept, seen
