@@ -110,13 +110,12 @@ def run_backward(
     arrays that function saved) and its links to its parents, so an intermediate result that
     nothing but the graph held is freed as soon as it has been passed back. The peak then holds
     only the activations not yet passed back. A later backward that reaches a consumed node
-    raises RuntimeError. With ``retain_intermediate_grads`` false as well, intermediates are not
-    kept for the final write either.
+    raises RuntimeError. (What the caller still holds, such as the logits, stays alive.)
 
     All-or-nothing: the gradients are computed first and written only once the
     whole traversal has succeeded, so a VJP that raises (or returns a gradient
-    of the wrong shape) leaves every ``.grad`` as it was (a consumed graph stays consumed up to
-    the failing node).
+    of the wrong shape) leaves every ``.grad`` as it was. With ``retain_graph=False`` the nodes
+    passed before the failing one stay consumed; the failing node is left as it was.
     """
     order = topological_order(root)
     pending: dict[int, np.ndarray] = {id(root): seed}
@@ -130,29 +129,16 @@ def run_backward(
         if grad is None or is_leaf:
             continue
         parents = node.parents
-        contributions = node._backward(grad)
-        if len(contributions) != len(parents):
-            raise ValueError(
-                f"backward {_op_name(node)} of a node with {len(parents)} parents returned "
-                f"{len(contributions)} gradients"
-            )
-        if not retain_graph:
+        arrivals = _checked(node, node._backward(grad))
+        if not retain_graph:  # after the checks: a failing node keeps its graph and its name
             node._backward, node.parents = graph_consumed, ()
-        for parent, contribution in zip(parents, contributions, strict=True):
-            if contribution is None or not parent.requires_grad:
+        for parent, contribution in zip(parents, arrivals, strict=True):
+            if contribution is None:
                 continue
-            contribution = np.asarray(contribution)
-            if contribution.shape != parent.data.shape:
-                raise ValueError(
-                    f"backward {_op_name(node)} returned a gradient of shape "
-                    f"{contribution.shape} for a parent of shape {parent.data.shape}"
-                )
-            if contribution.dtype != parent.data.dtype and _is_inexact(parent):
-                contribution = contribution.astype(parent.data.dtype)
             key = id(parent)
             previous = pending.get(key)
             pending[key] = contribution if previous is None else previous + contribution
-        del parents, contributions, grad  # before the next VJP allocates
+        del parents, arrivals, grad  # before the next VJP allocates
 
     for node, grad in reached:
         if node._backward is not None:
@@ -165,6 +151,31 @@ def run_backward(
                 if node.grad is None
                 else node.grad + grad
             )
+
+
+def _checked(node: Tensor, contributions: tuple) -> list[np.ndarray | None]:
+    """A VJP's gradients, one per parent, as arrays of the parent's shape and (for a float
+    parent) dtype; None for a parent that gets none or does not require grad."""
+    if len(contributions) != len(node.parents):
+        raise ValueError(
+            f"backward {_op_name(node)} of a node with {len(node.parents)} parents returned "
+            f"{len(contributions)} gradients"
+        )
+    arrivals: list[np.ndarray | None] = []
+    for parent, contribution in zip(node.parents, contributions, strict=True):
+        if contribution is None or not parent.requires_grad:
+            arrivals.append(None)
+            continue
+        contribution = np.asarray(contribution)
+        if contribution.shape != parent.data.shape:
+            raise ValueError(
+                f"backward {_op_name(node)} returned a gradient of shape "
+                f"{contribution.shape} for a parent of shape {parent.data.shape}"
+            )
+        if contribution.dtype != parent.data.dtype and _is_inexact(parent):
+            contribution = contribution.astype(parent.data.dtype)
+        arrivals.append(contribution)
+    return arrivals
 
 
 def graph_consumed(grad: np.ndarray) -> tuple:

@@ -216,6 +216,24 @@ def test_attention_matches_naive_formula():
     np.testing.assert_allclose(out.data, probs @ v.data, rtol=1e-12)
 
 
+@pytest.mark.parametrize(
+    "qk_dtype, v_dtype, rtol", [(np.float32, np.float64, 1e-13), (np.float16, np.float32, 2e-6)]
+)
+def test_mixed_dtype_attention_computes_in_the_widest_dtype(qk_dtype, v_dtype, rtol):
+    """Narrow q and k with a wider v: every step, the 1/sqrt(d) scale included (d = 3, not a
+    power of two), is rounded in the result dtype, as the formula in that dtype gives."""
+    rng = np.random.default_rng(0)
+    q, k = (rng.standard_normal((2, n, 3)).astype(qk_dtype) for n in (5, 7))
+    v = rng.standard_normal((2, 7, 3)).astype(v_dtype)
+    out = F.scaled_dot_product_attention(Tensor(q), Tensor(k), Tensor(v)).data
+    wide = np.float64
+    scores = q.astype(wide) @ k.astype(wide).transpose(0, 2, 1) / np.sqrt(3.0)
+    probs = np.exp(scores - scores.max(-1, keepdims=True))
+    probs /= probs.sum(-1, keepdims=True)
+    assert out.dtype == v_dtype
+    np.testing.assert_allclose(out, probs @ v.astype(wide), rtol=rtol, atol=rtol)
+
+
 # ------------------------------------------------------------------ stability
 
 

@@ -485,3 +485,33 @@ def test_consuming_the_graph_frees_a_gpt_forward_during_its_backward():
     (rise_kept, left_kept, forward), (rise_consumed, left_consumed, _) = seen[True], seen[False]
     assert left_kept > 0.9 * forward and left_consumed < 0.1 * forward, seen
     assert rise_consumed < 0.8 * rise_kept, seen
+
+
+def test_a_failing_vjp_under_retain_graph_false_is_named_and_changes_no_grad():
+    """The failing node keeps its graph and its name; the nodes passed before it are consumed;
+    no .grad moves."""
+    x = Tensor(np.array([1.0, 2.0]), requires_grad=True)
+    x.grad = np.array([5.0, 5.0])
+
+    def my_op_vjp(g):
+        return (np.ones(3),)  # the wrong shape
+
+    bad = Tensor.from_op(x.data * 2, (x,), my_op_vjp)
+    loss = (bad * 3.0).sum()
+    with pytest.raises(ValueError, match="my_op_vjp"):
+        loss.backward(retain_graph=False)
+    np.testing.assert_array_equal(x.grad, [5.0, 5.0])
+    assert bad._backward is my_op_vjp and bad.parents == (x,)
+    with pytest.raises(RuntimeError, match="retain_graph=False"):
+        loss.backward()  # the sum and the product were consumed
+
+
+def test_exporting_a_consumed_graph_is_an_error():
+    from glassllm.graph import export_graph
+
+    x = Tensor(np.array([1.0, 2.0]), requires_grad=True)
+    y = (x * x).sum()
+    export_graph(y)  # a live graph exports
+    y.backward(retain_graph=False)
+    with pytest.raises(ValueError, match="consumed"):
+        export_graph(y)

@@ -179,6 +179,28 @@ def test_parallel_ops_give_the_bits_of_one_thread(name, op, shapes):
         np.testing.assert_array_equal(a, c, err_msg=name)
 
 
+def test_layer_norm_weight_grads_of_a_constant_input_on_the_split_path():
+    """x that needs no gradient, a trainable weight and bias, rows enough to split: dw and db
+    match the float64 formula and are the same bits on one thread or two."""
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((2048, 48), dtype=np.float32) * 3 + 1
+    w0, b0 = rng.standard_normal(48, dtype=np.float32), rng.standard_normal(48, dtype=np.float32)
+    dy = rng.standard_normal((2048, 48), dtype=np.float32)
+
+    def grads() -> tuple:
+        w, b = Tensor(w0.copy(), requires_grad=True), Tensor(b0.copy(), requires_grad=True)
+        F.layer_norm(Tensor(x), w, b).backward(dy)
+        return w.grad, b.grad
+
+    one, two = _on_threads(1, grads), _on_threads(2, grads)
+    for a, b in zip(one, two, strict=True):
+        np.testing.assert_array_equal(a, b)
+    x64 = x.astype(np.float64)
+    xhat = (x64 - x64.mean(1, keepdims=True)) / np.sqrt(x64.var(1, keepdims=True) + 1e-5)
+    np.testing.assert_allclose(one[0], (dy * xhat).sum(0), rtol=1e-4, atol=1e-3)
+    np.testing.assert_allclose(one[1], dy.astype(np.float64).sum(0), rtol=1e-4, atol=1e-3)
+
+
 def test_gelu_in_chunks_gives_the_bits_of_one_pass_over_the_whole_array():
     """GELU runs its chain of passes chunk by chunk (its temporaries stay in the cache); a length
     that is not a multiple of the chunk gets the bits of the kernels over the whole array."""

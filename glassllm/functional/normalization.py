@@ -64,8 +64,8 @@ def layer_norm(
         need_w = w is not None and w.requires_grad
         dx = dw = db = None
         if x.requires_grad or need_w:
-            dy_centred = np.empty_like(out)  # (N, D): dy (x - mu), dw's rows over rstd
-            dx2 = np.empty_like(out) if x.requires_grad else None
+            dy_centred = np.empty(x2.shape, x2.dtype)  # (N, D): dy (x - mu), dw's rows / rstd
+            dx2 = np.empty(x2.shape, x2.dtype) if x.requires_grad else None
             kernel = partial(_normalize_rows_vjp, row_sums, wd, x.requires_grad)
             split_rows(kernel, dy, x2, mean, rstd, dy_centred, dx2, min_rows=_MIN_ROWS)
             dx = None if dx2 is None else dx2.reshape(x.shape)

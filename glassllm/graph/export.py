@@ -37,6 +37,7 @@ from typing import Any
 
 import numpy as np
 
+from glassllm.autograd import graph_consumed
 from glassllm.tensor import Tensor
 
 # Tensors with at most this many elements are shown in full; larger ones as statistics.
@@ -75,11 +76,17 @@ def export_graph(
 
     ``names`` labels chosen tensors (``{"x1": x1}``); others get an empty label. A tensor is one
     node however often it is used; an edge is listed once per use (``x * x`` has two edges).
+    A graph that ``backward(retain_graph=False)`` has consumed is a ValueError.
     """
     if not isinstance(root, Tensor):
         raise TypeError(f"export_graph needs a Tensor, got {type(root).__name__}")
     labels = {id(t): name for name, t in (names or {}).items()}
     order = _parents_first(root)
+    if any(t._backward is graph_consumed for t in order):
+        raise ValueError(
+            "export_graph: backward(retain_graph=False) has consumed this graph; export it "
+            "before that backward, or keep it with retain_graph=True (the default)"
+        )
     ids = {id(t): i for i, t in enumerate(order)}
     nodes = [
         {

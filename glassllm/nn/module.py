@@ -10,10 +10,12 @@ A module owns three kinds of state, each registered by plain attribute assignmen
   `state_dict`.
 
 Anything else, including a `Tensor` with ``requires_grad=False`` and the result of an operation (a
-Tensor with parents, e.g. ``self.cached = self.weight * 2``), is an ordinary Python attribute: it is
-not a parameter, the optimizer never sees it, and it is not saved. Reassigning a name replaces
-its registration (a parameter name given a `Module` becomes a child; given ``None`` it becomes a
-plain attribute), and ``del module.name`` removes it.
+Tensor with a backward function, e.g. ``self.cached = self.weight * 2``), is an ordinary Python
+attribute: it is not a parameter, the optimizer never sees it, and it is not saved. (A result kept
+across training steps is part of each step's graph: ``backward(retain_graph=False)``, which the
+Trainer uses, consumes it in the first step, so recompute it in ``forward``, as in PyTorch.)
+Reassigning a name replaces its registration (a parameter name given a `Module` becomes a child;
+given ``None`` it becomes a plain attribute), and ``del module.name`` removes it.
 
 Parameters are listed in PyTorch's order: a module's own parameters in assignment order, then each
 child's, children in assignment order. A parameter or module reachable twice (tied weights, a shared
