@@ -271,19 +271,6 @@ def openblas_thread_functions() -> list[tuple[Callable[[], int], Callable[[int],
                 pairs.append((get, set_))
                 break
     return pairs
-    for path in paths:
-        try:
-            lib = ctypes.CDLL(path)
-        except OSError:
-            continue
-        for prefix, suffix in (("scipy_", "64_"), ("", "64_"), ("scipy_", ""), ("", "")):
-            get = getattr(lib, f"{prefix}openblas_get_num_threads{suffix}", None)
-            set_ = getattr(lib, f"{prefix}openblas_set_num_threads{suffix}", None)
-            if get is not None and set_ is not None:
-                get.restype, get.argtypes = ctypes.c_int, []
-                set_.restype, set_.argtypes = None, [ctypes.c_int]
-                return (get, set_)
-    return ()
 
 
 def _forget_workers_after_fork() -> None:  # a forked child has none of the parent's threads
