@@ -154,6 +154,8 @@ class Trainer:
         self.optimizer = self.model.configure_optimizer(
             config.lr, config.weight_decay, (config.beta1, config.beta2)
         )
+        # why: listed once; walking the module tree costs ~0.2 ms, 0.5% of a tiny step
+        self.parameters = list(self.model.parameters())
         self.stats = StatsLog(  # reads the model, never writes it; rank 0 alone writes the file
             self.out_dir / STATS_NAME,
             self.model.named_parameters(),
@@ -292,7 +294,7 @@ class Trainer:
             self._diverged(f"the training loss is {loss_value}")
         norm = None
         if cfg.grad_clip > 0.0:
-            norm = clip_grad_norm_(self.model.parameters(), cfg.grad_clip)
+            norm = clip_grad_norm_(self.parameters, cfg.grad_clip)
         self.stats.before_update(self.iteration, norm, self.iteration == self.last_eval_iteration)
         self.optimizer.step()
         self.stats.after_update(loss_value, lr)
