@@ -8,7 +8,8 @@ A step is ``Trainer.train_step`` (the step ``glassllm train`` takes: a random ba
 rate of the schedule, forward with loss, backward, clip the gradient norm to 1.0, AdamW, zero grad)
 and, on the PyTorch side, the same in nanoGPT's model (bench/torch_gpt.py) on the same data. Sizes:
 common.SIZES (batch 12, vocab 65, float32, no dropout, no bias). Sides: ``glassllm`` (allocator
-tuned, as the command does), ``glassllm-untuned`` (glibc's defaults), ``torch`` (fused attention,
+tuned, as the command does), ``glassllm-numpy`` (the same without the ``fast`` extra's compiled
+kernels), ``glassllm-untuned`` (glibc's defaults), ``torch`` (fused attention,
 ``F.scaled_dot_product_attention``), ``torch-manual`` (attention written out).
 
 Each round starts one fresh process per side; each warms up, times ``--steps`` steps and reports
@@ -32,7 +33,15 @@ from typing import Any
 import common as C
 import numpy as np
 
-SIDES = ("glassllm", "glassllm-untuned", "torch", "torch-manual", "matmul", "check")
+SIDES = (
+    "glassllm",
+    "glassllm-numpy",
+    "glassllm-untuned",
+    "torch",
+    "torch-manual",
+    "matmul",
+    "check",
+)
 DEFAULT_SIDES = ("glassllm", "torch")
 
 
@@ -51,7 +60,12 @@ def worker(args: argparse.Namespace) -> dict[str, Any]:
     if args.worker == "matmul":
         return matmul_rates(C.model_config(size), args.matmul_n)
     with tempfile.TemporaryDirectory() as tmp:
-        trainer = C.glassllm_trainer(Path(tmp), size, tuned=args.worker == "glassllm")
+        if args.worker == "glassllm-numpy":  # without the compiled kernels of the fast extra
+            from glassllm.functional import compiled
+
+            compiled.set_enabled(False)
+        tuned = args.worker in ("glassllm", "glassllm-numpy")
+        trainer = C.glassllm_trainer(Path(tmp), size, tuned=tuned)
         if args.worker == "check":
             return equivalence(trainer)
         if args.worker.startswith("torch"):

@@ -38,6 +38,21 @@ def torch() -> ModuleType:
     return optional("torch")
 
 
+@pytest.fixture(params=["numpy", "compiled"])
+def kernel_path(request: pytest.FixtureRequest) -> str:
+    """Run the test on each path of the fused functions: NumPy alone, then the ``fast`` extra's
+    compiled kernels (numba, through :func:`optional`)."""
+    from glassllm.functional import compiled
+
+    if request.param == "compiled":
+        optional("numba")
+    before = compiled.enabled()
+    compiled.set_enabled(request.param == "compiled")
+    assert compiled.enabled() == (request.param == "compiled")
+    yield request.param
+    compiled.set_enabled(before)
+
+
 @pytest.fixture
 def text_file(tmp_path: Path) -> Path:
     """A file holding :data:`TEXT`."""

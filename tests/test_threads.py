@@ -170,7 +170,7 @@ def _forward_backward(op, *shapes, seed=0):
         ("attention", lambda t: F.packed_attention(t, 4, causal=True), [(6, 130, 96)]),
     ],
 )
-def test_parallel_ops_give_the_bits_of_one_thread(name, op, shapes):
+def test_parallel_ops_give_the_bits_of_one_thread(name, op, shapes, kernel_path):
     one = _on_threads(1, lambda: _forward_backward(op, *shapes))
     two = _on_threads(2, lambda: _forward_backward(op, *shapes))
     three = _on_threads(3, lambda: _forward_backward(op, *shapes))
@@ -179,7 +179,7 @@ def test_parallel_ops_give_the_bits_of_one_thread(name, op, shapes):
         np.testing.assert_array_equal(a, c, err_msg=name)
 
 
-def test_layer_norm_weight_grads_of_a_constant_input_on_the_split_path():
+def test_layer_norm_weight_grads_of_a_constant_input_on_the_split_path(kernel_path):
     """x that needs no gradient, a trainable weight and bias, rows enough to split: dw and db
     match the float64 formula and are the same bits on one thread or two."""
     rng = np.random.default_rng(0)
@@ -201,7 +201,7 @@ def test_layer_norm_weight_grads_of_a_constant_input_on_the_split_path():
     np.testing.assert_allclose(one[1], dy.astype(np.float64).sum(0), rtol=1e-4, atol=1e-3)
 
 
-def test_gelu_in_chunks_gives_the_bits_of_one_pass_over_the_whole_array():
+def test_gelu_in_chunks_gives_the_bits_of_one_pass_over_the_whole_array(kernel_path):
     """GELU runs its chain of passes chunk by chunk (its temporaries stay in the cache); a length
     that is not a multiple of the chunk gets the bits of the kernels over the whole array."""
     from glassllm.functional import activations
@@ -220,7 +220,7 @@ def test_gelu_in_chunks_gives_the_bits_of_one_pass_over_the_whole_array():
     np.testing.assert_array_equal(t.grad, slope)
 
 
-def test_parallel_ops_split_these_shapes(monkeypatch):
+def test_parallel_ops_split_these_shapes(monkeypatch, kernel_path):
     """The shapes above are large enough that each op really splits its work (else the bitwise
     test above would compare the serial path with itself)."""
     import glassllm.functional.attention as attention
@@ -241,7 +241,7 @@ def test_parallel_ops_split_these_shapes(monkeypatch):
     assert calls == [2] * 6  # gelu, layer_norm, attention: forward and backward each
 
 
-def test_adamw_gives_the_bits_of_one_thread():
+def test_adamw_gives_the_bits_of_one_thread(kernel_path):
     def train(count: int) -> list[np.ndarray]:
         rng = np.random.default_rng(0)
         params = [

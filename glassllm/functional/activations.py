@@ -5,9 +5,11 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from functools import partial
+from typing import Any
 
 import numpy as np
 
+from glassllm.functional import compiled
 from glassllm.functional._common import float_tensor
 from glassllm.functional.special import erfc
 from glassllm.tensor import Tensor
@@ -49,11 +51,12 @@ def gelu(x: Tensor, approximate: str = "tanh") -> Tensor:
     xd = x.data
     if approximate == "tanh":
         s, out = np.empty_like(xd), np.empty_like(xd)
-        _elementwise(_gelu_tanh, xd, s, out)
+        fused = compiled.kernels()  # the same passes in one or two compiled loops, or None
+        _elementwise(_gelu_tanh, xd, s, out, fused=fused)
 
         def backward(grad: np.ndarray) -> tuple:
             slope = np.empty_like(xd)
-            _elementwise(_gelu_tanh_slope, xd, s, grad, slope)
+            _elementwise(_gelu_tanh_slope, xd, s, grad, slope, fused=fused)
             return (slope,)
 
     elif approximate == "none":
@@ -86,14 +89,20 @@ _MIN_BLOCK = 1 << 16
 _CHUNK = 1 << 17
 
 
-def _elementwise(kernel: Callable[..., None], *arrays: np.ndarray) -> None:
+def _elementwise(kernel: Callable[..., None], *arrays: np.ndarray, fused: Any = None) -> None:
     """``kernel(*arrays)``, over consecutive chunks in blocks over the worker threads when the
-    arrays are large and C-contiguous (elementwise kernels give the same bits either way)."""
-    if arrays[0].size >= 2 * _MIN_BLOCK and all(a.flags.c_contiguous for a in arrays):
-        if all(a.shape == arrays[0].shape for a in arrays):
-            chunked = partial(_in_chunks, kernel)
-            split_rows(chunked, *(a.reshape(-1) for a in arrays), min_rows=_MIN_BLOCK)
-            return
+    arrays are large and C-contiguous (elementwise kernels give the same bits either way).
+    ``fused``: `compiled.kernels()`; when given, contiguous arrays go through the kernel's
+    compiled form (the same bits: see `_numba_kernels`)."""
+    contiguous = all(a.flags.c_contiguous and a.shape == arrays[0].shape for a in arrays)
+    if fused is not None and contiguous and arrays[0].ndim > 0:
+        kernel = partial(_COMPILED[kernel], fused)
+    if arrays[0].size >= 2 * _MIN_BLOCK and contiguous:
+        chunked = partial(_in_chunks, kernel)
+        split_rows(chunked, *(a.reshape(-1) for a in arrays), min_rows=_MIN_BLOCK)
+        return
+    if kernel.__class__ is partial:  # a compiled kernel takes 1-D arrays
+        arrays = tuple(a.reshape(-1) for a in arrays)
     kernel(*arrays)
 
 
@@ -129,3 +138,28 @@ def _gelu_tanh_slope(x: np.ndarray, s: np.ndarray, grad: np.ndarray, slope: np.n
     slope += 1.0
     slope *= s
     slope *= grad
+
+
+def _gelu_tanh_compiled(fused: Any, x: np.ndarray, s: np.ndarray, out: np.ndarray) -> None:
+    """`_gelu_tanh` on 1-D arrays: its passes before and after the exponential compiled into one
+    loop each, NumPy's ``exp`` between (NumPy's is vectorised; a compiled loop's would not be)."""
+    dtype = x.dtype.type
+    fused.gelu_tanh_exponent(
+        x, dtype(-2.0 * _SQRT_2_OVER_PI * _GELU_CUBIC), dtype(2.0 * _SQRT_2_OVER_PI), s
+    )
+    with np.errstate(over="ignore"):
+        np.exp(s, out=s)
+    fused.gelu_tanh_finish(x, s, out)
+
+
+def _gelu_tanh_slope_compiled(
+    fused: Any, x: np.ndarray, s: np.ndarray, grad: np.ndarray, slope: np.ndarray
+) -> None:
+    """`_gelu_tanh_slope` on 1-D arrays in one compiled loop."""
+    dtype = x.dtype.type
+    fused.gelu_tanh_slope(
+        x, s, grad, dtype(6.0 * _GELU_CUBIC * _SQRT_2_OVER_PI), dtype(2.0 * _SQRT_2_OVER_PI), slope
+    )
+
+
+_COMPILED = {_gelu_tanh: _gelu_tanh_compiled, _gelu_tanh_slope: _gelu_tanh_slope_compiled}

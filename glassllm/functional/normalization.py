@@ -7,6 +7,7 @@ from functools import partial
 
 import numpy as np
 
+from glassllm.functional import compiled
 from glassllm.functional._common import as_dtype, float_tensor, ones_vector, sum_rows
 from glassllm.tensor import Tensor
 from glassllm.threads import split_rows
@@ -52,8 +53,12 @@ def layer_norm(
     out = np.empty_like(x2, order="C")
     wd = None if w is None else w.data
     bd = None if b is None else b.data
+    fused = compiled.kernels()  # one compiled pass per row, or None: NumPy's passes
     row_sums = _row_sums(len(x2))
-    if row_sums is _blas_row_sums:  # never split: no block bookkeeping on the decoding path
+    if fused is not None:
+        kernel = partial(_compiled_rows, fused.layer_norm_rows, wd, bd, eps)
+        split_rows(kernel, x2, mean, rstd, out, min_rows=_MIN_ROWS_COMPILED)
+    elif row_sums is _blas_row_sums:  # never split: no block bookkeeping on the decoding path
         _normalize_rows(row_sums, wd, bd, eps, x2, mean, rstd, out)
     else:
         kernel = partial(_normalize_rows, row_sums, wd, bd, eps)
@@ -66,10 +71,14 @@ def layer_norm(
         if x.requires_grad or need_w:
             dy_centred = np.empty(x2.shape, x2.dtype)  # (N, D): dy (x - mu), dw's rows / rstd
             dx2 = np.empty(x2.shape, x2.dtype) if x.requires_grad else None
-            kernel = partial(_normalize_rows_vjp, row_sums, wd, x.requires_grad)
-            split_rows(
-                kernel, dy, x2, mean, rstd, dy_centred, dx2, min_rows=_MIN_ROWS, uses_blas=True
-            )
+            if fused is not None:
+                kernel = partial(_compiled_vjp_rows, fused.layer_norm_rows_vjp, wd)
+                split_rows(kernel, dy, x2, mean, rstd, dy_centred, dx2, min_rows=_MIN_ROWS_COMPILED)
+            else:
+                kernel = partial(_normalize_rows_vjp, row_sums, wd, x.requires_grad)
+                split_rows(
+                    kernel, dy, x2, mean, rstd, dy_centred, dx2, min_rows=_MIN_ROWS, uses_blas=True
+                )
             dx = None if dx2 is None else dx2.reshape(x.shape)
         if need_w:
             dw = as_dtype(rstd @ dy_centred, w.dtype)  # sum_rows(dy xhat)
@@ -83,6 +92,24 @@ def layer_norm(
 
 # why: below ~512 rows a hand-off to a worker costs more than half the passes save.
 _MIN_ROWS = 512
+# why: the compiled kernels do a block's rows ~5x faster, so a hand-off pays from more rows on:
+# fwd + VJP on 2 threads, split vs whole, (1536, 256) 86 + 121 vs 53 + 104 us, (3072, 384)
+# 138 + 331 vs 174 + 521 us.
+_MIN_ROWS_COMPILED = 1024
+
+
+def _compiled_rows(
+    kernel: Callable, w: np.ndarray | None, b: np.ndarray | None, eps: float, *blocks: np.ndarray
+) -> None:
+    """`compiled` layer_norm_rows on a block of rows ``(x, mean, rstd, out)``."""
+    x, mean, rstd, out = blocks
+    kernel(x, w, b, eps, mean, rstd, out)
+
+
+def _compiled_vjp_rows(kernel: Callable, w: np.ndarray | None, *blocks: np.ndarray | None) -> None:
+    """`compiled` layer_norm_rows_vjp on a block ``(dy, x, mean, rstd, dy_centred, dx)``."""
+    dy, x, mean, rstd, dy_centred, dx = blocks
+    kernel(dy, x, w, mean, rstd, dy_centred, dx)
 
 
 def _row_sums(rows: int) -> Callable[[np.ndarray, np.ndarray | None], np.ndarray]:

@@ -7,6 +7,7 @@ from functools import partial
 import numpy as np
 
 from glassllm.autograd import no_grad
+from glassllm.functional import compiled
 from glassllm.optim.optimizer import Optimizer, ParamGroup, Params, check_non_negative
 from glassllm.threads import run_blocks, size_blocks
 
@@ -106,8 +107,24 @@ class Adam(Optimizer):
         lr, eps = float(group["lr"]), float(group["eps"])
         weight_decay = float(group["weight_decay"])
         beta1, beta2 = (float(beta) for beta in group["betas"])
+        fused = compiled.kernels()
         for param, grad, state in block:
             step, exp_avg, exp_avg_sq = state["step"], state["exp_avg"], state["exp_avg_sq"]
+            flat = None if fused is None else _flat_views(param, grad, exp_avg, exp_avg_sq)
+            if flat is not None:  # the same operations in one compiled loop, NumPy's bits
+                dtype = param.dtype.type
+                fused.adam_update(
+                    *flat,
+                    dtype(1.0 - lr * weight_decay if decoupled and weight_decay else 1.0),
+                    dtype(0.0 if decoupled else weight_decay),
+                    dtype(1.0 - beta1),
+                    dtype(beta2),
+                    dtype(1.0 - beta2),
+                    dtype((1.0 - beta2**step) ** 0.5),
+                    dtype(eps),
+                    dtype(-(lr / (1.0 - beta1**step))),
+                )
+                continue
             scratch = self._buffer("scratch" + slot, param)
 
             if weight_decay != 0.0:
@@ -146,6 +163,16 @@ class Adam(Optimizer):
 
 # why: below ~64K elements per block a hand-off to a worker thread costs more than it saves.
 _MIN_BLOCK = 1 << 16
+
+
+def _flat_views(*arrays: np.ndarray) -> list[np.ndarray] | None:
+    """The arrays as 1-D views when all are C-contiguous with the same shape and dtype (what a
+    compiled kernel takes), else None."""
+    first = arrays[0]
+    for a in arrays:
+        if not a.flags.c_contiguous or a.shape != first.shape or a.dtype != first.dtype:
+            return None
+    return [a.reshape(-1) for a in arrays]
 
 
 class AdamW(Adam):

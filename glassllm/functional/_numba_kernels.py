@@ -1,0 +1,147 @@
+"""The compiled kernels behind `glassllm.functional.compiled` (imported only when numba is).
+
+Each kernel is the maths of a NumPy routine in its caller's module, done in one pass per row
+instead of one pass over the whole array per operation. ``nogil``: the worker threads run them
+side by side. ``reassoc`` lets LLVM vectorise a row's sums (so they add in another order than
+NumPy's pairwise sums: float32 rounding, not a change of formula); nothing else is relaxed.
+The elementwise kernels (``_exact``) relax nothing: each does its caller's NumPy operations in
+the same order, each rounded to the array's dtype, so they give NumPy's bits exactly. Their
+constants come from the caller already cast to that dtype, as NumPy casts a Python float.
+"""
+
+from __future__ import annotations
+
+import numba
+import numpy as np
+
+# error_model="numpy": IEEE division (x/0 = inf, as NumPy) instead of Python's ZeroDivisionError,
+# whose check in every iteration also keeps LLVM from vectorising a loop that divides.
+_options = dict(nogil=True, cache=True, boundscheck=False, error_model="numpy")
+_compile = numba.njit(**_options, fastmath={"reassoc"})
+_exact = numba.njit(**_options)
+
+
+@_compile
+def layer_norm_rows(x, w, b, eps, mean, rstd, out):  # noqa: ANN001 - numba infers the types
+    """`normalization._normalize_rows`: ``mean, rstd`` per row of ``x (n, D)`` and
+    ``out = (x - mean) rstd w + b`` (``w``, ``b`` may be None)."""
+    rows, dim = x.shape
+    zero = x.dtype.type(0)
+    inv_dim = x.dtype.type(1.0 / dim)
+    for i in range(rows):
+        total = zero
+        for j in range(dim):
+            total += x[i, j]
+        mu = total * inv_dim
+        squares = zero
+        for j in range(dim):
+            centred = x[i, j] - mu
+            squares += centred * centred
+        r = x.dtype.type(1.0) / np.sqrt(squares * inv_dim + x.dtype.type(eps))
+        mean[i] = mu
+        rstd[i] = r
+        for j in range(dim):
+            y = (x[i, j] - mu) * r
+            if w is not None:
+                y *= w[j]
+            if b is not None:
+                y += b[j]
+            out[i, j] = y
+
+
+@_compile
+def layer_norm_rows_vjp(dy, x, w, mean, rstd, dy_centred, dx):  # noqa: ANN001
+    """`normalization._normalize_rows_vjp`: ``dy_centred = dy (x - mean)`` and, when ``dx`` is
+    not None, ``dx = g rstd - (rstd mean(g) + (x - mean) rstd^3 mean(g (x - mean)))``,
+    ``g = dy w`` (``w`` may be None)."""
+    rows, dim = x.shape
+    zero = x.dtype.type(0)
+    inv_dim = x.dtype.type(1.0 / dim)
+    for i in range(rows):
+        mu = mean[i]
+        sum_g = zero
+        sum_g_centred = zero
+        for j in range(dim):
+            centred = x[i, j] - mu
+            g = dy[i, j]
+            dy_centred[i, j] = g * centred
+            if w is not None:
+                g *= w[j]
+            sum_g += g
+            sum_g_centred += g * centred
+        if dx is None:
+            continue
+        r = rstd[i]
+        mean_g = r * sum_g * inv_dim
+        centred_coef = r * r * r * sum_g_centred * inv_dim
+        for j in range(dim):
+            g = dy[i, j]
+            if w is not None:
+                g *= w[j]
+            dx[i, j] = g * r - (mean_g + (x[i, j] - mu) * centred_coef)
+
+
+@_exact
+def gelu_tanh_exponent(x, a, b, s):  # noqa: ANN001
+    """`activations._gelu_tanh`'s first passes on 1-D arrays: ``s = (x x a - b) x`` (= -2u)."""
+    for i in range(x.size):
+        xi = x[i]
+        s[i] = (xi * xi * a - b) * xi
+
+
+@_exact
+def gelu_tanh_finish(x, s, out):  # noqa: ANN001
+    """`activations._gelu_tanh`'s last passes, after ``s = exp(-2u)``: ``s = 1/(s + 1)`` and
+    ``out = x s``."""
+    one = s.dtype.type(1)
+    for i in range(x.size):
+        sigmoid = one / (s[i] + one)
+        s[i] = sigmoid
+        out[i] = x[i] * sigmoid
+
+
+@_exact
+def gelu_tanh_slope(x, s, grad, c6, c2, slope):  # noqa: ANN001
+    """`activations._gelu_tanh_slope` on 1-D arrays:
+    ``slope = ((((x x c6 + c2) x) (1 - s) + 1) s) grad``."""
+    one = s.dtype.type(1)
+    for i in range(x.size):
+        xi = x[i]
+        si = s[i]
+        slope[i] = ((((xi * xi * c6 + c2) * xi) * (one - si) + one) * si) * grad[i]
+
+
+@_exact
+def adam_update(  # noqa: ANN201, PLR0913
+    param,
+    grad,
+    exp_avg,
+    exp_avg_sq,
+    shrink,
+    l2,
+    one_minus_beta1,
+    beta2,
+    one_minus_beta2,
+    bias_correction2_sqrt,
+    eps,
+    neg_step_size,
+):  # noqa: ANN001
+    """`optim.Adam._update` for one parameter, on 1-D arrays: the decoupled shrink
+    ``p = p shrink`` (when ``shrink != 1``) or the L2 gradient ``g = p l2 + g`` (when
+    ``l2 != 0``), then the moments and ``p = p + (m / (sqrt(v) / bc2 + eps)) (-step_size)``."""
+    one = param.dtype.type(1)
+    zero = param.dtype.type(0)
+    for i in range(param.size):
+        p = param[i]
+        g = grad[i]
+        if shrink != one:
+            p = p * shrink
+        if l2 != zero:
+            g = p * l2 + g
+        m = exp_avg[i]
+        m = m + (g - m) * one_minus_beta1
+        v = exp_avg_sq[i] * beta2 + g * one_minus_beta2 * g
+        exp_avg[i] = m
+        exp_avg_sq[i] = v
+        denom = np.sqrt(v) / bias_correction2_sqrt + eps
+        param[i] = p + m / denom * neg_step_size
