@@ -398,8 +398,9 @@ def test_ranks_sharing_the_cores_split_them_for_blas(mpi, tmp_path):
     assert out.returncode == 0, out.stderr
     share = max(1, len(distributed.available_cores()) // 2)  # the launcher binds nothing here
     assert f"BLAS threads {share} (" in out.stdout
-    if "pools" in out.stdout:
-        assert f"BLAS threads {share} (pools {share})" in out.stdout
+    if "pools" in out.stdout:  # every BLAS library loaded (numba may load SciPy's): limited
+        pools = out.stdout.split("(pools ")[1].split(")")[0].split(",")
+        assert pools and all(int(p) == share for p in pools), out.stdout
 
 
 @pytest.mark.mpi

@@ -26,7 +26,7 @@ from __future__ import annotations
 import os
 from types import ModuleType
 
-__all__ = ["enabled", "kernels", "set_enabled"]
+__all__ = ["enabled", "kernels", "load", "set_enabled"]
 
 _UNSET = object()
 _loaded: object = _UNSET  # the kernel module, None (no numba, or disabled), or _UNSET
@@ -59,3 +59,28 @@ def set_enabled(flag: bool) -> None:
     global _loaded, _wanted
     _wanted = bool(flag)
     _loaded = _UNSET
+
+
+def load() -> bool:
+    """Compile the kernels for float32 now (or read them from numba's cache) instead of on first
+    use; True when they are in use.
+
+    numba, as it compiles, reads SciPy's BLAS bindings when SciPy is installed, which loads
+    SciPy's own OpenBLAS into the process: `glassllm.distributed.limit_blas_threads` loads the
+    kernels first, so that its limit reaches that library's threads too.
+    """
+    fused = kernels()
+    if fused is None:
+        return False
+    import numpy as np
+
+    rows = np.ones((1, 2), np.float32)
+    row = np.ones(2, np.float32)
+    one, zero = np.float32(1.0), np.float32(0.0)
+    fused.layer_norm_rows(rows, row, row, 1e-5, row[:1], row[:1], rows.copy())
+    fused.layer_norm_rows_vjp(rows, rows, row, row[:1], row[:1], rows.copy(), rows.copy())
+    fused.gelu_tanh_exponent(row, one, one, row.copy())
+    fused.gelu_tanh_finish(row, row.copy(), row.copy())
+    fused.gelu_tanh_slope(row, row, row, one, one, row.copy())
+    fused.adam_update(row.copy(), row, row.copy(), row.copy(), one, zero, *[one] * 6)
+    return True
