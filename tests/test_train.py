@@ -163,6 +163,33 @@ def test_evaluation_uses_the_same_batches_and_leaves_training_alone(data, tmp_pa
     assert trainer.model.training
 
 
+def test_evaluation_is_the_mean_loss_of_its_batches(data, tmp_path):
+    """Batches go through the model four at a time (one forward each); the estimate is still the
+    mean of the eval_iters batches' own losses, which a batch-by-batch loop gives here."""
+    from glassllm import no_grad
+    from glassllm.app import train as train_module
+    from glassllm.data import get_batch
+
+    trainer = Trainer(tiny(data, tmp_path, eval_iters=7))
+    assert train_module.EVAL_BATCHES_PER_FORWARD == 4  # 7 batches: forwards of 4 and 3
+    cfg, model = trainer.config, trainer.model
+    expected = {}
+    model.eval()
+    with no_grad():
+        for index, (split, tokens) in enumerate(
+            [("train", trainer.corpus.train), ("val", trainer.corpus.val)]
+        ):
+            rng = np.random.default_rng([cfg.seed, 2, index])
+            batches = [get_batch(tokens, cfg.block_size, cfg.batch_size, rng) for _ in range(7)]
+            expected[split] = np.mean([float(model(x, y)[1].data) for x, y in batches])
+    model.train()
+    losses = trainer.evaluate()
+    assert losses.keys() == expected.keys()
+    for split, value in expected.items():
+        assert losses[split] == pytest.approx(value, rel=1e-6)
+    assert losses["train"] != losses["val"]
+
+
 def test_learning_rate_follows_nanogpt_schedule(data, tmp_path):
     trainer = Trainer(tiny(data, tmp_path, max_iters=20, warmup_iters=4, lr=1e-2, min_lr=1e-3))
     lrs = [trainer.learning_rate(it) for it in range(25)]

@@ -215,7 +215,9 @@ def test_ranks_given_different_options_are_refused_at_the_start(mpiexec, text, t
 
 @pytest.mark.mpi
 def test_two_ranks_equal_one_process_accumulating_two_micro_batches(mpiexec, text, tmp_path):
+    # 8 evaluation batches: two groups of 4 (one forward each), one group per rank
     common = ["--data", text, *TINY, "--max-iters", "20", "--eval-interval", "10"]
+    common += ["--eval-iters", "8"]
     for ranks, extra, name in (
         (2, [], "ranks"),
         (0, ["--grad-accum", "2"], "accum"),

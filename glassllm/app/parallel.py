@@ -192,8 +192,8 @@ class TrainParallel:
         return loss_sum / (size * accum)
 
     def evaluates(self, index: int) -> bool:
-        """Whether this rank evaluates the ``index``-th evaluation batch (every rank draws all
-        of them, so the batches do not depend on N)."""
+        """Whether this rank evaluates the ``index``-th group of evaluation batches (every rank
+        draws all of them, so the batches do not depend on N)."""
         return index % self.world.size == self.world.rank
 
     def sum(self, values: list[float]) -> list[float]:

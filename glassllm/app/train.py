@@ -69,6 +69,9 @@ from glassllm.optim.lr_scheduler import cosine_with_warmup
 __all__ = ["TrainConfig", "TrainResult", "Trainer", "TrainingDiverged", "train"]
 
 FINAL_SAMPLE_TEMPERATURE = 0.8  # nanoGPT's sample.py default
+# why: one forward over 4 evaluation batches costs less per row than 4 (tiny GPT: 9.2 vs 10.6 ms
+# per 12 rows) while the logits stay under 64 MiB; a large vocabulary keeps one batch a forward.
+EVAL_BATCHES_PER_FORWARD, _EVAL_LOGITS = 4, 1 << 24
 
 
 # ------------------------------------------------------------------------------------ training
@@ -253,6 +256,8 @@ class Trainer:
         """
         cfg = self.config
         losses: dict[str, float] = {}
+        logits = cfg.batch_size * cfg.block_size * self.model.config.vocab_size
+        group = max(1, min(EVAL_BATCHES_PER_FORWARD, _EVAL_LOGITS // logits))
         was_training = self.model.training
         self.model.eval()
         try:
@@ -261,11 +266,16 @@ class Trainer:
                     (("train", self.corpus.train), ("val", self.corpus.val))
                 ):
                     rng = np.random.default_rng([cfg.seed, 2, index])
+                    batches = [
+                        get_batch(data, cfg.block_size, cfg.batch_size, rng)
+                        for _ in range(cfg.eval_iters)
+                    ]
                     total = 0.0
-                    for i in range(cfg.eval_iters):
-                        x, y = get_batch(data, cfg.block_size, cfg.batch_size, rng)
-                        if self.parallel.evaluates(i):  # ranks share the batches
-                            total += float(self.model(x, y)[1].data)
+                    for start in range(0, cfg.eval_iters, group):  # the same groups on any N
+                        if self.parallel.evaluates(start // group):  # ranks share the groups
+                            xs, ys = zip(*batches[start : start + group], strict=True)
+                            loss = self.model(np.concatenate(xs), np.concatenate(ys))[1]
+                            total += float(loss.data) * len(xs)  # equal batches: mean of means
                     losses[split] = total
         finally:
             self.model.train(was_training)

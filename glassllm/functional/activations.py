@@ -37,7 +37,9 @@ def gelu(x: Tensor, approximate: str = "tanh") -> Tensor:
     ``u = c (x + 0.044715 x^3)``, ``c = sqrt(2/pi)``. VJP: ``ds/dx = 2 u' s (1 - s)``, so
     ``dy/dx = s (1 + 2 x u' (1 - s))``, ``2 x u' = 2c x (1 + 3 0.044715 x^2)``, with ``s`` kept
     from the forward. ``s = 1/(1 + exp(-2u))`` avoids the cancellation of ``1 + tanh u`` for
-    ``x << 0``; ``exp`` overflowing to inf gives ``s = 0``, the right limit.
+    ``x << 0``; ``exp`` overflowing to inf gives ``s = 0``, the right limit. With the ``fast``
+    extra (`glassllm.functional.compiled`) the passes around ``exp`` and the VJP's run as compiled
+    loops of the same operations: the same bits.
 
     ``approximate="none"``: ``Phi(x) = erfc(-x/sqrt 2)/2`` (erfc, not ``1 + erf``, so no
     cancellation for very negative ``x``). VJP: ``dy/dx = Phi(x) + x phi(x)`` with

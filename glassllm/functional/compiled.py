@@ -24,6 +24,7 @@ True
 from __future__ import annotations
 
 import os
+import warnings
 from types import ModuleType
 
 __all__ = ["enabled", "kernels", "load", "set_enabled"]
@@ -44,6 +45,13 @@ def kernels() -> ModuleType | None:
                 from glassllm.functional import _numba_kernels
             except ImportError:  # no numba, or one that does not run with this NumPy
                 pass
+            except Exception as error:  # noqa: BLE001 - e.g. no writable cache directory
+                warnings.warn(
+                    f"glassllm: numba is installed but its kernels did not load ({error}); "
+                    "using NumPy alone",
+                    RuntimeWarning,
+                    stacklevel=2,
+                )
             else:
                 _loaded = _numba_kernels
     return _loaded  # type: ignore[return-value]

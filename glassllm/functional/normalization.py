@@ -27,7 +27,9 @@ def layer_norm(
     ``dx = rstd (g - mean(g) - xhat mean(g xhat))``; ``dw = sum_rows(dy xhat)``,
     ``db = sum_rows(dy)``. ``weight`` and ``bias`` have shape ``(D,)`` and are optional.
     The VJP keeps ``mu`` and ``rstd`` per row and rebuilds ``xhat = (x - mu) rstd`` from ``x``
-    (PyTorch keeps the same), not an ``(N, D)`` copy of ``xhat``.
+    (PyTorch keeps the same), not an ``(N, D)`` copy of ``xhat``. With the ``fast`` extra
+    (`glassllm.functional.compiled`) each row is one compiled pass of the same maths, its sums
+    added in another order: equal to the NumPy routines here to float32 rounding.
 
     >>> x = Tensor(np.array([[1.0, 2.0, 3.0]], dtype=np.float32))
     >>> [round(float(v), 4) for v in layer_norm(x).data[0]]

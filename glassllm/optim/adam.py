@@ -32,7 +32,9 @@ class Adam(Optimizer):
 
     The moments have the parameter's dtype (float32 stays float32); the step count is a Python
     int. ``p.grad`` is never modified; ``p.data`` is updated in place. A parameter whose
-    ``grad`` is ``None`` is skipped and its step count does not advance.
+    ``grad`` is ``None`` is skipped and its step count does not advance. With the ``fast`` extra
+    (`glassllm.functional.compiled`) each parameter's update is one compiled loop of the same
+    operations, giving the same bits.
 
     Args:
         params: Tensors, ``(name, Tensor)`` pairs or group dicts (see `Optimizer`).
