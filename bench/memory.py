@@ -73,6 +73,9 @@ def worker(args: argparse.Namespace) -> dict[str, Any]:
             no_grad = torch.no_grad
             batch = tuple(torch.from_numpy(a.copy()) for a in batch)
         else:
+            from glassllm.functional import compiled
+
+            compiled.load()  # numba's runtime, when installed, is counted with the imports
             model, step, no_grad = trainer.model, trainer.train_step, glassllm.no_grad
         gc.collect()
         rss_model = C.rss_bytes()
