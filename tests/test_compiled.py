@@ -188,3 +188,25 @@ def test_the_kernels_load_lazily_and_can_be_turned_off(run_python):
         del os.environ["GLASSLLM_NUMBA"]
     assert done.returncode == 0, done.stderr
     assert done.stdout.split() == ["False", "False", "False"]
+
+
+@pytest.mark.parametrize("dtype", [np.float16, np.longdouble])
+def test_other_float_types_keep_to_numpy(dtype):
+    """The kernels are compiled for float32 and float64; float16 and longdouble take NumPy's
+    routines (the same results as with the kernels turned off), in their own dtype."""
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((5, 8)).astype(dtype)
+    grad = rng.standard_normal((5, 8)).astype(dtype)
+
+    def run():
+        outs = _forward_backward(F.gelu, x, grad) + _forward_backward(F.layer_norm, x, grad)
+        p = Tensor(x.copy(), requires_grad=True)
+        p.grad = grad.copy()
+        with np.errstate(all="ignore"):  # float16: eps = 1e-8 rounds to 0
+            AdamW([p], lr=1e-2).step()
+        return outs + [p.data]
+
+    compiled_result, numpy_result = _on_both_paths(run)
+    for a, b in zip(compiled_result, numpy_result, strict=True):
+        assert a.dtype == dtype
+        np.testing.assert_array_equal(a, b)

@@ -53,7 +53,7 @@ def gelu(x: Tensor, approximate: str = "tanh") -> Tensor:
     xd = x.data
     if approximate == "tanh":
         s, out = np.empty_like(xd), np.empty_like(xd)
-        fused = compiled.kernels()  # the same passes in one or two compiled loops, or None
+        fused = compiled.kernels_for(xd.dtype)  # the same passes in compiled loops, or None
         _elementwise(_gelu_tanh, xd, s, out, fused=fused)
 
         def backward(grad: np.ndarray) -> tuple:

@@ -27,7 +27,7 @@ import os
 import warnings
 from types import ModuleType
 
-__all__ = ["enabled", "kernels", "load", "set_enabled"]
+__all__ = ["enabled", "kernels", "kernels_for", "load", "set_enabled"]
 
 _UNSET = object()
 _loaded: object = _UNSET  # the kernel module, None (no numba, or disabled), or _UNSET
@@ -55,6 +55,14 @@ def kernels() -> ModuleType | None:
             else:
                 _loaded = _numba_kernels
     return _loaded  # type: ignore[return-value]
+
+
+def kernels_for(dtype: object) -> ModuleType | None:
+    """`kernels()` for arrays of ``dtype`` when they are float32 or float64 (what the kernels
+    are compiled for); None for other dtypes (float16, longdouble: NumPy alone)."""
+    if getattr(dtype, "char", None) not in ("f", "d"):
+        return None
+    return kernels()
 
 
 def enabled() -> bool:

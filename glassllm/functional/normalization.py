@@ -55,7 +55,7 @@ def layer_norm(
     out = np.empty_like(x2, order="C")
     wd = None if w is None else w.data
     bd = None if b is None else b.data
-    fused = compiled.kernels()  # one compiled pass per row, or None: NumPy's passes
+    fused = compiled.kernels_for(x2.dtype)  # one compiled pass per row, or None: NumPy's
     row_sums = _row_sums(len(x2))
     if fused is not None:
         kernel = partial(_compiled_rows, fused.layer_norm_rows, wd, bd, eps)

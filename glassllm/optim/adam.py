@@ -109,9 +109,9 @@ class Adam(Optimizer):
         lr, eps = float(group["lr"]), float(group["eps"])
         weight_decay = float(group["weight_decay"])
         beta1, beta2 = (float(beta) for beta in group["betas"])
-        fused = compiled.kernels()
         for param, grad, state in block:
             step, exp_avg, exp_avg_sq = state["step"], state["exp_avg"], state["exp_avg_sq"]
+            fused = compiled.kernels_for(param.dtype)
             flat = None if fused is None else _flat_views(param, grad, exp_avg, exp_avg_sq)
             if flat is not None:  # the same operations in one compiled loop, NumPy's bits
                 dtype = param.dtype.type
