@@ -190,13 +190,16 @@ def test_the_kernels_load_lazily_and_can_be_turned_off(run_python):
     assert done.stdout.split() == ["False", "False", "False"]
 
 
-@pytest.mark.parametrize("dtype", [np.float16, np.longdouble])
+@pytest.mark.parametrize("dtype", [np.float16, np.longdouble, ">f4", ">f8"])
 def test_other_float_types_keep_to_numpy(dtype):
-    """The kernels are compiled for float32 and float64; float16 and longdouble take NumPy's
-    routines (the same results as with the kernels turned off), in their own dtype."""
+    """The kernels are compiled for float32 and float64 in the machine's byte order; float16,
+    longdouble and big-endian floats (as a file may hold them) take NumPy's routines (the same
+    results as with the kernels turned off), in their own dtype."""
+    dtype = np.dtype(dtype)
     rng = np.random.default_rng(0)
     x = rng.standard_normal((5, 8)).astype(dtype)
     grad = rng.standard_normal((5, 8)).astype(dtype)
+    x.flags.writeable = False  # read-only input (a loaded checkpoint's arrays can be)
 
     def run():
         outs = _forward_backward(F.gelu, x, grad) + _forward_backward(F.layer_norm, x, grad)

@@ -27,6 +27,8 @@ import os
 import warnings
 from types import ModuleType
 
+import numpy as np
+
 __all__ = ["enabled", "kernels", "kernels_for", "load", "set_enabled"]
 
 _UNSET = object()
@@ -58,11 +60,15 @@ def kernels() -> ModuleType | None:
 
 
 def kernels_for(dtype: object) -> ModuleType | None:
-    """`kernels()` for arrays of ``dtype`` when they are float32 or float64 (what the kernels
-    are compiled for); None for other dtypes (float16, longdouble: NumPy alone)."""
-    if getattr(dtype, "char", None) not in ("f", "d"):
+    """`kernels()` for arrays of ``dtype`` when it is float32 or float64 in the machine's byte
+    order (what numba compiles for); None for any other (float16, longdouble, a big-endian
+    float32 read from a file: NumPy alone)."""
+    if dtype not in _COMPILED_DTYPES:
         return None
     return kernels()
+
+
+_COMPILED_DTYPES = (np.dtype(np.float32), np.dtype(np.float64))  # native byte order
 
 
 def enabled() -> bool:
@@ -88,8 +94,6 @@ def load() -> bool:
     fused = kernels()
     if fused is None:
         return False
-    import numpy as np
-
     rows = np.ones((1, 2), np.float32)
     row = np.ones(2, np.float32)
     one, zero = np.float32(1.0), np.float32(0.0)
