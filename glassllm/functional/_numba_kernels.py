@@ -22,7 +22,7 @@ _exact = numba.njit(**_options)
 
 
 @_compile
-def layer_norm_rows(x, w, b, eps, mean, rstd, out):  # noqa: ANN001 - numba infers the types
+def layer_norm_rows(w, b, eps, x, mean, rstd, out):
     """`normalization._normalize_rows`: ``mean, rstd`` per row of ``x (n, D)`` and
     ``out = (x - mean) rstd w + b`` (``w``, ``b`` may be None)."""
     rows, dim = x.shape
@@ -50,7 +50,7 @@ def layer_norm_rows(x, w, b, eps, mean, rstd, out):  # noqa: ANN001 - numba infe
 
 
 @_compile
-def layer_norm_rows_vjp(dy, x, w, mean, rstd, dy_centred, dx):  # noqa: ANN001
+def layer_norm_rows_vjp(w, dy, x, mean, rstd, dy_centred, dx):
     """`normalization._normalize_rows_vjp`: ``dy_centred = dy (x - mean)`` and, when ``dx`` is
     not None, ``dx = g rstd - (rstd mean(g) + (x - mean) rstd^3 mean(g (x - mean)))``,
     ``g = dy w`` (``w`` may be None)."""
@@ -82,7 +82,7 @@ def layer_norm_rows_vjp(dy, x, w, mean, rstd, dy_centred, dx):  # noqa: ANN001
 
 
 @_exact
-def gelu_tanh_exponent(x, a, b, s):  # noqa: ANN001
+def gelu_tanh_exponent(x, a, b, s):
     """`activations._gelu_tanh`'s first passes on 1-D arrays: ``s = (x x a - b) x`` (= -2u)."""
     for i in range(x.size):
         xi = x[i]
@@ -90,7 +90,7 @@ def gelu_tanh_exponent(x, a, b, s):  # noqa: ANN001
 
 
 @_exact
-def gelu_tanh_finish(x, s, out):  # noqa: ANN001
+def gelu_tanh_finish(x, s, out):
     """`activations._gelu_tanh`'s last passes, after ``s = exp(-2u)``: ``s = 1/(s + 1)`` and
     ``out = x s``."""
     one = s.dtype.type(1)
@@ -101,7 +101,7 @@ def gelu_tanh_finish(x, s, out):  # noqa: ANN001
 
 
 @_exact
-def gelu_tanh_slope(x, s, grad, c6, c2, slope):  # noqa: ANN001
+def gelu_tanh_slope(x, s, grad, c6, c2, slope):
     """`activations._gelu_tanh_slope` on 1-D arrays:
     ``slope = ((((x x c6 + c2) x) (1 - s) + 1) s) grad``."""
     one = s.dtype.type(1)
@@ -112,7 +112,7 @@ def gelu_tanh_slope(x, s, grad, c6, c2, slope):  # noqa: ANN001
 
 
 @_exact
-def adam_update(  # noqa: ANN201, PLR0913
+def adam_update(
     param,
     grad,
     exp_avg,
@@ -125,7 +125,7 @@ def adam_update(  # noqa: ANN201, PLR0913
     bias_correction2_sqrt,
     eps,
     neg_step_size,
-):  # noqa: ANN001
+):
     """`optim.Adam._update` for one parameter, on 1-D arrays: the decoupled shrink
     ``p = p shrink`` (when ``shrink != 1``) or the L2 gradient ``g = p l2 + g`` (when
     ``l2 != 0``), then the moments and ``p = p + (m / (sqrt(v) / bc2 + eps)) (-step_size)``."""

@@ -92,20 +92,20 @@ _CHUNK = 1 << 17
 
 
 def _elementwise(kernel: Callable[..., None], *arrays: np.ndarray, fused: Any = None) -> None:
-    """``kernel(*arrays)``, over consecutive chunks in blocks over the worker threads when the
-    arrays are large and C-contiguous (elementwise kernels give the same bits either way).
-    ``fused``: `compiled.kernels()`; when given, contiguous arrays go through the kernel's
-    compiled form (the same bits: see `_numba_kernels`)."""
-    contiguous = all(a.flags.c_contiguous and a.shape == arrays[0].shape for a in arrays)
-    if fused is not None and contiguous and arrays[0].ndim > 0:
-        kernel = partial(_COMPILED[kernel], fused)
-    if arrays[0].size >= 2 * _MIN_BLOCK and contiguous:
-        chunked = partial(_in_chunks, kernel)
-        split_rows(chunked, *(a.reshape(-1) for a in arrays), min_rows=_MIN_BLOCK)
+    """``kernel(*arrays)``; on C-contiguous arrays of one shape, over their flat views, in
+    consecutive chunks split over the worker threads when they are large (elementwise kernels
+    give the same bits either way). ``fused``: `compiled.kernels_for(dtype)`; when given, such
+    arrays go through the kernel's compiled form (the same bits: see `_numba_kernels`)."""
+    if not all(a.flags.c_contiguous and a.shape == arrays[0].shape for a in arrays):
+        kernel(*arrays)
         return
-    if kernel.__class__ is partial:  # a compiled kernel takes 1-D arrays
-        arrays = tuple(a.reshape(-1) for a in arrays)
-    kernel(*arrays)
+    if fused is not None:
+        kernel = partial(_COMPILED[kernel], fused)
+    flat = tuple(a.reshape(-1) for a in arrays)  # views: the results land in ``arrays``
+    if flat[0].size >= 2 * _MIN_BLOCK:
+        split_rows(partial(_in_chunks, kernel), *flat, min_rows=_MIN_BLOCK)
+    else:
+        kernel(*flat)
 
 
 def _in_chunks(kernel: Callable[..., None], *arrays: np.ndarray) -> None:

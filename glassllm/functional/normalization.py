@@ -58,7 +58,7 @@ def layer_norm(
     fused = compiled.kernels_for(x2.dtype)  # one compiled pass per row, or None: NumPy's
     row_sums = _row_sums(len(x2))
     if fused is not None:
-        kernel = partial(_compiled_rows, fused.layer_norm_rows, wd, bd, eps)
+        kernel = partial(fused.layer_norm_rows, wd, bd, eps)
         split_rows(kernel, x2, mean, rstd, out, min_rows=_MIN_ROWS_COMPILED)
     elif row_sums is _blas_row_sums:  # never split: no block bookkeeping on the decoding path
         _normalize_rows(row_sums, wd, bd, eps, x2, mean, rstd, out)
@@ -74,7 +74,7 @@ def layer_norm(
             dy_centred = np.empty(x2.shape, x2.dtype)  # (N, D): dy (x - mu), dw's rows / rstd
             dx2 = np.empty(x2.shape, x2.dtype) if x.requires_grad else None
             if fused is not None:
-                kernel = partial(_compiled_vjp_rows, fused.layer_norm_rows_vjp, wd)
+                kernel = partial(fused.layer_norm_rows_vjp, wd)
                 split_rows(kernel, dy, x2, mean, rstd, dy_centred, dx2, min_rows=_MIN_ROWS_COMPILED)
             else:
                 kernel = partial(_normalize_rows_vjp, row_sums, wd, x.requires_grad)
@@ -98,20 +98,6 @@ _MIN_ROWS = 512
 # fwd + VJP on 2 threads, split vs whole, (1536, 256) 86 + 121 vs 53 + 104 us, (3072, 384)
 # 138 + 331 vs 174 + 521 us.
 _MIN_ROWS_COMPILED = 1024
-
-
-def _compiled_rows(
-    kernel: Callable, w: np.ndarray | None, b: np.ndarray | None, eps: float, *blocks: np.ndarray
-) -> None:
-    """`compiled` layer_norm_rows on a block of rows ``(x, mean, rstd, out)``."""
-    x, mean, rstd, out = blocks
-    kernel(x, w, b, eps, mean, rstd, out)
-
-
-def _compiled_vjp_rows(kernel: Callable, w: np.ndarray | None, *blocks: np.ndarray | None) -> None:
-    """`compiled` layer_norm_rows_vjp on a block ``(dy, x, mean, rstd, dy_centred, dx)``."""
-    dy, x, mean, rstd, dy_centred, dx = blocks
-    kernel(dy, x, w, mean, rstd, dy_centred, dx)
 
 
 def _row_sums(rows: int) -> Callable[[np.ndarray, np.ndarray | None], np.ndarray]:
