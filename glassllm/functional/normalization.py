@@ -56,7 +56,7 @@ def layer_norm(
     wd = None if w is None else w.data
     bd = None if b is None else b.data
     fused = compiled.kernels_for(x2.dtype)  # one compiled pass per row, or None: NumPy's
-    row_sums = _row_sums(len(x2))
+    row_sums = None if fused is not None else _row_sums(len(x2))
     if fused is not None:
         kernel = partial(fused.layer_norm_rows, wd, bd, eps)
         split_rows(kernel, x2, mean, rstd, out, min_rows=_MIN_ROWS_COMPILED)

@@ -111,6 +111,8 @@ class Adam(Optimizer):
         beta1, beta2 = (float(beta) for beta in group["betas"])
         for param, grad, state in block:
             step, exp_avg, exp_avg_sq = state["step"], state["exp_avg"], state["exp_avg_sq"]
+            step_size = lr / (1.0 - beta1**step)  # γ / (1 − β1^t)
+            bias_correction2_sqrt = (1.0 - beta2**step) ** 0.5  # sqrt(1 − β2^t)
             fused = compiled.kernels_for(param.dtype)
             flat = None if fused is None else _flat_views(param, grad, exp_avg, exp_avg_sq)
             if flat is not None:  # the same operations in one compiled loop, NumPy's bits
@@ -122,9 +124,9 @@ class Adam(Optimizer):
                     dtype(1.0 - beta1),
                     dtype(beta2),
                     dtype(1.0 - beta2),
-                    dtype((1.0 - beta2**step) ** 0.5),
+                    dtype(bias_correction2_sqrt),
                     dtype(eps),
-                    dtype(-(lr / (1.0 - beta1**step))),
+                    dtype(-step_size),
                 )
                 continue
             scratch = self._buffer("scratch" + slot, param)
@@ -148,11 +150,6 @@ class Adam(Optimizer):
             np.multiply(grad, 1.0 - beta2, out=scratch)
             scratch *= grad
             exp_avg_sq += scratch
-
-            bias_correction1 = 1.0 - beta1**step
-            bias_correction2 = 1.0 - beta2**step
-            step_size = lr / bias_correction1
-            bias_correction2_sqrt = bias_correction2**0.5
 
             # denom ← sqrt(v) / sqrt(1 − β2^t) + ε ;  p ← p − step_size · m / denom
             denom = np.sqrt(exp_avg_sq, out=scratch)
