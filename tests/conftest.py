@@ -21,6 +21,10 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[1]
 
+# tests/fixtures/ holds committed files and the scripts that made them (with torch and
+# transformers, imported at their top): nothing to collect, and not importable on a bare machine.
+collect_ignore = ["fixtures"]
+
 # 60 short lines: enough characters for a tiny GPT's train and validation splits.
 TEXT = "".join(f"line {i}: the quick brown fox jumps over the lazy dog.\n" for i in range(60))
 
