@@ -358,14 +358,3 @@ class GPT(nn.Module):
         if non_embedding:
             total -= self.wpe.weight.size
         return total
-
-    # ------------------------------------------------------------- Hugging Face
-
-    @classmethod
-    def from_pretrained(cls, path: Any, dtype: Any = np.float32) -> GPT:
-        """A GPT-2 from a Hugging Face directory (``config.json`` + ``model.safetensors``) or its
-        ``model.safetensors`` file, in eval mode; `glassllm.hf.load_pretrained` also reads the
-        tokenizer."""
-        from glassllm.hf import load_model  # glassllm.hf imports this module
-
-        return load_model(path, dtype)
