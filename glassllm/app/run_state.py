@@ -45,6 +45,7 @@ from typing import Any
 import numpy as np
 
 import glassllm
+from glassllm._text import shown
 from glassllm.app.config import (
     CHECKPOINT_NAME,
     DEFAULT_OUT_DIR,
@@ -52,7 +53,7 @@ from glassllm.app.config import (
     OUT_FILES,
     TrainConfig,
 )
-from glassllm.app.options import field_problems, shown
+from glassllm.app.options import field_problems
 from glassllm.app.run_log import EvalRecord
 from glassllm.checkpoint import Checkpoint, CheckpointError, load, read
 from glassllm.data import Tokenizer, tokenizer_from_dict

@@ -23,7 +23,8 @@ import numpy as np
 
 import glassllm.functional as F
 import glassllm.nn as nn
-from glassllm._checks import is_integer, is_number, shown
+from glassllm._checks import is_integer, is_number
+from glassllm._text import shown
 from glassllm.models import generation
 from glassllm.optim import AdamW
 from glassllm.rng import get_rng
