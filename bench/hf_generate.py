@@ -1,4 +1,4 @@
-"""Generation speed and memory: glassllm's GPT.from_pretrained vs transformers, same GPT-2 files.
+"""Generation speed and memory: glassllm's hf.load_model vs transformers, same GPT-2 files.
 
 Both engines load one Hugging Face directory with random weights made here (no download; GPT-2
 small's shape by default: 12 layers, 12 heads, width 768, vocabulary 50257, context 1024), and
@@ -78,9 +78,9 @@ def worker(args: argparse.Namespace) -> None:
     before = resident_mb()
     start = time.perf_counter()
     if args.worker == "glassllm":
-        from glassllm.models import GPT
+        from glassllm.hf import load_model
 
-        model = GPT.from_pretrained(args.model_dir)
+        model = load_model(args.model_dir)
 
         def generate() -> list[int]:
             return model.generate(prompt, args.new_tokens, top_k=1)[0].tolist()

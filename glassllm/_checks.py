@@ -17,20 +17,11 @@ ValueError: in_features must be a positive integer, got True
 from __future__ import annotations
 
 import math
-import reprlib
 from typing import Any
 
 import numpy as np
 
-# repr() for messages about values that may come from a file: bounded in length and depth.
-_SHORT_REPR = reprlib.Repr()
-_SHORT_REPR.maxlevel, _SHORT_REPR.maxlong, _SHORT_REPR.maxstring = 4, 40, 60
-_SHORT_REPR.maxother = 60
-
-
-def shown(value: Any) -> str:
-    """``repr(value)`` cut to a readable length (a 400-digit int, a list nested 10^5 deep)."""
-    return _SHORT_REPR.repr(value)
+from glassllm._text import shown
 
 
 def is_integer(value: Any) -> bool:

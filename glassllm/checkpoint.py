@@ -42,7 +42,7 @@ import numpy as np
 import safetensors
 import safetensors.numpy
 
-from glassllm._checks import shown
+from glassllm._text import shown
 from glassllm.atomic_file import write_bytes_atomically
 from glassllm.nn.module import Module
 from glassllm.optim.optimizer import Optimizer

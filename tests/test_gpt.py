@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 import glassllm.nn as nn
 from glassllm import Tensor
 from glassllm.models import GPT, GPTConfig
+from glassllm.models.gpt import parameter_shapes, size_problems
 
 TINY = dict(vocab_size=13, block_size=8, n_layer=2, n_head=2, n_embd=8)
 
@@ -100,6 +101,32 @@ def test_parameter_names_shapes_and_count(bias):
     total = V * E + T * E + 2 * per_block + (2 * E if bias else E)
     assert model.num_parameters() == total
     assert model.num_parameters(non_embedding=True) == total - T * E
+
+
+@pytest.mark.parametrize("bias", [False, True])
+def test_parameter_shapes_is_the_models_own_table(bias):
+    model = tiny_model(bias=bias)
+    built = [(name, p.shape) for name, p in model.named_parameters()]
+    assert list(parameter_shapes(model.config).items()) == built  # names, shapes and order
+    assert [name for name, _ in built] == expected_names(2, bias)
+    with_bias = parameter_shapes(model.config, bias=True)
+    assert list(with_bias) == expected_names(2, True)
+
+
+def test_size_problems_hold_a_configuration_to_the_files_tensors():
+    config = tiny_model().config  # V 13, T 8, E 8, 2 blocks
+    shapes = parameter_shapes(config)
+    assert size_problems(shapes, config) == []
+    bigger = GPTConfig(vocab_size=10**9, block_size=8, n_layer=1024, n_head=2, n_embd=8)
+    assert size_problems(shapes, bigger, "model_config", keys={"block_size": "n_positions"}) == [
+        "model_config has n_layer=1024 but the weights hold 2 blocks",
+        "wte.weight has shape (13, 8), where model_config's vocab_size=1000000000 and n_embd=8 "
+        "need (1000000000, 8)",
+    ]
+    shapes.pop("wpe.weight")
+    assert size_problems(shapes, config, "config.json", keys={"block_size": "n_positions"}) == [
+        "missing tensors: wpe.weight (where config.json's n_positions=8 and n_embd=8 need (8, 8))"
+    ]
 
 
 def test_output_head_is_tied_to_token_embedding():

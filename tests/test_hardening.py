@@ -166,7 +166,7 @@ def test_a_damaged_layout_name_is_called_corrupted_too(trained, tmp_path, capsys
         (lambda m: [m[key].update(n_layer=10**6) for key in ("model_config", "train_config")],
          "train_config.n_layer must be in [1, 1024], got 1000000"),
         (lambda m: (m.update(train_config=None), m["model_config"].update(n_layer=10**6)),
-         "1 transformer blocks, where model_config.n_layer is 1000000"),
+         "model_config has n_layer=1000000 but the weights hold 1 block"),
         (lambda m: (m.update(train_config=None), m["model_config"].update(n_embd=10**6)),
          "wte.weight has shape"),
         (lambda m: (m.update(train_config=None), m["model_config"].update(block_size=10**7)),

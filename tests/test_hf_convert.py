@@ -172,8 +172,8 @@ def test_tensors_of_another_size_than_the_config_are_refused_before_matching():
         state_dict_from_hf(_hf_tensors(TINY, True, np.random.default_rng(0))[0], big)
     assert caught.value.problems == [
         "config.json has n_layer=1024 but the weights hold 2 blocks",
-        f"config.json's vocab_size=7 and n_embd=4 do not match transformer.wte.weight of shape "
-        f"({TINY.vocab_size}, 4) (expected (7, 4))",
+        f"wte.weight has shape ({TINY.vocab_size}, 4), where config.json's vocab_size=7 and "
+        "n_embd=4 need (7, 4)",
     ]
     with pytest.raises(HFFormatError, match=r"n_layer=1025 \(must be an integer in \[1, 1024\]\)"):
         config_from_hf({"model_type": "gpt2", "n_layer": 1025})

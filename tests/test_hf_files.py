@@ -18,6 +18,7 @@ import glassllm.nn.init as nn_init
 from glassllm.hf import (
     HFFormatError,
     is_pretrained_path,
+    load_model,
     load_pretrained,
     name_from_hf,
     save_pretrained,
@@ -44,7 +45,7 @@ def tiny(bias: bool = True, seed: int = 0) -> GPT:
 @pytest.mark.parametrize("target", [FIXTURE, FIXTURE / "model.safetensors"])
 def test_fixture_matches_transformers_logits_and_greedy_ids(target):
     expected = np.load(EXPECTED)
-    model = GPT.from_pretrained(target)
+    model = load_model(target)
     assert model.config == GPTConfig(
         vocab_size=300, block_size=32, n_layer=2, n_head=2, n_embd=16, bias=True
     )
@@ -85,7 +86,7 @@ def test_export_then_load_is_bit_identical(tmp_path, bias):
     assert sorted(p.name for p in out.iterdir()) == ["config.json", "model.safetensors"]
     modes = {p.name: p.stat().st_mode & 0o777 for p in out.iterdir()}
     assert modes["model.safetensors"] == modes["config.json"]  # not safetensors' own 0o600
-    loaded = GPT.from_pretrained(out)
+    loaded = load_model(out)
     state, back = model.state_dict(), loaded.state_dict()
     for name, value in back.items():
         assert np.array_equal(value, state.get(name, np.zeros_like(value))), name
@@ -100,11 +101,11 @@ def test_export_refuses_a_non_empty_directory_unless_overwrite(tmp_path):
     save_pretrained(tiny(), None, out)  # an empty directory is fine
     with pytest.raises(HFFormatError, match="exists and is not empty"):
         save_pretrained(tiny(seed=3), None, out)
-    assert np.array_equal(GPT.from_pretrained(out).wte.weight.data, tiny().wte.weight.data)
+    assert np.array_equal(load_model(out).wte.weight.data, tiny().wte.weight.data)
     (out / "stale.txt").write_text("from before")
     save_pretrained(tiny(seed=3), None, out, overwrite=True)
     assert not (out / "stale.txt").exists()
-    assert np.array_equal(GPT.from_pretrained(out).wte.weight.data, tiny(seed=3).wte.weight.data)
+    assert np.array_equal(load_model(out).wte.weight.data, tiny(seed=3).wte.weight.data)
     with pytest.raises(HFFormatError, match="not a directory"):
         save_pretrained(tiny(), None, out / "config.json", overwrite=True)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["out"]
@@ -145,7 +146,7 @@ def test_a_failed_export_leaves_nothing(tmp_path, monkeypatch):
 def test_loading_draws_no_random_numbers_and_leaves_initialisation_on(tmp_path):
     out = save_pretrained(tiny(), None, tmp_path / "m")
     before = glassllm.manual_seed(7).bit_generator.state
-    GPT.from_pretrained(out)
+    load_model(out)
     assert glassllm.get_rng().bit_generator.state == before
     assert not nn_init.init_skipped()
     assert GPT(tiny().config, rng=np.random.default_rng(0)).wte.weight.data.std() > 0.01
@@ -183,7 +184,7 @@ def test_half_and_double_precision_files_load_as_float32(tmp_path, dtype):
         values = tensors
         raw = {k: ("F64", v.astype(np.float64)) for k, v in tensors.items()}
     _write_safetensors(out / "model.safetensors", raw)
-    loaded = GPT.from_pretrained(out).state_dict()
+    loaded = load_model(out).state_dict()
     for name, value in values.items():
         ours = name_from_hf(name)
         assert loaded[ours].dtype == np.float32 and np.array_equal(loaded[ours], value), name
@@ -200,7 +201,7 @@ def test_sharded_weights(tmp_path):
         safetensors.numpy.save_file({k: tensors[k] for k in part}, str(out / file))
     weight_map = {k: file for file, part in shards.items() for k in part}
     (out / "model.safetensors.index.json").write_text(json.dumps({"weight_map": weight_map}))
-    assert np.array_equal(GPT.from_pretrained(out).wte.weight.data, model.wte.weight.data)
+    assert np.array_equal(load_model(out).wte.weight.data, model.wte.weight.data)
 
 
 def test_is_pretrained_path(tmp_path):
@@ -217,7 +218,7 @@ def test_kv_cache_generation_at_block_size_1024(tmp_path):
     model = GPT(config, rng=np.random.default_rng(0))
     for p in model.parameters():
         p.data *= 20.0  # logits far apart: greedy ids do not hinge on rounding
-    model = GPT.from_pretrained(save_pretrained(model, None, tmp_path / "m"))
+    model = load_model(save_pretrained(model, None, tmp_path / "m"))
     prompt = np.random.default_rng(1).integers(0, 50, size=(1, 1012))
     cached = model.generate(prompt, 24, top_k=1)  # fills the window, then slides past it
     assert np.array_equal(cached, model.generate(prompt, 24, top_k=1, use_cache=False))
@@ -226,6 +227,6 @@ def test_kv_cache_generation_at_block_size_1024(tmp_path):
 
 def test_float64_load():
     expected = np.load(EXPECTED)
-    model = GPT.from_pretrained(FIXTURE, dtype=np.float64)
+    model = load_model(FIXTURE, dtype=np.float64)
     assert all(p.dtype == np.float64 for p in model.parameters())
     assert np.abs(model(expected["input_ids"])[0].data - expected["logits"]).max() < 1e-5

@@ -34,6 +34,8 @@ import typing
 from collections.abc import Callable
 from typing import Any
 
+from glassllm._text import shown
+
 # Metadata keys that state a rule (the rest, "help" and "metavar", only describe).
 RULE_KEYS = ("min", "max", "above", "below", "choices", "if_empty", "note")
 
@@ -109,18 +111,6 @@ def _type_problem(value: Any, kind: type, optional: bool) -> str | None:
     if ok:
         return None
     return f"must be {_TYPE_WORDS[kind]}{' or null' if optional else ''}, got {shown(value)}"
-
-
-def shown(value: Any, limit: int = 60) -> str:
-    """``repr(value)`` for a message, cut to ``limit`` characters; safe for any value a JSON
-    file can hold (a value nested too deeply to print is "a deeply nested value")."""
-    try:
-        text = repr(value) if not isinstance(value, int) or abs(value) < 10**limit else "..."
-    except (RecursionError, ValueError):  # ValueError: an int too long to print
-        return "a deeply nested value" if not isinstance(value, int) else "a huge integer"
-    if text == "...":
-        return "a huge integer"
-    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 # ---------------------------------------------------------------------------------- ranges

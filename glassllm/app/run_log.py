@@ -14,8 +14,9 @@ import os
 from pathlib import Path
 from typing import Any
 
+from glassllm._text import shown
 from glassllm.app.config import MAX_STEPS
-from glassllm.app.options import field_problems, option, shown
+from glassllm.app.options import field_problems, option
 
 # Keys of a record that a checkpoint written before they were logged lacks.
 OPTIONAL_KEYS = ("train_bpc", "val_bpc")

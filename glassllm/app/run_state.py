@@ -45,6 +45,7 @@ from typing import Any
 import numpy as np
 
 import glassllm
+from glassllm._text import shown
 from glassllm.app.config import (
     CHECKPOINT_NAME,
     DEFAULT_OUT_DIR,
@@ -52,11 +53,12 @@ from glassllm.app.config import (
     OUT_FILES,
     TrainConfig,
 )
-from glassllm.app.options import field_problems, shown
+from glassllm.app.options import field_problems
 from glassllm.app.run_log import EvalRecord
 from glassllm.checkpoint import Checkpoint, CheckpointError, load, read
 from glassllm.data import Tokenizer, tokenizer_from_dict
 from glassllm.models import GPT, GPTConfig
+from glassllm.models.gpt import size_problems
 
 # metadata["format"] of a run's checkpoint; anything else is another model.
 CHECKPOINT_FORMAT = "glassllm.gpt"
@@ -350,28 +352,12 @@ class SavedRun:
 
 
 def _tensor_problems(config: GPTConfig, tensors: Mapping[str, np.ndarray]) -> list[str]:
-    """What is wrong with the checkpoint's tensors for a GPT of ``config``, checked from names
-    and shapes alone before any model is built, so that a model built from ``config`` is no
-    larger than the file: the embeddings fix the vocabulary, context and width, the block names
-    the depth. Any tensor with a NaN or an infinity (a run that diverged) is a problem too.
-    (`glassllm.load` then checks every name and shape against the built model.)"""
-    problems = []
-    for name, rows, what in (
-        ("wte.weight", config.vocab_size, "vocab_size"),
-        ("wpe.weight", config.block_size, "block_size"),
-    ):
-        shape = tensors[name].shape if name in tensors else None
-        if shape != (rows, config.n_embd):
-            problems.append(
-                f"{name} has shape {shape}, where model_config ({what} {rows}, n_embd "
-                f"{config.n_embd}) needs {(rows, config.n_embd)}"
-            )
-    blocks = {name.split(".")[1] for name in tensors if name.startswith("blocks.")}
-    if blocks != {str(i) for i in range(config.n_layer)}:
-        problems.append(
-            f"it has {len(blocks)} transformer blocks, where model_config.n_layer is "
-            f"{config.n_layer}"
-        )
+    """What is wrong with the checkpoint's tensors for a GPT of ``config``, from names and shapes
+    alone before any model is built (`glassllm.models.gpt.size_problems`: a model built from
+    ``config`` is then no larger than the file), and any tensor with a NaN or an infinity (a run
+    that diverged). (`glassllm.load` then checks every name and shape against the built model.)"""
+    shapes = {name: array.shape for name, array in tensors.items()}
+    problems = size_problems(shapes, config, "model_config")
     for name, array in tensors.items():
         if array.dtype.kind in "fc" and not np.isfinite(array).all():
             problems.append(

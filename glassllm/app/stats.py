@@ -55,6 +55,7 @@ from typing import Any
 
 import numpy as np
 
+from glassllm._text import finite_for_json
 from glassllm.app.config import STATS_NAME  # the file in out_dir: one record per line
 from glassllm.tensor import Tensor
 
@@ -100,8 +101,7 @@ def was_clipped(grad_norm: float, grad_clip: float) -> bool:
 
 
 def _number(value: float) -> float | None:
-    value = float(value)
-    return value if math.isfinite(value) else None
+    return finite_for_json(float(value))
 
 
 class StepStats:

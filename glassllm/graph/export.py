@@ -31,12 +31,12 @@ A leaf is ``"leaf"`` (it requires grad: a parameter or input) or ``"const"``.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
 
+from glassllm._text import finite_for_json
 from glassllm.autograd import graph_consumed
 from glassllm.tensor import Tensor
 
@@ -134,7 +134,7 @@ def summarize(array: np.ndarray, max_full: int = MAX_FULL) -> Any:
     array = np.asarray(array)
     if array.size <= max_full:
         if np.issubdtype(array.dtype, np.number) or array.dtype == np.bool_:
-            return _finite_or_text(array.astype(np.float64).tolist())
+            return finite_for_json(array.astype(np.float64).tolist(), spelled=True)
         return array.tolist()
     values = array.astype(np.float64, copy=False)
     with np.errstate(invalid="ignore", over="ignore"):
@@ -145,12 +145,4 @@ def summarize(array: np.ndarray, max_full: int = MAX_FULL) -> Any:
             "std": float(np.std(values)),
             "rms": float(np.sqrt(np.mean(values * values))),
         }
-    return {key: _finite_or_text(value) for key, value in stats.items()}
-
-
-def _finite_or_text(value: Any) -> Any:
-    if isinstance(value, list):
-        return [_finite_or_text(v) for v in value]
-    if isinstance(value, float) and not math.isfinite(value):
-        return "nan" if math.isnan(value) else ("inf" if value > 0 else "-inf")
-    return value
+    return finite_for_json(stats, spelled=True)

@@ -45,7 +45,9 @@ from glassllm.models.gpt import (
     MAX_VOCAB,
     MAX_WIDTH,
     GPTConfig,
+    parameter_shapes,
 )
+from glassllm.models.gpt import size_problems as gpt_size_problems
 
 PREFIX = "transformer."
 HEAD = "lm_head.weight"
@@ -80,7 +82,7 @@ _TO_HF_BLOCK = {ours: theirs for theirs, ours in _BLOCK_NAMES.items()}
 _HF_BLOCK = re.compile(r"h\.(\d+)\.(ln_1|ln_2|attn\.c_attn|attn\.c_proj|mlp\.c_fc|mlp\.c_proj)\.")
 _OUR_BLOCK = re.compile(r"blocks\.(\d+)\.(ln_1|ln_2|attn\.qkv|attn\.proj|mlp\.fc|mlp\.proj)\.")
 _MASK_BUFFER = re.compile(r"h\.\d+\.attn\.(bias|masked_bias)")
-_BLOCK_INDEX = re.compile(r"(?:transformer\.)?h\.(\d+)\.")
+_BLOCK_INDEX = re.compile(r"h\.(\d+)\.")
 # The shape keys of config.json and their bounds.
 _SHAPE_KEYS = {
     "vocab_size": MAX_VOCAB,
@@ -196,30 +198,9 @@ def config_to_hf(
 
 # ---------------------------------------------------------------------------- tensor names
 
-
-def expected_shapes(config: GPTConfig, bias: bool | None = None) -> dict[str, tuple[int, ...]]:
-    """Every glassllm tensor name of a GPT of ``config`` and its shape (``bias`` defaults to
-    ``config.bias``), in the model's parameter order."""
-    bias = config.bias if bias is None else bias
-    E, V, T = config.n_embd, config.vocab_size, config.block_size
-    shapes: dict[str, tuple[int, ...]] = {"wte.weight": (V, E), "wpe.weight": (T, E)}
-    layers = {
-        "ln_1": ((E,), (E,)),
-        "attn.qkv": ((E, 3 * E), (3 * E,)),
-        "attn.proj": ((E, E), (E,)),
-        "ln_2": ((E,), (E,)),
-        "mlp.fc": ((E, 4 * E), (4 * E,)),
-        "mlp.proj": ((4 * E, E), (E,)),
-    }
-    for i in range(config.n_layer):
-        for layer, (weight, bias_shape) in layers.items():
-            shapes[f"blocks.{i}.{layer}.weight"] = weight
-            if bias:
-                shapes[f"blocks.{i}.{layer}.bias"] = bias_shape
-    shapes["ln_f.weight"] = (E,)
-    if bias:
-        shapes["ln_f.bias"] = (E,)
-    return shapes
+# The table of glassllm's tensor names and shapes is the model's own; its name here before it
+# moved to glassllm.models.gpt.
+expected_shapes = parameter_shapes
 
 
 def name_from_hf(name: str) -> str | None:
@@ -245,26 +226,15 @@ def name_to_hf(name: str, prefix: bool = True) -> str:
 
 
 def size_problems(shapes: Mapping[str, tuple[int, ...]], config: GPTConfig) -> list[str]:
-    """Whether the HF tensors ``shapes`` hold a model of ``config``'s size: as many blocks
-    (distinct ``h.N.`` indices) as ``n_layer``, and ``wte``/``wpe`` of shapes ``(vocab_size,
-    n_embd)``/``(n_positions, n_embd)``. Cheap whatever ``config`` says: checked before anything
-    (`expected_shapes` included) is sized from the configuration."""
-    problems = []
-    blocks = {m.group(1) for m in map(_BLOCK_INDEX.match, shapes) if m is not None}
-    if len(blocks) != config.n_layer:
-        problems.append(
-            f"config.json has n_layer={config.n_layer} but the weights hold {len(blocks)} blocks"
-        )
-    for name, rows, key in (("wte.weight", config.vocab_size, "vocab_size"),
-                            ("wpe.weight", config.block_size, "n_positions")):  # fmt: skip
-        found = next((n for n in (name, PREFIX + name) if n in shapes), None)
-        wanted = (rows, config.n_embd)
-        if found is not None and tuple(shapes[found]) != wanted:
-            problems.append(
-                f"config.json's {key}={rows} and n_embd={config.n_embd} do not match "
-                f"{found} of shape {shown(tuple(shapes[found]))} (expected {wanted})"
-            )
-    return problems
+    """Whether the HF tensors ``shapes`` hold a model of ``config``'s size (`glassllm.models.gpt.
+    size_problems`, every ``h.N.`` tensor counting for block N). Cheap whatever ``config`` says:
+    checked before anything (`parameter_shapes` included) is sized from the configuration."""
+    ours: dict[str, tuple[int, ...]] = {}
+    for name, shape in shapes.items():
+        bare = name[len(PREFIX) :] if name.startswith(PREFIX) else name
+        block = _BLOCK_INDEX.match(bare)
+        ours.setdefault(f"blocks.{block.group(1)}.{bare[block.end() :]}" if block else bare, shape)
+    return gpt_size_problems(ours, config, "config.json", keys={"block_size": "n_positions"})
 
 
 def rename_from_hf(
@@ -280,7 +250,7 @@ def rename_from_hf(
     problems = size_problems(shapes, config)
     if problems:
         return {}, problems
-    wanted = expected_shapes(config)
+    wanted = parameter_shapes(config)
     sources: dict[str, str] = {}
     unexpected, duplicated, wrong = [], [], []
     for hf_name, shape in shapes.items():
@@ -342,7 +312,7 @@ def state_dict_to_hf(
     ``lm_head.weight``) from a glassllm GPT's state dict. A ``bias=False`` model gets zero biases,
     which compute the same function."""
     problems = []
-    wanted = expected_shapes(config)
+    wanted = parameter_shapes(config)
     missing = [name for name in wanted if name not in state]
     unexpected = [name for name in state if name not in wanted]
     if missing:
@@ -357,7 +327,7 @@ def state_dict_to_hf(
     if problems:
         raise HFFormatError("cannot write the model as GPT-2", problems)
     out = {}
-    for name, shape in expected_shapes(config, bias=True).items():
+    for name, shape in parameter_shapes(config, bias=True).items():
         value = state.get(name)
         array = np.zeros(shape, np.float32) if value is None else np.asarray(value, np.float32)
         out[name_to_hf(name, prefix)] = np.ascontiguousarray(array)

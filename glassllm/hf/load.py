@@ -247,7 +247,7 @@ def _build(
     """A GPT of ``config`` whose every parameter is read from ``entries``, in eval mode."""
     model = GPT(config, dtype=dtype, init=False)  # no draws: every array is read from the file
     params = dict(model.named_parameters())
-    if set(params) != set(entries):  # the table in glassllm.hf.convert is GPT's own layout
+    if set(params) != set(entries):  # matched to parameter_shapes, GPT's own table
         raise RuntimeError(f"GPT's parameters {sorted(set(params) ^ set(entries))} are not mapped")
     for name, entry in entries.items():
         read_into(entry, params[name].data)

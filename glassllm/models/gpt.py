@@ -4,17 +4,8 @@ Layout (pre-LayerNorm GPT-2): token + learned position embedding -> dropout -> n
 ``x + attn(ln_1(x))``, ``x + mlp(ln_2(x))`` -> final LayerNorm -> logits through the token embedding
 matrix (the output head is *tied* to ``wte``: one parameter, used twice).
 
-Parameter names are flat (no ``transformer.`` wrapper prefix) and are the checkpoint tensor names::
-
-    wte.weight                      (vocab_size, n_embd)   token embedding, also the output head
-    wpe.weight                      (block_size, n_embd)   learned position embedding
-    blocks.{i}.ln_1.weight/.bias    (n_embd,)              nanoGPT: transformer.h.{i}.ln_1
-    blocks.{i}.attn.qkv.weight      (n_embd, 3 * n_embd)   nanoGPT: transformer.h.{i}.attn.c_attn
-    blocks.{i}.attn.proj.weight     (n_embd, n_embd)       nanoGPT: transformer.h.{i}.attn.c_proj
-    blocks.{i}.ln_2.weight/.bias    (n_embd,)
-    blocks.{i}.mlp.fc.weight        (n_embd, 4 * n_embd)   nanoGPT: transformer.h.{i}.mlp.c_fc
-    blocks.{i}.mlp.proj.weight      (4 * n_embd, n_embd)   nanoGPT: transformer.h.{i}.mlp.c_proj
-    ln_f.weight/.bias               (n_embd,)              nanoGPT: transformer.ln_f
+Parameter names are flat (no ``transformer.`` wrapper prefix) and are the checkpoint tensor names;
+`parameter_shapes` is the table of them, with nanoGPT's names beside ours.
 
 Linear weights are stored (in, out), so ``y = x @ W``: the transpose of PyTorch's layout. Biases
 exist only when ``config.bias`` is true (LayerNorm biases included, as nanoGPT).
@@ -33,6 +24,7 @@ import numpy as np
 import glassllm.functional as F
 import glassllm.nn as nn
 from glassllm._checks import is_integer, is_number
+from glassllm._text import shown
 from glassllm.models import generation
 from glassllm.optim import AdamW
 from glassllm.rng import get_rng
@@ -359,13 +351,79 @@ class GPT(nn.Module):
             total -= self.wpe.weight.size
         return total
 
-    # ------------------------------------------------------------- Hugging Face
 
-    @classmethod
-    def from_pretrained(cls, path: Any, dtype: Any = np.float32) -> GPT:
-        """A GPT-2 from a Hugging Face directory (``config.json`` + ``model.safetensors``) or its
-        ``model.safetensors`` file, in eval mode; `glassllm.hf.load_pretrained` also reads the
-        tokenizer."""
-        from glassllm.hf import load_model  # glassllm.hf imports this module
+# ------------------------------------------------------------------ the parameter table
 
-        return load_model(path, dtype)
+
+def parameter_shapes(config: GPTConfig, bias: bool | None = None) -> dict[str, tuple[int, ...]]:
+    """Every parameter of a GPT of ``config`` by name (the checkpoint tensor names), with its
+    shape, in the model's parameter order; ``bias`` (default ``config.bias``) adds the biases.
+
+    >>> config = GPTConfig(vocab_size=11, block_size=8, n_layer=2, n_head=2, n_embd=4)
+    >>> shapes = parameter_shapes(config)
+    >>> shapes["blocks.1.attn.qkv.weight"], len(shapes), len(parameter_shapes(config, bias=True))
+    ((4, 12), 15, 28)
+    """
+    bias = config.bias if bias is None else bias
+    E, V, T = config.n_embd, config.vocab_size, config.block_size
+    # Per block, each layer's weight and bias shapes; nanoGPT calls a block transformer.h.{i}.
+    per_block = {
+        "ln_1": ((E,), (E,)),
+        "attn.qkv": ((E, 3 * E), (3 * E,)),  # nanoGPT: attn.c_attn
+        "attn.proj": ((E, E), (E,)),  # nanoGPT: attn.c_proj
+        "ln_2": ((E,), (E,)),
+        "mlp.fc": ((E, 4 * E), (4 * E,)),  # nanoGPT: mlp.c_fc
+        "mlp.proj": ((4 * E, E), (E,)),  # nanoGPT: mlp.c_proj
+    }
+    shapes: dict[str, tuple[int, ...]] = {
+        "wte.weight": (V, E),  # token embedding, also the output head (tied)
+        "wpe.weight": (T, E),  # learned position embedding
+    }
+    for i in range(config.n_layer):
+        for layer, (weight, bias_shape) in per_block.items():
+            shapes[f"blocks.{i}.{layer}.weight"] = weight
+            if bias:
+                shapes[f"blocks.{i}.{layer}.bias"] = bias_shape
+    shapes["ln_f.weight"] = (E,)  # nanoGPT: transformer.ln_f
+    if bias:
+        shapes["ln_f.bias"] = (E,)
+    return shapes
+
+
+def size_problems(
+    shapes: Mapping[str, tuple[int, ...]],
+    config: GPTConfig,
+    source: str = "the configuration",
+    keys: Mapping[str, str] | None = None,
+) -> list[str]:
+    """Whether the tensors ``shapes`` (glassllm name -> shape) of a file hold a GPT of
+    ``config``'s size: as many blocks (distinct ``blocks.N.`` indices) as ``n_layer``, and
+    ``wte``/``wpe`` of shapes ``(vocab_size, n_embd)``/``(block_size, n_embd)``.
+
+    Cheap whatever ``config`` says, so it is checked before anything (`parameter_shapes`, the
+    model) is sized from a configuration read from a file: a model that passes is no larger than
+    the file's own tensors. Every name and shape is compared afterwards, against the model.
+    ``source`` names the configuration in messages and ``keys`` its fields where they differ from
+    GPTConfig's (a Hugging Face ``config.json`` calls ``block_size`` ``n_positions``).
+
+    >>> config = GPTConfig(vocab_size=11, block_size=8, n_layer=2, n_head=2, n_embd=4)
+    >>> size_problems({"wte.weight": (11, 4), "wpe.weight": (8, 4), "blocks.0.ln_1.weight": (4,)},
+    ...               config, "model_config")
+    ['model_config has n_layer=2 but the weights hold 1 block']
+    """
+    keys = keys or {}
+    problems = []
+    blocks = {name.split(".")[1] for name in shapes if name.startswith("blocks.")}
+    if len(blocks) != config.n_layer:
+        held = f"{len(blocks)} block{'' if len(blocks) == 1 else 's'}"
+        problems.append(f"{source} has n_layer={config.n_layer} but the weights hold {held}")
+    for name, rows, field in (("wte.weight", config.vocab_size, "vocab_size"),
+                              ("wpe.weight", config.block_size, "block_size")):  # fmt: skip
+        stated = f"{source}'s {keys.get(field, field)}={rows} and n_embd={config.n_embd}"
+        wanted = (rows, config.n_embd)
+        if name not in shapes:
+            problems.append(f"missing tensors: {name} (where {stated} need {wanted})")
+        elif tuple(shapes[name]) != wanted:
+            found = shown(tuple(shapes[name]))
+            problems.append(f"{name} has shape {found}, where {stated} need {wanted}")
+    return problems

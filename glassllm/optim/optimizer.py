@@ -22,7 +22,8 @@ from typing import Any
 
 import numpy as np
 
-from glassllm._checks import check_float, is_integer, shown
+from glassllm._checks import check_float, is_integer
+from glassllm._text import shown
 from glassllm.nn.module import clear_grads
 from glassllm.tensor import Tensor
 

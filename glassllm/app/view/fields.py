@@ -5,6 +5,8 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from glassllm._text import shown
+
 
 class ApiError(Exception):
     """An error answered as ``{"error": message}`` with HTTP ``status``."""
@@ -17,13 +19,6 @@ class ApiError(Exception):
 
 def bad(message: str) -> ApiError:
     return ApiError(400, message)
-
-
-def shown(value: Any, limit: int = 40) -> str:
-    """``repr(value)`` cut to ``limit`` characters, for a message (a request may send an integer
-    of thousands of digits)."""
-    text = repr(value)
-    return text if len(text) <= limit else f"{text[: limit - 3]}..."
 
 
 def integer(body: dict[str, Any], name: str, default: Any, low: int, high: int) -> int:

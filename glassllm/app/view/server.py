@@ -20,7 +20,6 @@ from __future__ import annotations
 import errno
 import ipaddress
 import json
-import math
 import os
 import sys
 import threading
@@ -32,6 +31,8 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
+
+from glassllm._text import finite_for_json
 
 from . import api
 from .fields import ApiError
@@ -78,22 +79,11 @@ def _static_files() -> dict[str, tuple[bytes, str]]:
     return files
 
 
-def _finite(value: Any) -> Any:
-    """``value`` with nan and infinities replaced by None (JSON has neither)."""
-    if isinstance(value, float) and not math.isfinite(value):
-        return None
-    if isinstance(value, dict):
-        return {k: _finite(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_finite(v) for v in value]
-    return value
-
-
 def encode_json(value: Any) -> bytes:
     try:
         text = json.dumps(value, allow_nan=False, separators=(",", ":"))
     except ValueError:
-        text = json.dumps(_finite(value), allow_nan=False, separators=(",", ":"))
+        text = json.dumps(finite_for_json(value), allow_nan=False, separators=(",", ":"))
     return text.encode("utf-8")
 
 
