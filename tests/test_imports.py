@@ -187,3 +187,10 @@ def test_the_library_never_imports_the_program():
         if package_of(imported) == PROGRAM
     ]
     assert offenders == []
+
+
+def test_gpt_from_pretrained_points_to_the_loader():
+    from glassllm.models import GPT
+
+    with pytest.raises(AttributeError, match=r"glassllm\.hf\.load_model"):
+        GPT.from_pretrained("gpt2")

@@ -351,6 +351,15 @@ class GPT(nn.Module):
             total -= self.wpe.weight.size
         return total
 
+    @classmethod
+    def from_pretrained(cls, *args: Any, **kwargs: Any) -> GPT:
+        """Removed: a model does not read file formats; each format's loader builds the model
+        (`glassllm.hf.load_model`), so models never import a loader."""
+        raise AttributeError(
+            "GPT.from_pretrained was removed: the model does not read files; use "
+            "glassllm.hf.load_model(path) (glassllm.hf.load_pretrained for its tokenizer too)"
+        )
+
 
 # ------------------------------------------------------------------ the parameter table
 
