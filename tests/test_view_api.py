@@ -529,7 +529,7 @@ def test_vocabulary_maps_are_built_once_per_model(out_dir, monkeypatch):
     api.generate(run, {"prompt": "def ", "max_new_tokens": 2})
     api.info(run, {})
     api.inspect(run, {"prompt": "def f"})
-    # Only generate_explained's own calls (the token and its alternatives, at each step): the
+    # No calls from generation now (choices carry ids; the table words them): the
     # token table is built once per model, not once per request (46 tokens here).
     assert calls.count("token_repr") <= 2 * (1 + EXPLAIN_TOP) < run.model.config.vocab_size
     assert calls.count("decode") == 0

@@ -85,7 +85,6 @@ class Run:
         self.follows = True  # False for a Hugging Face directory: read once
         self._inspections: collections.OrderedDict[tuple, Inspection] = collections.OrderedDict()
         self._tokens: list[dict[str, Any]] | None = None
-        self._id_of_repr: dict[str, int] = {}
 
     # ---- the checkpoint
 
@@ -138,7 +137,7 @@ class Run:
     def _use(self, model: GPT, tokenizer: Tokenizer, metadata: dict[str, Any]) -> None:
         self.model, self.tokenizer, self.metadata = model, tokenizer, metadata
         self._inspections.clear()
-        self._tokens, self._id_of_repr = None, {}
+        self._tokens = None
 
     # ---- the vocabulary, built once per model
 
@@ -149,19 +148,10 @@ class Run:
             self._tokens = [
                 _token_entry(self.tokenizer, i) for i in range(self.model.config.vocab_size)
             ]
-            self._id_of_repr = {}
-            for token in self._tokens:
-                self._id_of_repr.setdefault(token["repr"], token["id"])
         return self._tokens
 
     def token(self, token_id: int) -> dict[str, Any]:
         return self.tokens()[int(token_id)]
-
-    def id_of_repr(self, text: str) -> int:
-        """The token whose printable form (``Tokenizer.token_repr``) is ``text`` (the lowest id
-        if several share it)."""
-        self.tokens()
-        return self._id_of_repr[text]
 
     def refresh(self) -> None:
         """Reload the checkpoint if its file changed (saves are atomic renames). A failed reload
