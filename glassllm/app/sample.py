@@ -25,6 +25,7 @@ from glassllm.app.run_state import RunState, SavedRun
 from glassllm.data import Tokenizer
 from glassllm.models import GPT, generation
 from glassllm.models.sampling import SamplingOptions
+from glassllm.models.source import ModelSource
 
 EXPLAIN_TOP = 5  # alternatives shown per token by --explain
 
@@ -70,11 +71,22 @@ def described(choice: generation.TokenChoice, tokenizer: Tokenizer) -> TokenChoi
     )
 
 
-def open_model(path: str | Path) -> tuple[GPT, Tokenizer, RunState | None]:
-    """``(model in eval mode, tokenizer, run state)`` from a glassllm checkpoint, or from a
-    Hugging Face GPT-2 directory (or its ``model.safetensors`` beside a ``config.json``: see
-    `glassllm.hf.is_pretrained_path`), which has no run state. Raises ValueError (or OSError)
-    with a message for the user; a Hugging Face model without tokenizer files is one."""
+@dataclasses.dataclass
+class Opened:
+    """A model opened by `open_checkpoint`: in eval mode, with its tokenizer and description
+    (and, for a glassllm checkpoint, its run state)."""
+
+    model: GPT
+    tokenizer: Tokenizer
+    source: ModelSource
+    state: RunState | None = None
+
+
+def open_checkpoint(path: str | Path) -> Opened:
+    """Open any model the program accepts: a glassllm checkpoint, or a Hugging Face GPT-2
+    directory (or its ``model.safetensors`` beside a ``config.json``: see
+    `glassllm.hf.is_pretrained_path`). Raises ValueError (or OSError) with a message for the
+    user; a Hugging Face model without tokenizer files is one."""
     from glassllm.hf import is_pretrained_path, load_pretrained
 
     if Path(path).is_dir() and not (Path(path) / "config.json").is_file():
@@ -85,9 +97,30 @@ def open_model(path: str | Path) -> tuple[GPT, Tokenizer, RunState | None]:
     if is_pretrained_path(path):
         model, tokenizer = load_pretrained(path, require_tokenizer=True)
         assert tokenizer is not None
-        return model, tokenizer, None
-    saved = SavedRun.read(path)
-    return saved.model(), saved.state.tokenizer, saved.state
+        source = ModelSource("huggingface", Path(path), model.config, tokenizer.kind)
+        return Opened(model, tokenizer, source)
+    return opened_run(SavedRun.read(path), Path(path))
+
+
+def opened_run(saved: SavedRun, path: Path) -> Opened:
+    """The model of a glassllm checkpoint already read, with its description."""
+    state = saved.state
+    source = ModelSource(
+        "glassllm",
+        path,
+        state.model_config,
+        state.tokenizer.kind,
+        iteration=state.iteration,
+        best_val_loss=state.best_val_loss,
+        metadata=state.to_metadata(),
+    )
+    return Opened(saved.model(), state.tokenizer, source, state)
+
+
+def open_model(path: str | Path) -> tuple[GPT, Tokenizer, RunState | None]:
+    """``(model, tokenizer, run state or None)``: `open_checkpoint` as a tuple."""
+    opened = open_checkpoint(path)
+    return opened.model, opened.tokenizer, opened.state
 
 
 @dataclasses.dataclass
@@ -106,7 +139,8 @@ class SampleJob:
         """Check ``config``, read the checkpoint (once) and encode the prompt; every failure is a
         ValueError (or OSError) with a message for the user, raised before any output."""
         config.validate()
-        model, tokenizer, state = open_model(config.checkpoint)
+        opened = open_checkpoint(config.checkpoint)
+        model, tokenizer, state = opened.model, opened.tokenizer, opened.state
         try:
             prompt_ids = tokenizer.encode(config.prompt)
         except ValueError as err:

@@ -94,15 +94,16 @@ def info(run: Run, query: dict[str, Any]) -> dict[str, Any]:
         }
         if run.model is None:
             return answer
-        meta = run.metadata
+        source = run.source
+        assert source is not None
         answer["checkpoint"] = {
             "file": run.checkpoint_path.name,
             "stamp": list(run._stamp or ()),
-            "iteration": meta.get("iteration"),
-            "best_val_loss": meta.get("best_val_loss"),
+            "iteration": source.iteration,
+            "best_val_loss": source.best_val_loss,
             "model_config": run.model.config.to_dict(),
             "parameters": run.model.num_parameters(),
-            "tokenizer": meta.get("tokenizer", {}).get("type"),
+            "tokenizer": source.tokenizer_kind,
         }
         if query.get("brief") != "1":
             answer["checkpoint"]["vocab"] = run.tokens()
