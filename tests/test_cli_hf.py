@@ -284,3 +284,55 @@ def test_bpe_without_the_tokenizers_package(tmp_path, capsys, monkeypatch):
     status, _, err = _train(["--tokenizer", "bpe"], tmp_path, capsys)
     assert_one_line_error(status, err, "pip install 'glassllm[hf]'")
     assert not (tmp_path / "o").exists()
+
+
+# ------------------------------------------------------------------------------ open_checkpoint
+
+
+def test_open_checkpoint_describes_a_glassllm_checkpoint(trained):
+    from glassllm.app.run_state import SavedRun
+    from glassllm.app.sample import open_checkpoint
+
+    opened = open_checkpoint(trained)
+    saved = SavedRun.read(trained)
+    source = opened.source
+    assert (source.kind, source.path) == ("glassllm", trained)
+    assert source.config == saved.state.model_config == opened.model.config
+    assert source.tokenizer_kind == opened.tokenizer.kind == saved.state.tokenizer.kind
+    assert source.iteration == saved.state.iteration > 0
+    assert source.best_val_loss == saved.state.best_val_loss
+    assert source.metadata == saved.state.to_metadata()
+    for name, value in saved.model().state_dict().items():
+        np.testing.assert_array_equal(opened.model.state_dict()[name], value)
+
+
+def test_open_checkpoint_describes_a_hugging_face_directory():
+    optional("tokenizers")
+    from glassllm.app.sample import open_checkpoint
+    from glassllm.hf import load_pretrained
+
+    opened = open_checkpoint(FIXTURE)
+    model, tokenizer = load_pretrained(FIXTURE, require_tokenizer=True)
+    source = opened.source
+    assert (source.kind, source.path, source.config) == ("huggingface", FIXTURE, model.config)
+    assert source.tokenizer_kind == tokenizer.kind
+    # no training record is invented for a model that has none
+    assert (source.iteration, source.best_val_loss, source.metadata, opened.state) == (None,) * 4
+    ids = tokenizer.encode("Hello world")
+    np.testing.assert_array_equal(opened.model([ids])[0].data, model([ids])[0].data)
+
+
+@pytest.mark.parametrize(
+    "make, fragment",
+    [
+        (lambda d: d, "no config.json"),
+        (lambda d: d / "missing.safetensors", "missing.safetensors"),
+        (lambda d: (d / "junk.safetensors").write_bytes(b"\x00" * 5) and d / "junk.safetensors",
+         "junk.safetensors"),
+    ],
+)  # fmt: skip
+def test_open_checkpoint_rejects_bad_inputs_with_a_message(tmp_path, make, fragment):
+    from glassllm.app.sample import open_checkpoint
+
+    with pytest.raises((ValueError, OSError), match=fragment):
+        open_checkpoint(make(tmp_path))

@@ -3,6 +3,8 @@ sampling rules, modes, bad input."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 
@@ -228,3 +230,57 @@ def test_prefill_rejects_grad_mode_and_non_caches():
     with no_grad():
         attn.prefill(x, cache)
     assert cache.length == 3 and cache.keys.shape == (1, 2, 3, 4)
+
+
+# ---------------------------------------------------------------------- options and explain
+
+from glassllm.models.sampling import MAX_NEW_TOKENS, MAX_TOP_K, SamplingOptions  # noqa: E402
+
+
+@pytest.mark.parametrize("temperature, top_k", [(1.0, None), (0.7, 4), (1.3, 1)])
+def test_explain_carries_the_generated_ids_and_the_sampled_softmax(model, temperature, top_k):
+    idx = prompt(B=2, T=3)
+    options = SamplingOptions(max_new_tokens=7, temperature=temperature, top_k=top_k)
+    ids, choices = generation.explain(model, idx, options, np.random.default_rng(4), top=5)
+    expected = model.generate(idx, 7, temperature, top_k, np.random.default_rng(4))
+    np.testing.assert_array_equal(ids, expected)
+    for b in range(2):
+        assert [c.token_id for c in choices[b]] == ids[b, 3:].tolist()
+        for i, choice in enumerate(choices[b]):
+            context = ids[b : b + 1, max(0, 3 + i - CONFIG.block_size) : 3 + i]
+            with no_grad():
+                logits = model(context)[0].data[0, -1].astype(np.float64) / temperature  # (V,)
+            if top_k is not None:
+                logits[logits < np.sort(logits)[-top_k]] = -np.inf
+            p = np.exp(logits - logits.max())
+            p /= p.sum()  # an independent float64 softmax
+            np.testing.assert_allclose(choice.prob, p[choice.token_id], rtol=1e-4, atol=1e-6)
+            listed = [t for t in np.argsort(-p, kind="stable")[:5] if p[t] > 0]
+            assert [t for t, _ in choice.alternatives] == listed
+            np.testing.assert_allclose([q for _, q in choice.alternatives], p[listed], atol=1e-6)
+
+
+def test_stream_takes_the_options_and_their_seed(model):
+    options = SamplingOptions(max_new_tokens=4, top_k=3, seed=9)
+    ids = np.stack([new for new, _ in generation.stream(model, prompt(), options)], axis=1)
+    expected = model.generate(prompt(), 4, top_k=3, rng=np.random.default_rng(9))
+    np.testing.assert_array_equal(ids, expected[:, 3:])
+
+
+@pytest.mark.parametrize(
+    "fields, fragment",
+    [
+        (dict(max_new_tokens=MAX_NEW_TOKENS + 1), "max_new_tokens must be at most"),
+        (dict(max_new_tokens=1.5), "max_new_tokens must be an integer"),
+        (dict(temperature=float("nan")), "temperature must be > 0"),
+        (dict(temperature=1e-7), "temperature must be at least 1e-06"),
+        (dict(top_k=MAX_TOP_K + 1), "top_k must be a positive integer"),
+        (dict(top_k=True), "top_k must be a positive integer"),
+        (dict(seed=-1), "seed must be a non-negative integer"),
+    ],
+)
+def test_sampling_options_reject_values_outside_their_bounds(fields, fragment):
+    with pytest.raises(ValueError, match=fragment):
+        SamplingOptions(**fields)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        SamplingOptions().temperature = 2.0  # frozen: checked once, never changed after

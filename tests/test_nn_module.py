@@ -337,3 +337,35 @@ def test_check_state_dict_lists_the_problems_load_would_raise_and_changes_nothin
     np.testing.assert_array_equal(net.scale.data, filled(Net(), 2).scale.data)
     with pytest.raises(TypeError, match="mapping"):
         net.check_state_dict([("scale", good["scale"])])
+
+
+# ---------------------------------------------------------------------- eval mode, then back
+
+
+def _mixed_tree():
+    model = nn.Sequential(nn.Linear(2, 2), nn.Sequential(nn.Dropout(0.5), nn.Linear(2, 2)))
+    model[1][0].eval()  # a mixed tree: one dropout already in eval mode
+    return model, [m.training for m in model.modules()]
+
+
+def test_evaluating_sets_eval_mode_and_restores_mixed_modes():
+    model, before = _mixed_tree()
+    assert before == [True, True, True, False, True]
+    with model.evaluating():
+        assert [m.training for m in model.modules()] == [False] * 5
+    assert [m.training for m in model.modules()] == before
+
+
+def test_evaluating_restores_modes_when_the_body_raises():
+    model, before = _mixed_tree()
+    with pytest.raises(RuntimeError, match="boom"), model.evaluating():
+        raise RuntimeError("boom")
+    assert [m.training for m in model.modules()] == before
+
+
+def test_eval_mode_takes_a_module_list_and_touches_only_it():
+    model, before = _mixed_tree()
+    listed = [model[0]]
+    with nn.eval_mode(listed):
+        assert [m.training for m in model.modules()] == [True, False, True, False, True]
+    assert [m.training for m in model.modules()] == before

@@ -529,7 +529,7 @@ def test_vocabulary_maps_are_built_once_per_model(out_dir, monkeypatch):
     api.generate(run, {"prompt": "def ", "max_new_tokens": 2})
     api.info(run, {})
     api.inspect(run, {"prompt": "def f"})
-    # Only generate_explained's own calls (the token and its alternatives, at each step): the
+    # No calls from generation now (choices carry ids; the table words them): the
     # token table is built once per model, not once per request (46 tokens here).
     assert calls.count("token_repr") <= 2 * (1 + EXPLAIN_TOP) < run.model.config.vocab_size
     assert calls.count("decode") == 0
@@ -610,3 +610,32 @@ def test_every_file_and_function_the_page_names_exists(run):
     for path, name in sorted(citations):
         check_citation(path, name)
     assert all(source for source in answers[2]["sources"].values())
+
+
+@pytest.mark.parametrize(
+    "name, value, accepted",
+    [
+        ("top_k", 2_000_000, True),  # beyond the vocabulary means all tokens, on every surface
+        ("top_k", 10**9 + 1, False),
+        ("top_k", 0, False),
+        ("temperature", 1e-7, False),
+        ("temperature", 1e-6, True),
+        ("seed", -1, False),
+    ],
+)
+def test_the_cli_and_the_viewer_share_the_sampling_bounds(run, out_dir, name, value, accepted):
+    from glassllm.app.config import SampleConfig
+    from glassllm.models.sampling import SamplingOptions
+
+    body = {"prompt": "def ", "max_new_tokens": 1, name: value}
+    config = SampleConfig(checkpoint=str(out_dir), max_new_tokens=1, **{name: value})
+    if accepted:
+        api.generate(run, body)
+        config.validate()
+        SamplingOptions(**{name: value})
+    else:
+        assert error_of(api.generate, run, body)[0] == 400
+        with pytest.raises(ValueError, match=name.replace("_", "-")):
+            config.validate()
+        with pytest.raises(ValueError, match=name):
+            SamplingOptions(**{name: value})

@@ -20,6 +20,7 @@ from typing import Any
 from glassllm.app.options import field_problems, option, type_problems
 from glassllm.data import MIN_BPE_VOCAB_SIZE, TOKENIZER_KINDS, MissingDependencyError
 from glassllm.data.bpe import DEFAULT_BPE_VOCAB_SIZE, import_tokenizers
+from glassllm.models import sampling
 from glassllm.models.gpt import MAX_CONTEXT, MAX_HEADS, MAX_LAYERS, MAX_VOCAB, MAX_WIDTH
 
 # The files a run writes in out_dir, and what each is (for messages).
@@ -222,9 +223,8 @@ class LaunchConfig:
             raise ValueError("; ".join(problems))
 
 
-# Below this, float32 logits / temperature can overflow to inf and the probabilities turn to nan
-# (samples then come out as the last token of the vocabulary); it is greedy decoding already.
-MIN_TEMPERATURE = 1e-6
+# The bounds of sampling are the library's (glassllm.models.sampling), for every surface.
+MIN_TEMPERATURE = sampling.MIN_TEMPERATURE
 
 
 def _dashed(name: str) -> str:
@@ -247,10 +247,15 @@ class SampleConfig:
         if_empty="the prompt is empty; give at least one character",
     )
     num_samples: int = option(3, "independent samples", min=1, max=MAX_SAMPLES)
-    max_new_tokens: int = option(300, "tokens to generate per sample", min=0, max=MAX_NEW_TOKENS)
+    max_new_tokens: int = option(
+        300, "tokens to generate per sample", min=0, max=sampling.MAX_NEW_TOKENS
+    )
     temperature: float = option(0.8, "> 1 flattens, < 1 sharpens the distribution", above=0.0)
     top_k: int | None = option(
-        None, "sample only among the k most likely tokens (default: all)", min=1, max=MAX_VOCAB
+        None,
+        "sample only among the k most likely tokens (default: all)",
+        min=1,
+        max=sampling.MAX_TOP_K,
     )
     seed: int = option(1337, "seed of the sampling generator", min=0)
     explain: bool = option(
@@ -268,6 +273,12 @@ class SampleConfig:
             )
         if problems:
             raise ValueError("; ".join(problems))
+
+    def sampling_options(self) -> sampling.SamplingOptions:
+        """The sampling options of this (validated) configuration."""
+        return sampling.SamplingOptions(
+            self.max_new_tokens, self.temperature, self.top_k, self.seed
+        )
 
 
 @dataclasses.dataclass

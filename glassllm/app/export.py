@@ -54,7 +54,7 @@ class ExportConfig:
 def export(config: ExportConfig, out: TextIO | None = None) -> Path:
     """Export as ``glassllm export`` does; returns the directory written. Every failure is a
     ValueError (or OSError) with a message for the user, raised before anything is written."""
-    from glassllm.app.sample import open_model
+    from glassllm.app.sample import open_checkpoint
     from glassllm.hf import HFFormatError, check_target, save_pretrained
 
     config.validate()
@@ -68,7 +68,8 @@ def export(config: ExportConfig, out: TextIO | None = None) -> Path:
         check_target(out_dir, config.overwrite, source=config.checkpoint)
     except HFFormatError as err:
         raise ValueError(f"--out-dir {err}") from None
-    model, tokenizer, _ = open_model(config.checkpoint)
+    opened = open_checkpoint(config.checkpoint)
+    model, tokenizer = opened.model, opened.tokenizer
     try:
         path = save_pretrained(
             model, tokenizer, out_dir, overwrite=config.overwrite, source=config.checkpoint

@@ -23,7 +23,9 @@ import numpy as np
 from glassllm.app.config import SampleConfig
 from glassllm.app.run_state import RunState, SavedRun
 from glassllm.data import Tokenizer
-from glassllm.models import GPT
+from glassllm.models import GPT, generation
+from glassllm.models.sampling import SamplingOptions
+from glassllm.models.source import ModelSource
 
 EXPLAIN_TOP = 5  # alternatives shown per token by --explain
 
@@ -49,42 +51,42 @@ def generate_explained(
     tokenizer: Tokenizer,
     prompt_ids: list[int],
     num_samples: int,
-    max_new_tokens: int,
-    temperature: float,
-    top_k: int | None,
+    options: SamplingOptions,
     rng: np.random.Generator,
     top: int = EXPLAIN_TOP,
-) -> tuple[np.ndarray, list[list[TokenChoice]]]:
-    """Generate like ``model.generate`` and record every choice: ``(ids (B, T + new), choices)``
-    with ``choices[b]`` the TokenChoice list of sample ``b``."""
+) -> tuple[np.ndarray, list[list[generation.TokenChoice]]]:
+    """`glassllm.models.generation.explain` of ``num_samples`` copies of the prompt: ``(ids
+    (B, T + new), choices)``, each choice by token id (`described` words one)."""
     idx = np.tile(np.asarray(prompt_ids, dtype=np.int64), (num_samples, 1))  # (B, T)
-    choices: list[list[TokenChoice]] = [[] for _ in range(num_samples)]
-    new_ids = []
-    stream = model.generate_stream(idx, max_new_tokens, temperature, top_k, rng)
-    for step, (next_ids, probs) in enumerate(stream, start=1):  # (B,), (B, V)
-        ranked = np.argsort(-probs, axis=-1, kind="stable")[:, :top]  # (B, top)
-        for b in range(num_samples):
-            choices[b].append(
-                TokenChoice(
-                    step=step,
-                    token=tokenizer.token_repr(int(next_ids[b])),
-                    prob=float(probs[b, next_ids[b]]),
-                    alternatives=[  # not tokens that top-k ruled out: they were not weighed
-                        (tokenizer.token_repr(int(i)), float(probs[b, i]))
-                        for i in ranked[b]
-                        if probs[b, i] > 0.0
-                    ],
-                )
-            )
-        new_ids.append(next_ids[:, None])
-    return np.concatenate([idx, *new_ids], axis=1), choices
+    return generation.explain(model, idx, options, rng, top)
 
 
-def open_model(path: str | Path) -> tuple[GPT, Tokenizer, RunState | None]:
-    """``(model in eval mode, tokenizer, run state)`` from a glassllm checkpoint, or from a
-    Hugging Face GPT-2 directory (or its ``model.safetensors`` beside a ``config.json``: see
-    `glassllm.hf.is_pretrained_path`), which has no run state. Raises ValueError (or OSError)
-    with a message for the user; a Hugging Face model without tokenizer files is one."""
+def described(choice: generation.TokenChoice, tokenizer: Tokenizer) -> TokenChoice:
+    """A choice as ``--explain`` prints it: each token id in its printable form."""
+    return TokenChoice(
+        step=choice.step,
+        token=tokenizer.token_repr(choice.token_id),
+        prob=choice.prob,
+        alternatives=[(tokenizer.token_repr(i), p) for i, p in choice.alternatives],
+    )
+
+
+@dataclasses.dataclass
+class Opened:
+    """A model opened by `open_checkpoint`: in eval mode, with its tokenizer and description
+    (and, for a glassllm checkpoint, its run state)."""
+
+    model: GPT
+    tokenizer: Tokenizer
+    source: ModelSource
+    state: RunState | None = None
+
+
+def open_checkpoint(path: str | Path) -> Opened:
+    """Open any model the program accepts: a glassllm checkpoint, or a Hugging Face GPT-2
+    directory (or its ``model.safetensors`` beside a ``config.json``: see
+    `glassllm.hf.is_pretrained_path`). Raises ValueError (or OSError) with a message for the
+    user; a Hugging Face model without tokenizer files is one."""
     from glassllm.hf import is_pretrained_path, load_pretrained
 
     if Path(path).is_dir() and not (Path(path) / "config.json").is_file():
@@ -95,9 +97,30 @@ def open_model(path: str | Path) -> tuple[GPT, Tokenizer, RunState | None]:
     if is_pretrained_path(path):
         model, tokenizer = load_pretrained(path, require_tokenizer=True)
         assert tokenizer is not None
-        return model, tokenizer, None
-    saved = SavedRun.read(path)
-    return saved.model(), saved.state.tokenizer, saved.state
+        source = ModelSource("huggingface", Path(path), model.config, tokenizer.kind)
+        return Opened(model, tokenizer, source)
+    return opened_run(SavedRun.read(path), Path(path))
+
+
+def opened_run(saved: SavedRun, path: Path) -> Opened:
+    """The model of a glassllm checkpoint already read, with its description."""
+    state = saved.state
+    source = ModelSource(
+        "glassllm",
+        path,
+        state.model_config,
+        state.tokenizer.kind,
+        iteration=state.iteration,
+        best_val_loss=state.best_val_loss,
+        metadata=state.to_metadata(),
+    )
+    return Opened(saved.model(), state.tokenizer, source, state)
+
+
+def open_model(path: str | Path) -> tuple[GPT, Tokenizer, RunState | None]:
+    """``(model, tokenizer, run state or None)``: `open_checkpoint` as a tuple."""
+    opened = open_checkpoint(path)
+    return opened.model, opened.tokenizer, opened.state
 
 
 @dataclasses.dataclass
@@ -116,7 +139,8 @@ class SampleJob:
         """Check ``config``, read the checkpoint (once) and encode the prompt; every failure is a
         ValueError (or OSError) with a message for the user, raised before any output."""
         config.validate()
-        model, tokenizer, state = open_model(config.checkpoint)
+        opened = open_checkpoint(config.checkpoint)
+        model, tokenizer, state = opened.model, opened.tokenizer, opened.state
         try:
             prompt_ids = tokenizer.encode(config.prompt)
         except ValueError as err:
@@ -126,27 +150,25 @@ class SampleJob:
     def run(self, out: TextIO) -> list[str]:
         """Write the samples (and, with explain, each token's choice) to ``out``; return them."""
         o = self.config
+        options = o.sampling_options()
         rng = np.random.default_rng(o.seed)
         if o.explain:
             ids, choices = generate_explained(
-                self.model,
-                self.tokenizer,
-                self.prompt_ids,
-                o.num_samples,
-                o.max_new_tokens,
-                o.temperature,
-                o.top_k,
-                rng,
+                self.model, self.tokenizer, self.prompt_ids, o.num_samples, options, rng
             )
         else:
             prompt = np.tile(np.asarray(self.prompt_ids, dtype=np.int64), (o.num_samples, 1))
-            ids = self.model.generate(prompt, o.max_new_tokens, o.temperature, o.top_k, rng)
+            ids = self.model.generate(
+                prompt, options.max_new_tokens, options.temperature, options.top_k, rng
+            )
             choices = None
         texts = [self.tokenizer.decode(row.tolist()) for row in ids]
         for b, text in enumerate(texts):
             if choices is not None:
                 out.write(f"sample {b + 1}: step, token, probability | top {EXPLAIN_TOP}\n")
-                out.writelines(format_choice(choice) + "\n" for choice in choices[b])
+                out.writelines(
+                    format_choice(described(choice, self.tokenizer)) + "\n" for choice in choices[b]
+                )
             out.write(text + "\n---------------\n")
         out.flush()
         return texts

@@ -260,27 +260,22 @@ class Trainer:
         losses: dict[str, float] = {}
         logits = cfg.batch_size * cfg.block_size * self.model.config.vocab_size
         group = max(1, min(EVAL_BATCHES_PER_FORWARD, _EVAL_LOGITS // logits))
-        was_training = self.model.training
-        self.model.eval()
-        try:
-            with no_grad():
-                for index, (split, data) in enumerate(
-                    (("train", self.corpus.train), ("val", self.corpus.val))
-                ):
-                    rng = np.random.default_rng([cfg.seed, 2, index])
-                    batches = [
-                        get_batch(data, cfg.block_size, cfg.batch_size, rng)
-                        for _ in range(cfg.eval_iters)
-                    ]
-                    total = 0.0
-                    for start in range(0, cfg.eval_iters, group):  # the same groups on any N
-                        if self.parallel.evaluates(start // group):  # ranks share the groups
-                            xs, ys = zip(*batches[start : start + group], strict=True)
-                            loss = self.model(np.concatenate(xs), np.concatenate(ys))[1]
-                            total += float(loss.data) * len(xs)  # equal batches: mean of means
-                    losses[split] = total
-        finally:
-            self.model.train(was_training)
+        with self.model.evaluating(), no_grad():
+            for index, (split, data) in enumerate(
+                (("train", self.corpus.train), ("val", self.corpus.val))
+            ):
+                rng = np.random.default_rng([cfg.seed, 2, index])
+                batches = [
+                    get_batch(data, cfg.block_size, cfg.batch_size, rng)
+                    for _ in range(cfg.eval_iters)
+                ]
+                total = 0.0
+                for start in range(0, cfg.eval_iters, group):  # the same groups on any N
+                    if self.parallel.evaluates(start // group):  # ranks share the groups
+                        xs, ys = zip(*batches[start : start + group], strict=True)
+                        loss = self.model(np.concatenate(xs), np.concatenate(ys))[1]
+                        total += float(loss.data) * len(xs)  # equal batches: mean of means
+                losses[split] = total
         totals = self.parallel.sum([losses["train"], losses["val"]])
         return {split: total / cfg.eval_iters for split, total in zip(losses, totals, strict=True)}
 

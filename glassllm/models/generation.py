@@ -1,7 +1,9 @@
 """Sampling text from a GPT: the sampling rule, the key/value-cached loop, streaming.
 
 ``GPT.generate`` and ``GPT.generate_stream`` are thin entry points to ``generate`` and
-``generate_stream`` here; the model file keeps only the model.
+``generate_stream`` here; the model file keeps only the model. Both check their options through
+`SamplingOptions` and run `stream`, which takes the options object; `explain` records each
+token's probability and its top alternatives, by token id.
 
 Sampling: ``p = softmax(top_k_mask(logits / temperature))``; one ``u ~ U[0, 1)`` per row from
 ``rng.random``; the token is the first index whose cumulative probability exceeds
@@ -17,6 +19,7 @@ block computes only the last position (``last_position_hidden``).
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
@@ -27,6 +30,7 @@ import glassllm.functional as F
 import glassllm.nn as nn
 from glassllm._checks import is_integer
 from glassllm.autograd import no_grad
+from glassllm.models.sampling import SamplingOptions
 from glassllm.rng import get_rng
 from glassllm.tensor import Tensor
 
@@ -47,9 +51,10 @@ def generate(
 
     Runs under no_grad and in eval mode whatever the caller's state, and restores both.
     """
+    options = SamplingOptions(max_new_tokens, temperature, top_k)
     idx = model.check_idx(idx, crop_to_block=True)
-    stream = generate_stream(model, idx, max_new_tokens, temperature, top_k, rng, use_cache)
-    return np.concatenate([idx, *(ids[:, None] for ids, _ in stream)], axis=1)
+    steps = stream(model, idx, options, rng, use_cache)
+    return np.concatenate([idx, *(ids[:, None] for ids, _ in steps)], axis=1)
 
 
 def generate_stream(
@@ -61,43 +66,45 @@ def generate_stream(
     rng: np.random.Generator | None = None,
     use_cache: bool = True,
 ) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+    """`stream` with the options spelled out (``GPT.generate_stream``'s signature)."""
+    return stream(model, idx, SamplingOptions(max_new_tokens, temperature, top_k), rng, use_cache)
+
+
+def stream(
+    model: GPT,
+    idx: Any,
+    options: SamplingOptions,
+    rng: np.random.Generator | None = None,
+    use_cache: bool = True,
+) -> Iterator[tuple[np.ndarray, np.ndarray]]:
     """Yield ``(next_ids (B,), probs (B, vocab_size))`` per generated token; ``probs`` is the
     distribution the token was drawn from (after temperature and top-k).
 
     The context is cropped to the last ``block_size`` tokens. Arguments are checked here, so bad
     input raises at the call, before the first token. no_grad and eval mode are entered around
-    each step only, never held while the caller runs between tokens. ``rng=None`` draws from
-    ``glassllm.rng``'s default generator.
+    each step only, never held while the caller runs between tokens. ``rng=None`` draws from a
+    generator seeded with ``options.seed``, or without a seed from ``glassllm.rng``'s default.
     """
     idx = model.check_idx(idx, crop_to_block=True)
-    if not is_integer(max_new_tokens):
-        raise ValueError(f"max_new_tokens must be an integer, got {max_new_tokens!r}")
-    if max_new_tokens < 0:
-        raise ValueError(f"max_new_tokens must be >= 0, got {max_new_tokens}")
-    temperature = float(temperature)
-    if not temperature > 0.0:  # also rejects NaN
-        raise ValueError(f"temperature must be > 0, got {temperature}")
-    if top_k is not None:
-        if not is_integer(top_k) or top_k < 1:
-            raise ValueError(f"top_k must be a positive integer or None, got {top_k!r}")
-        top_k = min(int(top_k), model.config.vocab_size)
-    rng = get_rng(rng)
-    return _steps(model, idx, int(max_new_tokens), temperature, top_k, rng, bool(use_cache))
+    if not isinstance(options, SamplingOptions):
+        raise TypeError(f"options must be SamplingOptions, got {type(options).__name__}")
+    if rng is None and options.seed is not None:
+        rng = np.random.default_rng(options.seed)
+    return _steps(model, idx, options, get_rng(rng), bool(use_cache))
 
 
 def _steps(
     model: GPT,
     idx: np.ndarray,
-    max_new_tokens: int,
-    temperature: float,
-    top_k: int | None,
+    options: SamplingOptions,
     rng: np.random.Generator,
     use_cache: bool,
 ) -> Iterator[tuple[np.ndarray, np.ndarray]]:
     block_size = model.config.block_size
+    top_k = None if options.top_k is None else min(options.top_k, model.config.vocab_size)
     modules = list(model.modules())
     caches: list[nn.KVCache] | None = None
-    for _ in range(max_new_tokens):
+    for _ in range(options.max_new_tokens):
         with _inference(modules):
             if not use_cache or idx.shape[1] >= block_size:
                 # A full window slides at the next token, shifting every learned position:
@@ -110,10 +117,53 @@ def _steps(
                 caches = [nn.KVCache(capacity=block_size) for _ in model.blocks]
                 h = model.hidden_states(idx, caches)  # (B, T, E)
             logits = model.head(h[:, -1, :]).data  # (B, V)
-        probs = probabilities(logits, temperature, top_k)  # (B, V)
+        probs = probabilities(logits, options.temperature, top_k)  # (B, V)
         next_ids = sample(probs, rng)  # (B,)
         idx = np.concatenate([idx, next_ids[:, None]], axis=1)  # (B, T + 1)
         yield next_ids, probs
+
+
+@dataclasses.dataclass
+class TokenChoice:
+    """One generated token and what it was drawn from, by token id (a tokenizer words them)."""
+
+    step: int  # 1 for the first generated token
+    token_id: int
+    prob: float  # the probability it was drawn with
+    # the (up to) ``top`` most likely token ids with their probabilities, most likely first;
+    # tokens that top-k ruled out are not listed: they were not weighed
+    alternatives: list[tuple[int, float]]
+
+
+def explain(
+    model: GPT,
+    idx: Any,
+    options: SamplingOptions,
+    rng: np.random.Generator | None = None,
+    top: int = 5,
+) -> tuple[np.ndarray, list[list[TokenChoice]]]:
+    """Generate like `stream` and record every choice: ``(ids (B, T + new), choices)`` with
+    ``choices[b][i].token_id == ids[b, T + i]``; the probabilities are the sampler's own."""
+    if not is_integer(top) or top < 1:
+        raise ValueError(f"top must be a positive integer, got {top!r}")
+    idx = model.check_idx(idx, crop_to_block=True)
+    choices: list[list[TokenChoice]] = [[] for _ in range(idx.shape[0])]
+    new_ids = []
+    for step, (next_ids, probs) in enumerate(stream(model, idx, options, rng), start=1):
+        ranked = np.argsort(-probs, axis=-1, kind="stable")[:, :top]  # (B, top)
+        for b, row in enumerate(choices):
+            row.append(
+                TokenChoice(
+                    step=step,
+                    token_id=int(next_ids[b]),
+                    prob=float(probs[b, next_ids[b]]),
+                    alternatives=[
+                        (int(i), float(probs[b, i])) for i in ranked[b] if probs[b, i] > 0.0
+                    ],
+                )
+            )
+        new_ids.append(next_ids[:, None])
+    return np.concatenate([idx, *new_ids], axis=1), choices
 
 
 def probabilities(logits: np.ndarray, temperature: float, top_k: int | None) -> np.ndarray:
@@ -171,15 +221,7 @@ def block_last_position(block: Block, x: Tensor) -> Tensor:
 
 @contextmanager
 def _inference(modules: list[nn.Module]) -> Iterator[None]:
-    """no_grad and eval mode for one step; each module's previous mode comes back after."""
-    # why: the module list is built once per stream, and modes are set without
-    # Module.__setattr__: walking the tree per token cost a quarter of a cached step.
-    modes = [module.training for module in modules]
-    for module in modules:
-        object.__setattr__(module, "training", False)
-    try:
-        with no_grad():
-            yield
-    finally:
-        for module, mode in zip(modules, modes, strict=True):
-            object.__setattr__(module, "training", mode)
+    """no_grad and eval mode for one step; each module's previous mode comes back after. The
+    module list is built once per stream (`nn.eval_mode` takes it, so no walk per token)."""
+    with nn.eval_mode(modules), no_grad():
+        yield

@@ -175,7 +175,7 @@ def inspect(
         mlp[len(streams)] = out.data[0]  # block len(streams) is running
 
     with ExitStack() as stack:
-        stack.enter_context(_eval_mode(model))
+        stack.enter_context(model.evaluating())
         stack.enter_context(no_grad())
         stack.enter_context(_recording(model.drop, lambda _a, out: embeddings.append(out.data)))
         for block in model.blocks:
@@ -289,14 +289,3 @@ def _recording(module: Module, record: Callable[[tuple, Any], None]) -> Iterator
         yield
     finally:
         module.__dict__.pop("forward", None)
-
-
-@contextmanager
-def _eval_mode(model: Module) -> Iterator[None]:
-    modes = [(module, module.training) for module in model.modules()]
-    model.eval()
-    try:
-        yield
-    finally:
-        for module, mode in modes:
-            object.__setattr__(module, "training", mode)

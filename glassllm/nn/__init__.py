@@ -16,7 +16,7 @@ from glassllm.nn.dropout import Dropout
 from glassllm.nn.embedding import Embedding
 from glassllm.nn.kv_cache import KVCache
 from glassllm.nn.linear import Linear
-from glassllm.nn.module import IncompatibleKeys, Module
+from glassllm.nn.module import IncompatibleKeys, Module, eval_mode
 from glassllm.nn.normalization import LayerNorm
 
 __all__ = [
@@ -34,6 +34,7 @@ __all__ = [
     "ReLU",
     "Sequential",
     "Tanh",
+    "eval_mode",
     "init",
     "utils",
 ]

@@ -39,7 +39,9 @@ dtype('float32')
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable, Iterable, Iterator, Mapping
+from contextlib import contextmanager
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -257,6 +259,21 @@ class Module:
         """Same as ``train(False)``: dropout becomes the identity."""
         return self.train(False)
 
+    def evaluating(self) -> contextlib.AbstractContextManager[None]:
+        """``with model.evaluating():`` runs the body in eval mode, then gives every module of
+        the tree back its own mode (a mixed tree stays mixed), also when the body raises.
+
+        >>> import glassllm.nn as nn
+        >>> model = nn.Sequential(nn.Linear(2, 2), nn.Dropout(0.5))
+        >>> _ = model[1].eval()  # one module in eval mode already
+        >>> with model.evaluating():
+        ...     [m.training for m in model.modules()]
+        [False, False, False]
+        >>> [m.training for m in model.modules()]
+        [True, True, False]
+        """
+        return eval_mode(self)
+
     def zero_grad(self, set_to_none: bool = True) -> None:
         """Set every parameter's ``grad`` to None (the next backward starts from nothing); with
         ``set_to_none=False`` fill the gradient arrays with zeros instead (torch's signature)."""
@@ -432,3 +449,25 @@ def _describe_unexpected(keys: list[str], aliases: dict[str, str]) -> list[str]:
         else (key if isinstance(key, str) else repr(key))
         for key in keys
     ]
+
+
+@contextmanager
+def eval_mode(modules: Module | Iterable[Module]) -> Iterator[None]:
+    """Eval mode for ``modules`` (a module's whole tree, or a list of modules) while the body
+    runs; each module's previous mode comes back after, also when the body raises.
+
+    `Module.evaluating` is this for one tree. A list lets a caller that enters eval mode often
+    (generation, once per token) walk the tree once and pass the list: walking it per token cost
+    a quarter of a cached decoding step. PyTorch has no such helper (``torch.inference_mode``
+    is about gradients); ``was_training = m.training; m.eval(); ...; m.train(was_training)`` is
+    the usual hand-written form, which flattens a mixed tree to the root's mode.
+    """
+    modules = list(modules.modules()) if isinstance(modules, Module) else list(modules)
+    modes = [module.training for module in modules]
+    for module in modules:
+        object.__setattr__(module, "training", False)  # as Module.train: not a registration
+    try:
+        yield
+    finally:
+        for module, mode in zip(modules, modes, strict=True):
+            object.__setattr__(module, "training", mode)

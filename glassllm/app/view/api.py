@@ -15,16 +15,21 @@ from typing import Any
 import numpy as np
 
 import glassllm
-from glassllm.app.config import MIN_TEMPERATURE
 from glassllm.app.sample import EXPLAIN_TOP, generate_explained
 from glassllm.autograd import no_grad
 from glassllm.graph.examples import EXAMPLES, run_example
+from glassllm.models import sampling
 from glassllm.models.inspect import SOURCES, top_k
 
 from .fields import ApiError, bad, integer, number, optional_integer, text, token_ids
 from .run import Run
 
+# The viewer's own limits, for a server's sake (the bounds of sampling are the library's,
+# glassllm.models.sampling): a request holds the model's lock while it generates, so one request
+# generates at most MAX_NEW_TOKENS tokens, and the page's temperature stays within MAX_TEMPERATURE.
 MAX_NEW_TOKENS = 500
+MAX_TEMPERATURE = 1e4
+MIN_TEMPERATURE = sampling.MIN_TEMPERATURE
 MAX_PROMPT_CHARS = 20_000
 MLP_TOP = 8  # units per position in the MLP summary
 # Attention of every layer goes into one /api/inspect answer up to this many numbers (L*H*T*T);
@@ -89,15 +94,16 @@ def info(run: Run, query: dict[str, Any]) -> dict[str, Any]:
         }
         if run.model is None:
             return answer
-        meta = run.metadata
+        source = run.source
+        assert source is not None
         answer["checkpoint"] = {
             "file": run.checkpoint_path.name,
             "stamp": list(run._stamp or ()),
-            "iteration": meta.get("iteration"),
-            "best_val_loss": meta.get("best_val_loss"),
+            "iteration": source.iteration,
+            "best_val_loss": source.best_val_loss,
             "model_config": run.model.config.to_dict(),
             "parameters": run.model.num_parameters(),
-            "tokenizer": meta.get("tokenizer", {}).get("type"),
+            "tokenizer": source.tokenizer_kind,
         }
         if query.get("brief") != "1":
             answer["checkpoint"]["vocab"] = run.tokens()
@@ -127,23 +133,24 @@ def generate(run: Run, body: dict[str, Any]) -> dict[str, Any]:
     model = _model(run)
     ids = _ids_from(run, body, max_tokens=8 * MAX_PROMPT_CHARS)
     max_new = integer(body, "max_new_tokens", 100, 0, MAX_NEW_TOKENS)
-    temperature = number(body, "temperature", 0.8, MIN_TEMPERATURE, 1e4)
-    top_k = optional_integer(body, "top_k", 1, 1_000_000)
+    temperature = number(body, "temperature", 0.8, MIN_TEMPERATURE, MAX_TEMPERATURE)
+    top_k = optional_integer(body, "top_k", 1, sampling.MAX_TOP_K)
     seed = integer(body, "seed", 1337, 0, SEED_MAX)
+    try:
+        options = sampling.SamplingOptions(max_new, temperature, top_k, seed)
+    except ValueError as err:
+        raise bad(str(err)) from None
     rng = np.random.default_rng(seed)  # as glassllm sample: one generator, seeded once
-    all_ids, choices = generate_explained(
-        model, run.tokenizer, ids, 1, max_new, temperature, top_k, rng
-    )
-    tokens = []
-    for token_id, choice in zip(all_ids[0, len(ids) :].tolist(), choices[0], strict=True):
-        tokens.append(
-            {
-                **_token(run, token_id),
-                "step": choice.step,
-                "p": choice.prob,
-                "top": [{**_token(run, run.id_of_repr(r)), "p": p} for r, p in choice.alternatives],
-            }
-        )
+    _, choices = generate_explained(model, run.tokenizer, ids, 1, options, rng)
+    tokens = [
+        {
+            **_token(run, choice.token_id),
+            "step": choice.step,
+            "p": choice.prob,
+            "top": [{**_token(run, i), "p": p} for i, p in choice.alternatives],
+        }
+        for choice in choices[0]
+    ]
     answer = {
         "prompt": [_token(run, i) for i in ids],
         "tokens": tokens,
@@ -153,7 +160,7 @@ def generate(run: Run, body: dict[str, Any]) -> dict[str, Any]:
             "top_k": top_k,
             "seed": seed,
         },
-        "source": "glassllm/app/sample.py: generate_explained",
+        "source": "glassllm/models/generation.py: explain",
     }
     if body.get("ids") is None:
         answer["command"] = _sample_command(run, body["prompt"], max_new, temperature, top_k, seed)

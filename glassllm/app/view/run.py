@@ -21,9 +21,11 @@ import numpy as np
 
 from glassllm.app.config import CHECKPOINT_NAME, LOG_NAME, STATS_NAME
 from glassllm.app.run_state import SavedRun
+from glassllm.app.sample import open_checkpoint, opened_run
 from glassllm.data import Tokenizer
 from glassllm.models import GPT
 from glassllm.models.inspect import Inspection, inspect
+from glassllm.models.source import ModelSource
 
 # Bytes of inspections kept for follow-up requests (attention of one layer, one neuron) on the
 # same text; the latest is kept whatever its size (GPT-2 at context 1024: about 1 GB, mostly its
@@ -58,16 +60,7 @@ class Run:
         ``out_dir`` are shown if it has any."""
         run = cls.__new__(cls)
         run._start(out_dir, None)
-        run._use(
-            model,
-            tokenizer,
-            {
-                "format": "in memory",
-                "iteration": None,
-                "best_val_loss": None,
-                "tokenizer": {"type": tokenizer.kind},
-            },
-        )
+        run._use(model, tokenizer, ModelSource("in memory", None, model.config, tokenizer.kind))
         run.follows = False
         return run
 
@@ -79,13 +72,12 @@ class Run:
         self.lock = threading.Lock()
         self.model: GPT | None = None
         self.tokenizer: Tokenizer | None = None
-        self.metadata: dict[str, Any] = {}
+        self.source: ModelSource | None = None
         self.reload_error: str | None = None
         self._stamp: tuple[int, int, int] | None = None
         self.follows = True  # False for a Hugging Face directory: read once
         self._inspections: collections.OrderedDict[tuple, Inspection] = collections.OrderedDict()
         self._tokens: list[dict[str, Any]] | None = None
-        self._id_of_repr: dict[str, int] = {}
 
     # ---- the checkpoint
 
@@ -114,31 +106,25 @@ class Run:
 
     def _load(self) -> None:
         saved, stamp = self._read()
-        model = saved.model()  # built from verified metadata, loaded from the same bytes
-        self._use(model, saved.state.tokenizer, saved.state.to_metadata())
+        opened = opened_run(saved, self.checkpoint_path)  # built from verified metadata
+        self._use(opened.model, opened.tokenizer, opened.source)
         self._stamp = stamp
         self.reload_error = None
 
     def _load_pretrained(self) -> None:
-        from glassllm.hf import load_pretrained
-
-        model, tokenizer = load_pretrained(self.checkpoint_path, require_tokenizer=True)
-        self._use(
-            model,
-            tokenizer,
-            {
-                "format": "huggingface",
-                "iteration": None,
-                "best_val_loss": None,
-                "tokenizer": {"type": tokenizer.kind},
-            },
-        )
+        opened = open_checkpoint(self.checkpoint_path)
+        self._use(opened.model, opened.tokenizer, opened.source)
         self.follows = False
 
-    def _use(self, model: GPT, tokenizer: Tokenizer, metadata: dict[str, Any]) -> None:
-        self.model, self.tokenizer, self.metadata = model, tokenizer, metadata
+    @property
+    def metadata(self) -> dict[str, Any]:
+        """The glassllm checkpoint's metadata; empty for a model that has none."""
+        return {} if self.source is None or self.source.metadata is None else self.source.metadata
+
+    def _use(self, model: GPT, tokenizer: Tokenizer, source: ModelSource) -> None:
+        self.model, self.tokenizer, self.source = model, tokenizer, source
         self._inspections.clear()
-        self._tokens, self._id_of_repr = None, {}
+        self._tokens = None
 
     # ---- the vocabulary, built once per model
 
@@ -149,19 +135,10 @@ class Run:
             self._tokens = [
                 _token_entry(self.tokenizer, i) for i in range(self.model.config.vocab_size)
             ]
-            self._id_of_repr = {}
-            for token in self._tokens:
-                self._id_of_repr.setdefault(token["repr"], token["id"])
         return self._tokens
 
     def token(self, token_id: int) -> dict[str, Any]:
         return self.tokens()[int(token_id)]
-
-    def id_of_repr(self, text: str) -> int:
-        """The token whose printable form (``Tokenizer.token_repr``) is ``text`` (the lowest id
-        if several share it)."""
-        self.tokens()
-        return self._id_of_repr[text]
 
     def refresh(self) -> None:
         """Reload the checkpoint if its file changed (saves are atomic renames). A failed reload

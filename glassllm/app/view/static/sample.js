@@ -1,5 +1,5 @@
 // The Sample tab: generate, see each token's probability, its alternatives, branch from one.
-// Numbers come from /api/generate (glassllm/app/sample.py: generate_explained, the function behind
+// Numbers come from /api/generate (glassllm/models/generation.py: explain, the function behind
 // `glassllm sample --explain`) and /api/distribution.
 
 import { call, clearError } from "./api.js";
