@@ -169,6 +169,10 @@ def worker(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def parent(args: argparse.Namespace) -> dict[str, dict[str, Any]]:
+    if args.data not in ("builtin", "shakespeare") and not Path(args.data).is_file():
+        raise SystemExit(
+            f"bench/shakespeare.py: --data {args.data}: no such file (or: shakespeare)"
+        )
     runs = {}
     for side in args.sides:
         run = runs[f"{side} seed {args.seed}"] = C.run_side(args, side, args.threads[0])
