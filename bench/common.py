@@ -268,6 +268,13 @@ def peak_rss_bytes() -> int:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
 
 
+def high_water_bytes() -> int:
+    """This process's peak resident set size (VmHWM). Unlike ``ru_maxrss``, which survives exec
+    and so would report a parent's larger peak, it belongs to this address space."""
+    status = Path("/proc/self/status").read_text()
+    return int(status.split("VmHWM:")[1].split()[0]) * 1024
+
+
 def minor_faults() -> int:
     return resource.getrusage(resource.RUSAGE_SELF).ru_minflt
 
