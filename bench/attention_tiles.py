@@ -35,11 +35,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repeats", type=int, default=7)
     args = parser.parse_args(argv)
 
-    from glassllm.allocator import tune_allocator
-
     import glassllm.functional as F
     import glassllm.functional.attention as attention
     from glassllm import Tensor
+    from glassllm.app.allocator import tune_allocator
 
     tune_allocator()
     rng = np.random.default_rng(0)

@@ -147,12 +147,15 @@ def run_side(args: argparse.Namespace, side: str, threads: int, *extra: str) -> 
     return payloads[-1]
 
 
-def alternate(args: argparse.Namespace, threads: int, *extra: str) -> dict[str, list[dict]]:
-    """Each side once per round, in order, ``args.rounds`` times: ``{side: [payload per round]}``.
-    ``extra``: more worker options."""
+def alternate(
+    args: argparse.Namespace, threads: int, *extra: str, flip: bool = False
+) -> dict[str, list[dict]]:
+    """Each side once per round, in order (reversed every other round with ``flip``),
+    ``args.rounds`` times: ``{side: [payload per round]}``. ``extra``: more worker options."""
     results: dict[str, list[dict[str, Any]]] = {side: [] for side in args.sides}
     for r in range(args.rounds):
-        for side, runs in results.items():
+        for side in args.sides[::-1] if flip and r % 2 else args.sides:
+            runs = results[side]
             runs.append(run_side(args, side, threads, *extra))
             shown = {k: v for k, v in runs[-1].items() if isinstance(v, float)}
             print(f"  round {r + 1}/{args.rounds} {side}: {fmt_dict(shown)}", flush=True)
@@ -263,6 +266,13 @@ def rss_bytes() -> int:
 def peak_rss_bytes() -> int:
     """Largest resident set size so far (ru_maxrss is in KiB on Linux)."""
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+
+
+def high_water_bytes() -> int:
+    """This process's peak resident set size (VmHWM). Unlike ``ru_maxrss``, which survives exec
+    and so would report a parent's larger peak, it belongs to this address space."""
+    status = Path("/proc/self/status").read_text()
+    return int(status.split("VmHWM:")[1].split()[0]) * 1024
 
 
 def minor_faults() -> int:

@@ -24,6 +24,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from statistics import median
 
 SCRIPT = Path(__file__).resolve()
 ROOT = SCRIPT.parents[1]
@@ -31,12 +32,6 @@ MODELS = {
     "tiny": dict(n_layer=4, n_head=4, n_embd=128),
     "6x384": dict(n_layer=6, n_head=6, n_embd=384),
 }
-
-
-def median(values: list[float]) -> float:
-    ordered = sorted(values)
-    mid = len(ordered) // 2
-    return ordered[mid] if len(ordered) % 2 else 0.5 * (ordered[mid - 1] + ordered[mid])
 
 
 def worker(args: argparse.Namespace) -> None:
@@ -139,9 +134,7 @@ def worker(args: argparse.Namespace) -> None:
                     "compute_ms": slowest["compute"],
                     "wait_ms": slowest["wait"],
                     "allreduce_ms": slowest["allreduce"] if world.size > 1 else 0.0,
-                    "allreduce_share": slowest["allreduce"] / slowest["step"]
-                    if world.size > 1
-                    else 0.0,
+                    "allreduce_share": slowest["allreduce"] / slowest["step"] * (world.size > 1),
                 }
             ),
             flush=True,
@@ -170,26 +163,14 @@ def main() -> None:
         worker(args)
         return
     threads = str(args.blas_threads)
-    env = dict(
-        os.environ, OMP_NUM_THREADS=threads, OPENBLAS_NUM_THREADS=threads, MKL_NUM_THREADS=threads
-    )
+    variables = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")
+    env = dict(os.environ, **dict.fromkeys(variables, threads))
     env["PYTHONPATH"] = str(ROOT) + os.pathsep + env.get("PYTHONPATH", "")
     beside = Path(sys.executable).parent / "mpiexec"
     mpiexec = str(beside) if beside.exists() else shutil.which("mpiexec")
-    passed = [
-        "--model",
-        args.model,
-        "--steps",
-        str(args.steps),
-        "--warmup",
-        str(args.warmup),
-        "--batch-size",
-        str(args.batch_size),
-        "--block-size",
-        str(args.block_size),
-        "--blas-threads",
-        threads,
-    ]
+    passed = ["--blas-threads", threads, "--model", args.model]
+    for name in ("steps", "warmup", "batch_size", "block_size"):
+        passed += ["--" + name.replace("_", "-"), str(getattr(args, name))]
     if args.allreduce_only:
         passed.append("--allreduce-only")
     for ranks in [max(args.ranks)] if args.allreduce_only else args.ranks:

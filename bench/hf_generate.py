@@ -18,65 +18,39 @@ Needs torch and transformers for the comparison (``--engines glassllm`` runs wit
 from __future__ import annotations
 
 import argparse
-import json
-import os
-import resource
-import statistics
-import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
-REPO = Path(__file__).resolve().parent.parent
+import common as C
+import numpy as np
+
+SIDES = ("glassllm", "transformers")
+DEFAULT_SIDES = SIDES
 SHAPES = {
     "gpt2": dict(vocab_size=50257, block_size=1024, n_layer=12, n_head=12, n_embd=768),
     "tiny": dict(vocab_size=512, block_size=128, n_layer=2, n_head=2, n_embd=64),
 }
-THREAD_VARIABLES = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")
+MB = 2**20
 
 
-def resident_mb() -> float:
-    with open("/proc/self/statm") as handle:
-        return int(handle.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.set_defaults(threads=[1, 2], rounds=2)
+    parser.add_argument("--shape", choices=sorted(SHAPES), default="gpt2")
+    parser.add_argument("--engines", nargs="+", help="the sides, space-separated (as --sides)")
+    parser.add_argument("--new-tokens", type=int, default=64)
+    parser.add_argument("--prompt-tokens", type=int, default=16)
+    parser.add_argument("--repeats", type=int, default=3, help="timed runs per process")
+    parser.add_argument("--json", type=Path, dest="out", help="as --out")
+    parser.add_argument("--model-dir", help=argparse.SUPPRESS)
 
 
-def peak_mb() -> float:
-    """This process's peak resident memory. Linux's VmHWM belongs to the address space, which
-    exec starts afresh; ru_maxrss would not do: it survives exec, so a worker would report the
-    parent's peak (the parent builds the random model)."""
-    try:
-        with open("/proc/self/status") as handle:
-            for line in handle:
-                if line.startswith("VmHWM:"):
-                    return int(line.split()[1]) / 1024
-    except OSError:
-        pass
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-
-
-def make_model(shape: str, directory: Path) -> None:
-    """Random GPT-2 weights (glassllm's GPT-2 initialisation), written as a HF directory."""
-    import numpy as np
-
-    from glassllm.hf import save_pretrained
-    from glassllm.models import GPT, GPTConfig
-
-    model = GPT(GPTConfig(**SHAPES[shape], bias=True), rng=np.random.default_rng(0))
-    save_pretrained(model, None, directory, overwrite=True)
-
-
-def worker(args: argparse.Namespace) -> None:
-    """One engine, one thread count: load, warm up, time ``repeats`` generations; print JSON."""
-    if args.worker == "glassllm":
-        import glassllm  # noqa: F401 - before NumPy, as the glassllm command imports it
-
-    import numpy as np
-
-    args.threads = args.threads[0]
+def worker(args: argparse.Namespace) -> dict[str, Any]:
+    """One engine, one thread count: load, warm up, time ``repeats`` generations."""
     prompt = np.random.default_rng(0).integers(0, 512, size=(1, args.prompt_tokens))
-    before = resident_mb()
-    start = time.perf_counter()
+    before, start = C.rss_bytes(), time.perf_counter()
     if args.worker == "glassllm":
         from glassllm.hf import load_model
 
@@ -88,108 +62,83 @@ def worker(args: argparse.Namespace) -> None:
         import torch
         import transformers
 
-        torch.set_num_threads(args.threads)
+        C.set_torch_threads(args.threads)
         model = transformers.GPT2LMHeadModel.from_pretrained(args.model_dir).eval()
-        prompt_ids = torch.from_numpy(prompt)
+        ids = torch.from_numpy(prompt)
 
         def generate() -> list[int]:
             with torch.no_grad():
                 out = model.generate(
-                    prompt_ids,
-                    attention_mask=torch.ones_like(prompt_ids),
-                    max_new_tokens=args.new_tokens,
-                    min_new_tokens=args.new_tokens,
-                    do_sample=False,
-                    use_cache=True,
-                    pad_token_id=0,
-                )
+                    ids, attention_mask=torch.ones_like(ids), max_new_tokens=args.new_tokens,
+                    min_new_tokens=args.new_tokens, do_sample=False, use_cache=True, pad_token_id=0,
+                )  # fmt: skip
             return out[0].tolist()
 
-    load_s = time.perf_counter() - start
-    loaded = resident_mb()
+    load_s, loaded = time.perf_counter() - start, C.rss_bytes()
     generate()  # warm-up
-    times, ids = [], []
-    for _ in range(args.repeats):
-        start = time.perf_counter()
-        ids = generate()
-        times.append(time.perf_counter() - start)
-    print(
-        json.dumps(
-            {
-                "engine": args.worker,
-                "threads": args.threads,
-                "tok_s": [args.new_tokens / t for t in times],
-                "load_s": load_s,
-                "rss_before_load_mb": before,
-                "rss_after_load_mb": loaded,
-                "peak_mb": peak_mb(),
-                "ids": ids,
-            }
-        )
-    )
+    times = C.time_calls(generate, args.repeats)
+    return {
+        "tok_s": [args.new_tokens / t for t in times],
+        "load_s": load_s,
+        "rss_before_load_mb": before / MB,
+        "rss_after_load_mb": loaded / MB,
+        "peak_mb": C.high_water_bytes() / MB,
+        "ids": generate(),
+    }
 
 
-def run_worker(engine: str, threads: int, args: argparse.Namespace, model_dir: Path) -> dict:
-    env = {**os.environ, **{name: str(threads) for name in THREAD_VARIABLES}}
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH")]))
-    command = [
-        sys.executable, __file__, "--worker", engine, "--model-dir", str(model_dir),
-        "--threads", str(threads), "--new-tokens", str(args.new_tokens),
-        "--prompt-tokens", str(args.prompt_tokens), "--repeats", str(args.repeats),
-    ]  # fmt: skip
-    done = subprocess.run(command, env=env, capture_output=True, text=True, check=False)
-    if done.returncode != 0:
-        raise SystemExit(f"{engine} worker failed:\n{done.stderr[-2000:]}")
-    return json.loads(done.stdout.strip().splitlines()[-1])
+def parent(args: argparse.Namespace) -> dict[str, dict[str, Any]]:
+    from glassllm.hf import save_pretrained
+    from glassllm.models import GPT, GPTConfig
 
-
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--shape", choices=sorted(SHAPES), default="gpt2")
-    parser.add_argument("--threads", type=int, nargs="+", default=[1, 2])
-    parser.add_argument("--engines", nargs="+", default=["glassllm", "transformers"])
-    parser.add_argument("--new-tokens", type=int, default=64)
-    parser.add_argument("--prompt-tokens", type=int, default=16)
-    parser.add_argument("--repeats", type=int, default=3, help="timed runs per process")
-    parser.add_argument("--rounds", type=int, default=2, help="processes per engine and threads")
-    parser.add_argument("--json", type=Path, help="also write the raw results here")
-    parser.add_argument("--worker", help=argparse.SUPPRESS)
-    parser.add_argument("--model-dir", help=argparse.SUPPRESS)
-    args = parser.parse_args()
-    if args.worker:
-        worker(args)
-        return
-    sys.path.insert(0, str(REPO))
+    args.sides = args.engines or args.sides
+    by_threads: dict[str, Any] = {}
     with tempfile.TemporaryDirectory(prefix="glassllm-hf-bench-") as scratch:
-        model_dir = Path(scratch) / args.shape
-        make_model(args.shape, model_dir)
-        results = []
-        for round_index in range(args.rounds):
-            for threads in args.threads:
-                engines = args.engines if round_index % 2 == 0 else args.engines[::-1]
-                for engine in engines:
-                    results.append(run_worker(engine, threads, args, model_dir))
-                    speed = statistics.median(results[-1]["tok_s"])
-                    print(f"round {round_index + 1} {engine:12s} {threads}: {speed:6.1f} tok/s")
-    print(
-        f"\n{args.shape}: {args.prompt_tokens}-token prompt, {args.new_tokens} new tokens, greedy"
-    )
-    print("engine        threads  median tok/s  RSS after load MB  peak MB  load s")
-    for engine in args.engines:
+        model_dir = str(Path(scratch) / args.shape)
+        model = GPT(GPTConfig(**SHAPES[args.shape], bias=True), rng=np.random.default_rng(0))
+        save_pretrained(model, None, model_dir, overwrite=True)
+        del model
         for threads in args.threads:
-            mine = [r for r in results if r["engine"] == engine and r["threads"] == threads]
-            speeds = [s for r in mine for s in r["tok_s"]]
-            print(
-                f"{engine:12s}  {threads:7d}  {statistics.median(speeds):12.1f}  "
-                f"{statistics.median(r['rss_after_load_mb'] for r in mine):17.0f}  "
-                f"{max(r['peak_mb'] for r in mine):7.0f}  "
-                f"{statistics.median(r['load_s'] for r in mine):6.2f}"
-            )
-    same = len({tuple(r["ids"]) for r in results}) == 1
-    print(f"same greedy ids across engines and runs: {same}")
-    if args.json:
-        args.json.write_text(json.dumps(results, indent=1) + "\n")
+            results = C.alternate(args, threads, "--model-dir", model_dir, flip=True)
+            by_threads[str(threads)] = {
+                side: {
+                    "tok_s": C.median([s for r in runs for s in r["tok_s"]]),
+                    "rss_after_load_mb": C.median([r["rss_after_load_mb"] for r in runs]),
+                    "peak_mb": max(r["peak_mb"] for r in runs),
+                    "load_s": C.median([r["load_s"] for r in runs]),
+                    "ids": [r["ids"] for r in runs],
+                }
+                for side, runs in results.items()
+            }
+    ids = {tuple(i) for sides in by_threads.values() for s in sides.values() for i in s["ids"]}
+    payload = {"shape": SHAPES[args.shape], "prompt_tokens": args.prompt_tokens}
+    payload |= {"new_tokens": args.new_tokens, "same_ids": len(ids) == 1}
+    return {args.shape: {**payload, "by_threads": by_threads}}
+
+
+def render(runs: dict[str, Any]) -> str:
+    """Per shape: one row per thread count and engine, then whether the greedy ids agree."""
+    headers = ["threads", "engine", "median tok/s", "RSS after load MB", "peak MB", "load s"]
+    lines = []
+    for shape, run in runs.items():
+        rows = [
+            [t, side, v["tok_s"], v["rss_after_load_mb"], v["peak_mb"], v["load_s"]]
+            for t, sides in run["by_threads"].items()
+            for side, v in sides.items()
+        ]
+        lines += [
+            C.machine_line(run["machine"]),
+            f"\n{shape}: {run['prompt_tokens']}-token prompt, {run['new_tokens']} new tokens, "
+            "greedy\n",
+            C.table(headers, rows),
+            f"\nsame greedy ids across engines and runs: {run['same_ids']}",
+        ]
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    return C.main(sys.modules[__name__], argv)
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

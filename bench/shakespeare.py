@@ -169,6 +169,10 @@ def worker(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def parent(args: argparse.Namespace) -> dict[str, dict[str, Any]]:
+    if args.data not in ("builtin", "shakespeare") and not Path(args.data).is_file():
+        raise SystemExit(
+            f"bench/shakespeare.py: --data {args.data}: no such file (or: shakespeare)"
+        )
     runs = {}
     for side in args.sides:
         run = runs[f"{side} seed {args.seed}"] = C.run_side(args, side, args.threads[0])
@@ -185,6 +189,7 @@ def parent(args: argparse.Namespace) -> dict[str, dict[str, Any]]:
 def render(runs: dict[str, Any]) -> str:
     """RESULTS.md's block: one row per run."""
     headers = ["framework", "seed", "train loss (whole split)", "val loss (whole split)"]
+    headers += ["val bits/char", "tokenizer"]
     headers += ["val, 20-batch estimate", "reached", "run s", "ms/step", "peak RSS MiB", "CPU"]
     rows = [
         [
@@ -192,6 +197,8 @@ def render(runs: dict[str, Any]) -> str:
             r["seed"],
             f"{r['final_train_loss_full']:.4f}",
             f"{r['final_val_loss_full']:.4f}",
+            f"{r['final_val_bpc_full']:.3f}" if "final_val_bpc_full" in r else "-",
+            r.get("tokenizer", "char-65"),
             f"{r['evals'][-1]['val']:.4f}",
             "yes" if r["reached"] else "no",
             r["wall_s_training_loop"],

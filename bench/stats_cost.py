@@ -16,108 +16,78 @@ free of the drift between two processes on a shared machine.
 from __future__ import annotations
 
 import argparse
-import json
-import os
-import statistics
-import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
-BENCH_DIR = Path(__file__).resolve().parent
-MARKER = "BENCH_JSON "
+import common as C
+
+SIDES = ("off", "on")
+DEFAULT_SIDES = SIDES
 
 
-def worker(args: argparse.Namespace) -> dict:
-    sys.path.insert(1, str(BENCH_DIR))
-    import common as C
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--steps", type=int, default=300)
+    parser.add_argument("--interval", type=int, default=10)
+    parser.add_argument("--seed", type=int, default=0)
 
+
+def worker(args: argparse.Namespace) -> dict[str, Any]:
+    interval = args.interval if args.worker == "on" else 0
     with tempfile.TemporaryDirectory() as tmp:
         trainer = C.glassllm_trainer(
-            Path(tmp), "tiny", seed=args.seed, max_iters=args.steps, stats_interval=args.interval
+            Path(tmp), "tiny", seed=args.seed, max_iters=args.steps, stats_interval=interval
         )
         spent = [0.0]
-        stats = trainer.stats
         for name in ("before_update", "after_update"):
-            original = getattr(stats, name)
+            original = getattr(trainer.stats, name)
 
-            def timed(*a, _original=original, **k):
+            def timed(*a: Any, _original: Any = original, **k: Any) -> Any:
                 start = time.perf_counter()
                 try:
                     return _original(*a, **k)
                 finally:
                     spent[0] += time.perf_counter() - start
 
-            setattr(stats, name, timed)
+            setattr(trainer.stats, name, timed)
         result = trainer.fit(progress=False)
-        lines = 0
-        if (Path(tmp) / "out" / "stats.jsonl").exists():
-            lines = len((Path(tmp) / "out" / "stats.jsonl").read_text().splitlines())
+        stats = Path(tmp) / "out" / "stats.jsonl"
+        lines = len(stats.read_text().splitlines()) if stats.exists() else 0
     return {"elapsed_s": result.elapsed_s, "stats_s": spent[0], "lines": lines}
 
 
-def run_worker(interval: int, args: argparse.Namespace) -> dict:
-    env = {
-        **os.environ,
-        "OPENBLAS_NUM_THREADS": str(args.threads),
-        "OMP_NUM_THREADS": str(args.threads),
-    }
-    done = subprocess.run(
-        [
-            sys.executable,
-            __file__,
-            "--worker",
-            "--interval",
-            str(interval),
-            "--steps",
-            str(args.steps),
-            "--seed",
-            str(args.seed),
-        ],
-        capture_output=True,
-        text=True,
-        env=env,
-        check=True,
-    )
-    line = next(x for x in done.stdout.splitlines() if x.startswith(MARKER))
-    return json.loads(line[len(MARKER) :])
+def parent(args: argparse.Namespace) -> dict[str, dict[str, Any]]:
+    results = C.alternate(args, args.threads[0], flip=True)
+    payload: dict[str, Any] = {"steps": args.steps, "interval": args.interval, "sides": results}
+    if set(results) == {"on", "off"}:
+        on = [r["elapsed_s"] for r in results["on"]]
+        payload["on_over_off"] = C.paired_ratio(on, [r["elapsed_s"] for r in results["off"]])
+        payload["direct_cost"] = C.median([r["stats_s"] / r["elapsed_s"] for r in results["on"]])
+    return {f"interval {args.interval}": payload}
+
+
+def render(runs: dict[str, Any]) -> str:
+    """One row per round; then the median on/off - 1 and the direct cost."""
+    lines = []
+    for run in runs.values():
+        sides = run["sides"]
+        rows = [
+            [r, *(f"{sides[s][r]['elapsed_s']:.2f}" if s in sides else "-" for s in SIDES)]
+            for r in range(len(next(iter(sides.values()))))
+        ]
+        lines += [C.machine_line(run["machine"]), "", C.table(["round", "off (s)", "on (s)"], rows)]
+        if "on_over_off" in run:
+            lines.append(
+                f"\nmedian on/off - 1: {100 * (run['on_over_off'] - 1):+.2f}%; median direct cost"
+                f" (stats calls / training time): {100 * run['direct_cost']:.2f}%"
+            )
+    return "\n".join(lines)
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--steps", type=int, default=300)
-    parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--interval", type=int, default=10)
-    parser.add_argument("--threads", type=int, default=2)
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
-    args = parser.parse_args(argv)
-    if args.worker:
-        print(MARKER + json.dumps(worker(args)), flush=True)
-        return 0
-    ratios, direct = [], []
-    print(f"load average before: {os.getloadavg()[0]:.1f}")
-    print("| round | off (s) | on (s) | on/off | stats calls (s) | stats / on |")
-    print("|---|---|---|---|---|---|")
-    for round_ in range(args.rounds):
-        order = (0, args.interval) if round_ % 2 == 0 else (args.interval, 0)
-        results = {interval: run_worker(interval, args) for interval in order}
-        off, on = results[0], results[args.interval]
-        ratios.append(on["elapsed_s"] / off["elapsed_s"])
-        direct.append(on["stats_s"] / on["elapsed_s"])
-        print(
-            f"| {round_} | {off['elapsed_s']:.2f} | {on['elapsed_s']:.2f} | {ratios[-1]:.3f} | "
-            f"{on['stats_s']:.3f} ({on['lines']} lines) | {100 * direct[-1]:.2f}% |",
-            flush=True,
-        )
-    print(f"load average after: {os.getloadavg()[0]:.1f}")
-    print(
-        f"median on/off - 1: {100 * (statistics.median(ratios) - 1):+.2f}%; "
-        f"median direct cost (stats calls / training time): "
-        f"{100 * statistics.median(direct):.2f}%"
-    )
-    return 0
+    return C.main(sys.modules[__name__], argv)
 
 
 if __name__ == "__main__":

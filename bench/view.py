@@ -26,22 +26,18 @@ from __future__ import annotations
 import argparse
 import os
 import shutil
-import statistics
 import sys
 import tempfile
 import threading
-import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
-BENCH_DIR = Path(__file__).resolve().parent
-sys.path.insert(1, str(BENCH_DIR.parent))
+import common as C
 
 
 def make_checkpoint(workdir: Path, size: str) -> Path:
     """A run directory holding an untrained checkpoint of ``size`` and a one-line log."""
-    sys.path.insert(1, str(BENCH_DIR))
-    import common as C
-
     trainer = C.glassllm_trainer(workdir / size, size, max_iters=0)
     trainer.save_checkpoint()
     (trainer.out_dir / "log.jsonl").write_text(
@@ -50,15 +46,9 @@ def make_checkpoint(workdir: Path, size: str) -> Path:
     return trainer.out_dir
 
 
-def timed(fn, repeat: int) -> tuple[float, object]:
-    """Median seconds of ``repeat`` calls of ``fn`` after one untimed call; and its last result."""
-    result = fn()
-    times = []
-    for _ in range(repeat):
-        start = time.perf_counter()
-        result = fn()
-        times.append(time.perf_counter() - start)
-    return statistics.median(times), result
+def timed(fn: Callable[[], Any], repeat: int) -> tuple[float, Any]:
+    """Median seconds of ``repeat`` calls of ``fn`` after one untimed call; and its result."""
+    return C.median(C.time_calls(fn, repeat, warmup=1)), fn()
 
 
 def server_side(out_dir: Path, tokens: int, repeat: int, generate: int) -> dict[str, float]:
@@ -123,7 +113,7 @@ def page_load(out_dir: Path, repeat: int) -> dict[str, float]:
     finally:
         server.shutdown()
         server.server_close()
-    return {"first_paint_ms": statistics.median(paints), "info_shown_ms": statistics.median(ready)}
+    return {"first_paint_ms": C.median(paints), "info_shown_ms": C.median(ready)}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -139,12 +129,10 @@ def main(argv: list[str] | None = None) -> int:
         rows = []
         if not args.no_browser:
             page = page_load(tiny, args.repeat)
-            rows.append(
-                ("page load to first contentful paint (tiny)", f"{page['first_paint_ms']:.0f} ms")
-            )
-            rows.append(
-                ("page load to checkpoint info shown (tiny)", f"{page['info_shown_ms']:.0f} ms")
-            )
+            rows += [
+                ("page load to first contentful paint (tiny)", f"{page['first_paint_ms']:.0f} ms"),
+                ("page load to checkpoint info shown (tiny)", f"{page['info_shown_ms']:.0f} ms"),
+            ]
         small = server_side(tiny, 64, args.repeat, args.generate)
         rows.append(
             (

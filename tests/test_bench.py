@@ -11,6 +11,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from conftest import optional
 
 BENCH = Path(__file__).resolve().parents[1] / "bench"
 
@@ -30,6 +31,8 @@ TINY = {
         "--eval-iters",
         "1",
     ],
+    "stats_cost": ["--steps", "2", "--rounds", "2"],
+    "hf_generate": ["--shape", "tiny", "--rounds", "1", "--repeats", "1", "--new-tokens", "2"],
 }
 # The sides of each benchmark without PyTorch, and with it.
 SIDES = {
@@ -38,6 +41,8 @@ SIDES = {
     "sample": ("glassllm-cache,glassllm-nocache", "glassllm-cache,torch"),
     "ops": ("glassllm", "glassllm,torch"),
     "shakespeare": ("glassllm", "glassllm,torch,nanogpt"),
+    "stats_cost": ("off,on", "on,off"),
+    "hf_generate": ("glassllm", "glassllm,transformers"),
 }
 
 
@@ -60,6 +65,8 @@ def test_benchmark_runs_and_its_results_render(
 ):
     if with_torch:
         request.getfixturevalue("torch")  # skips without PyTorch (fails under CI=true)
+        if name == "hf_generate":
+            optional("transformers")
     out = tmp_path / f"{name}.json"
     argv = [*TINY[name], "--sides", SIDES[name][with_torch], "--out", str(out), "--inline"]
     argv += ["--threads", "1"]  # PyTorch's spinning threads crawl on a busy machine
@@ -112,3 +119,10 @@ def test_the_torch_side_trains_as_the_trainer_does(bench, tmp_path, torch):
         change = np.abs(p.data - initial[name].data).mean()
         assert change > 1e-3, name  # the steps moved it
         assert np.abs(p.data - weights).mean() < 0.01 * change, name
+
+
+def test_a_missing_data_file_is_one_line_and_no_worker_starts(bench, tmp_path):
+    """The README's command with a path the reader lacks: one line naming it, no traceback."""
+    missing = tmp_path / "no" / "input.txt"
+    with pytest.raises(SystemExit, match=f"--data {missing}: no such file"):
+        bench("shakespeare").main(["--data", str(missing), "--inline"])

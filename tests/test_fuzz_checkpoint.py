@@ -3,7 +3,7 @@
 Every mutated file must either load exactly what it says (identically to the original when the
 digest was not recomputed) or raise `CheckpointError` (`FileNotFoundError` for a missing file)
 with the model and the optimizer unchanged; `RunState.from_metadata` must return a state or
-raise `CheckpointError`, whatever the metadata holds. Figures: bench/RESULTS.md, Reliability.
+raise `CheckpointError`, whatever the metadata holds. Figures: bench/LOG.md, Reliability.
 """
 
 from __future__ import annotations

@@ -395,7 +395,7 @@ def test_ctrl_c_at_the_very_start_is_one_line_and_130(capsys, monkeypatch, where
 
 def test_ctrl_c_while_starting_a_real_process_is_never_a_traceback(tmp_path):
     """SIGINT delivered to a real process once the command runs (the import of glassllm itself,
-    before main, is the library's: see bench/RESULTS.md, Reliability)."""
+    before main, is the library's: see bench/LOG.md, Reliability)."""
     script = (
         "import os, signal, sys\n"
         "import glassllm.app.cli as cli\n"
