@@ -15,10 +15,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 from conftest import TEXT
-from test_distributed import (
-    _mpi_missing,
-    _mpiexec,
+from mpi_jobs import (
     clean_env,
+    find_mpiexec,
+    mpi_missing,
     run_job,
     seconds_since,
     start_job,
@@ -54,12 +54,12 @@ TINY = [
 @pytest.fixture(scope="module")
 def mpiexec() -> str:
     """The launcher; skips the test without mpi4py and MPI (fails instead under CI=true)."""
-    reason = _mpi_missing()
+    reason = mpi_missing()
     if reason is not None:
         if os.environ.get("CI") == "true":
             pytest.fail(f"CI=true but the MPI tests cannot run: {reason}")
         pytest.skip(reason)
-    return _mpiexec()
+    return find_mpiexec()
 
 
 @pytest.fixture
