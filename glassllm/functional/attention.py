@@ -133,7 +133,7 @@ def scaled_dot_product_attention(
             None if dv is None else unbroadcast(dv, v.shape),
         )
 
-    return Tensor.from_op(out, (q, k, v), backward)
+    return Tensor.from_op(out, (q, k, v), backward, name="scaled_dot_product_attention")
 
 
 def attention_probabilities(
@@ -246,7 +246,9 @@ def packed_attention(
             )
         return (d_qkv.reshape(batch, steps, three_embed),)
 
-    return Tensor.from_op(merged.reshape(batch, steps, embed), (qkv,), backward)
+    return Tensor.from_op(
+        merged.reshape(batch, steps, embed), (qkv,), backward, name="packed_attention"
+    )
 
 
 def _causal_tiles(steps: int) -> list[tuple[int, int]]:
