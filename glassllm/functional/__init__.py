@@ -9,8 +9,8 @@ derivation is in its function's docstring; the longer ones are in ``docs/functio
 Modules, by concept: ``shape`` (concatenate, stack, where), ``probability`` (logsumexp,
 softmax, log_softmax), ``losses`` (cross_entropy), ``activations`` (relu, gelu),
 ``normalization`` (layer_norm), ``regularization`` (dropout), ``affine`` (linear,
-embedding), ``attention`` (scaled_dot_product_attention, packed_attention, and
-attention_probabilities on ndarrays, for inspection), ``special`` (erf, erfc on ndarrays).
+embedding), ``attention`` (scaled_dot_product_attention, packed_attention, and, on ndarrays,
+attention_probabilities and split_packed_heads), ``special`` (erf, erfc on ndarrays).
 """
 
 from glassllm.functional.activations import gelu, relu
@@ -19,6 +19,7 @@ from glassllm.functional.attention import (
     attention_probabilities,
     packed_attention,
     scaled_dot_product_attention,
+    split_packed_heads,
 )
 from glassllm.functional.losses import cross_entropy
 from glassllm.functional.normalization import layer_norm
@@ -44,6 +45,7 @@ __all__ = [
     "scaled_dot_product_attention",
     "packed_attention",
     "attention_probabilities",
+    "split_packed_heads",
     "erf",
     "erfc",
 ]

@@ -79,7 +79,7 @@ def gelu(x: Tensor, approximate: str = "tanh") -> Tensor:
     else:
         raise ValueError(f'gelu: approximate must be "tanh" or "none", got {approximate!r}')
 
-    return Tensor.from_op(out, (x,), backward, name="gelu")
+    return Tensor.from_op(out, (x,), backward).named("gelu")
 
 
 # why: below ~64K elements a hand-off to a worker costs more than half the passes save.

@@ -72,7 +72,7 @@ def linear(x: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:
         return dx, dw, db
 
     parents = (x, weight) if bias is None else (x, weight, bias)
-    return Tensor.from_op(out.reshape(out_shape), parents, backward, name="linear")
+    return Tensor.from_op(out.reshape(out_shape), parents, backward).named("linear")
 
 
 # why: one row times a matrix reads every weight once and is bound by memory bandwidth; NumPy's
@@ -153,4 +153,4 @@ def embedding(ids: Any, weight: Tensor) -> Tensor:
         flat_ids = index.reshape(-1)
         return (_scatter_add_rows(flat_ids, grad.reshape(-1, dim), num_rows),)
 
-    return Tensor.from_op(out, (weight,), backward, name="embedding")
+    return Tensor.from_op(out, (weight,), backward).named("embedding")

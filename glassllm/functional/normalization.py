@@ -89,7 +89,7 @@ def layer_norm(
         return (dx,) + ((dw,) if w is not None else ()) + ((db,) if b is not None else ())
 
     parents = (x,) + tuple(p for p in (w, b) if p is not None)
-    return Tensor.from_op(out.reshape(x.shape), parents, backward, name="layer_norm")
+    return Tensor.from_op(out.reshape(x.shape), parents, backward).named("layer_norm")
 
 
 # why: below ~512 rows a hand-off to a worker costs more than half the passes save.
