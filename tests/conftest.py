@@ -42,7 +42,7 @@ def torch() -> ModuleType:
 def kernel_path(request: pytest.FixtureRequest) -> str:
     """Run the test on each path of the fused functions: NumPy alone, then the ``fast`` extra's
     compiled kernels (numba, through :func:`optional`)."""
-    from glassllm.functional import compiled
+    from glassllm.kernels import compiled
 
     if request.param == "compiled":
         optional("numba")

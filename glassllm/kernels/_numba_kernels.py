@@ -1,4 +1,4 @@
-"""The compiled kernels behind `glassllm.functional.compiled` (imported only when numba is).
+"""The compiled kernels behind `glassllm.kernels.compiled` (imported only when numba is).
 
 Each kernel is the maths of a NumPy routine in its caller's module, done in one pass per row
 instead of one pass over the whole array per operation. ``nogil``: the worker threads run them
