@@ -53,6 +53,23 @@ def kernel_path(request: pytest.FixtureRequest) -> str:
     compiled.set_enabled(before)
 
 
+@pytest.fixture(params=["reference", "numpy", "compiled"])
+def op_path(request: pytest.FixtureRequest) -> str:
+    """Run the test on the fused functions' plain definitions (``kernels.use("reference")``),
+    then on each path of their kernels (see :func:`kernel_path`)."""
+    from glassllm import kernels
+    from glassllm.kernels import compiled
+
+    if request.param == "compiled":
+        optional("numba")
+    before = compiled.enabled()
+    compiled.set_enabled(request.param == "compiled")
+    with kernels.use("reference" if request.param == "reference" else "fast"):
+        assert kernels.reference() == (request.param == "reference")
+        yield request.param
+    compiled.set_enabled(before)
+
+
 @pytest.fixture
 def text_file(tmp_path: Path) -> Path:
     """A file holding :data:`TEXT`."""

@@ -26,8 +26,9 @@ from typing import TypeVar
 
 from glassllm.kernels.gelu import gelu_tanh
 from glassllm.kernels.layer_norm import layer_norm
+from glassllm.kernels.linear import matmul_rows
 
-__all__ = ["gelu_tanh", "layer_norm", "reference", "select", "use"]
+__all__ = ["gelu_tanh", "layer_norm", "matmul_rows", "reference", "select", "use"]
 
 MODES = ("fast", "reference")
 _reference = os.environ.get("GLASSLLM_KERNELS", "fast") == "reference"
