@@ -145,4 +145,10 @@ def test_old_compiled_import_path_is_the_same_switch():
     from glassllm.functional import compiled as old
     from glassllm.kernels import compiled as new
 
-    assert old is new
+    assert old.set_enabled is new.set_enabled and old.kernels_for is new.kernels_for
+    before = new.enabled()
+    old.set_enabled(False)
+    try:
+        assert not new.enabled() and new.kernels_for(np.dtype(np.float32)) is None
+    finally:
+        new.set_enabled(before)

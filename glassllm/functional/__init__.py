@@ -6,6 +6,12 @@ vector-Jacobian product instead of a chain of primitive Tensor ops: fewer tempor
 stability measures (max-subtraction, log-sum-exp, two-pass variance) live in one place. Each
 derivation is in its function's docstring; the longer ones are in ``docs/functional.md``.
 
+A fused function is its definition: input checks, forward and VJP in plain NumPy, and one line,
+``kernels.select(definition, kernel)``, that takes the implementation to run; the fast ones
+(worker threads, BLAS tricks, numba loops) live in `glassllm.kernels`, and
+``kernels.use("reference")`` runs the definitions. ``glassllm.functional.compiled`` is the old
+name of `glassllm.kernels.compiled`.
+
 Modules, by concept: ``shape`` (concatenate, stack, where), ``probability`` (logsumexp,
 softmax, log_softmax), ``losses`` (cross_entropy), ``activations`` (relu, gelu),
 ``normalization`` (layer_norm), ``regularization`` (dropout), ``affine`` (linear,

@@ -1,11 +1,6 @@
-"""The old home of the compiled kernels' switch: `glassllm.kernels.compiled`, under this name too.
+"""The old home of the compiled kernels' switch, now `glassllm.kernels.compiled`: its functions
+under this name too (they act on the one switch there)."""
 
-The module object itself, not a copy of its names, so ``set_enabled`` and a test's monkeypatch
-reach the same switch through either name.
-"""
+from glassllm.kernels.compiled import enabled, kernels, kernels_for, load, set_enabled
 
-import sys
-
-from glassllm.kernels import compiled
-
-sys.modules[__name__] = compiled
+__all__ = ["enabled", "kernels", "kernels_for", "load", "set_enabled"]
