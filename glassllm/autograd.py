@@ -63,12 +63,23 @@ class no_grad:
         return wrapper
 
 
-def topological_order(root: Tensor) -> list[Tensor]:
-    """Nodes that require grad, each after all of its parents (iterative DFS).
+def topological_order(
+    root: Tensor,
+    *,
+    only_requires_grad: bool = True,
+    first_parent_first: bool = False,
+    max_nodes: int | None = None,
+) -> list[Tensor]:
+    """The nodes below ``root``, each after all of its parents (iterative DFS).
 
     Iterative on purpose: a recursive sort hits Python's recursion limit on a
     chain of a few thousand operations. Parents are visited in their stored
     order, so the order is deterministic.
+
+    The engine's backward walks only nodes that require grad, visiting a node's last parent
+    first (the order its gradients have always been added in, so the bits stay); the graph
+    export walks every node (constants included) with ``only_requires_grad=False`` and
+    ``first_parent_first=True``, and refuses more than ``max_nodes`` with a ValueError.
     """
     order: list[Tensor] = []
     visited: set[int] = set()
@@ -81,9 +92,14 @@ def topological_order(root: Tensor) -> list[Tensor]:
         if id(node) in visited:
             continue
         visited.add(id(node))
+        if max_nodes is not None and len(visited) > max_nodes:
+            raise ValueError(
+                f"the graph has more than {max_nodes} nodes; export a smaller expression"
+            )
         stack.append((node, True))
-        for parent in node.parents:
-            if parent.requires_grad and id(parent) not in visited:
+        parents = reversed(node.parents) if first_parent_first else node.parents
+        for parent in parents:
+            if (parent.requires_grad or not only_requires_grad) and id(parent) not in visited:
                 stack.append((parent, False))
     return order
 
@@ -187,6 +203,9 @@ def graph_consumed(grad: np.ndarray) -> tuple:
 
 
 def _op_name(node: Tensor) -> str:
+    """The op's name (``Tensor.from_op(..., name=)``), else its backward's qualified name."""
+    if node.op is not None:
+        return node.op
     return getattr(node._backward, "__qualname__", type(node._backward).__name__)
 
 

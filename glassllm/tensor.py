@@ -43,8 +43,8 @@ from typing import Any
 import numpy as np
 
 from glassllm import autograd
+from glassllm._axes import Axis, expand_reduced, normalize_axes
 
-Axis = int | tuple[int, ...] | None
 Backward = Callable[[np.ndarray], Sequence[np.ndarray | None]]
 
 
@@ -63,7 +63,7 @@ class Tensor:
     (``backward()`` is the method that starts the traversal).
     """
 
-    __slots__ = ("data", "grad", "requires_grad", "parents", "_backward", "__weakref__")
+    __slots__ = ("data", "grad", "requires_grad", "parents", "_backward", "op", "__weakref__")
     # NumPy defers to us: `ndarray + Tensor` calls Tensor.__radd__ and returns a Tensor.
     __array_ufunc__ = None
 
@@ -88,12 +88,30 @@ class Tensor:
         self.parents: tuple[Tensor, ...] = parents
         self._backward: Backward | None = backward
         self.requires_grad: bool = bool(requires_grad)
+        self.op: str | None = None  # the operation's name (`from_op`); None for a leaf
 
     @classmethod
-    def from_op(cls, data: Any, parents: Sequence[Tensor], backward: Backward) -> Tensor:
+    def from_op(
+        cls, data: Any, parents: Sequence[Tensor], backward: Backward, name: str | None = None
+    ) -> Tensor:
         """An operation's result: ``Tensor(data, parents, backward, requires_grad=r)`` with
-        ``r = any(p.requires_grad for p in parents)``."""
-        return cls(data, parents, backward, any(p.requires_grad for p in parents))
+        ``r = any(p.requires_grad for p in parents)``.
+
+        ``name`` (``"layer_norm"``, ``"*"``) is kept as ``.op`` on a tracked result (see
+        `named`); without it, the graph export and the engine's error messages read the name
+        off ``backward``'s ``__qualname__``."""
+        out = cls(data, parents, backward, any(p.requires_grad for p in parents))
+        return out if name is None else out.named(name)
+
+    def named(self, name: str) -> Tensor:
+        """``self`` with ``.op = name`` when it records an operation (a constant keeps None).
+
+        The built-in operations name their results so, ``Tensor.from_op(...).named("gelu")``,
+        rather than through ``from_op``'s ``name``: code that wraps ``from_op`` with its
+        three-argument signature (a test's spy, a user's tracer) keeps seeing every op."""
+        if self._backward is not None:
+            self.op = name
+        return self
 
     # ----------------------------------------------------------- attributes
     @property
@@ -170,7 +188,7 @@ class Tensor:
                 unbroadcast(g, b.shape) if b.requires_grad else None,
             )
 
-        return Tensor.from_op(a.data + b.data, (a, b), backward)
+        return Tensor.from_op(a.data + b.data, (a, b), backward).named("+")
 
     def __radd__(self, other: Any) -> Tensor:
         return self._operand(other) + self
@@ -178,7 +196,7 @@ class Tensor:
     def __neg__(self) -> Tensor:
         """d(-a) = -da."""
         a = self
-        return Tensor.from_op(-a.data, (a,), lambda g: (-g,))
+        return Tensor.from_op(-a.data, (a,), lambda g: (-g,)).named("neg")
 
     def __sub__(self, other: Any) -> Tensor:
         """d(a-b) = da - db."""
@@ -190,7 +208,7 @@ class Tensor:
                 -unbroadcast(g, b.shape) if b.requires_grad else None,
             )
 
-        return Tensor.from_op(a.data - b.data, (a, b), backward)
+        return Tensor.from_op(a.data - b.data, (a, b), backward).named("-")
 
     def __rsub__(self, other: Any) -> Tensor:
         return self._operand(other) - self
@@ -205,7 +223,7 @@ class Tensor:
                 unbroadcast(g * a.data, b.shape) if b.requires_grad else None,
             )
 
-        return Tensor.from_op(a.data * b.data, (a, b), backward)
+        return Tensor.from_op(a.data * b.data, (a, b), backward).named("*")
 
     def __rmul__(self, other: Any) -> Tensor:
         return self._operand(other) * self
@@ -222,7 +240,7 @@ class Tensor:
                 unbroadcast(-g_over_b * out, b.shape) if b.requires_grad else None,
             )
 
-        return Tensor.from_op(out, (a, b), backward)
+        return Tensor.from_op(out, (a, b), backward).named("/")
 
     def __rtruediv__(self, other: Any) -> Tensor:
         return self._operand(other) / self
@@ -247,7 +265,7 @@ class Tensor:
                 grad_b = unbroadcast(g * np.where(flat, 0.0, local), b.shape)
             return grad_a, grad_b
 
-        return Tensor.from_op(out, (a, b), backward)
+        return Tensor.from_op(out, (a, b), backward).named("**")
 
     def __rpow__(self, other: Any) -> Tensor:
         return self._operand(other) ** self
@@ -284,7 +302,7 @@ class Tensor:
                 grad_b = grad_b.reshape(b.shape)
             return grad_a, grad_b
 
-        return Tensor.from_op(a.data @ b.data, (a, b), backward)
+        return Tensor.from_op(a.data @ b.data, (a, b), backward).named("@")
 
     # ------------------------------------------------------------ reductions
     def sum(self, axis: Axis = None, keepdims: bool = False) -> Tensor:
@@ -293,9 +311,9 @@ class Tensor:
         axes = normalize_axes(axis, a.ndim)
 
         def backward(g: np.ndarray):
-            return (_expand_reduced(g, axes, keepdims, a.shape),)
+            return (expand_reduced(g, axes, keepdims, a.shape),)
 
-        return Tensor.from_op(a.data.sum(axis=axes, keepdims=keepdims), (a,), backward)
+        return Tensor.from_op(a.data.sum(axis=axes, keepdims=keepdims), (a,), backward).named("sum")
 
     def mean(self, axis: Axis = None, keepdims: bool = False) -> Tensor:
         """mean = sum / n, so dx = broadcast(g) / n."""
@@ -320,10 +338,10 @@ class Tensor:
             # The gradient's dtype, not the data's: integer data still splits ties evenly.
             winners = (a.data == kept).astype(np.result_type(g.dtype, a.dtype, np.float16))
             winners /= winners.sum(axis=axes, keepdims=True)
-            return (winners * _expand_reduced(g, axes, keepdims, a.shape),)
+            return (winners * expand_reduced(g, axes, keepdims, a.shape),)
 
         out = kept if keepdims else np.squeeze(kept, axis=axes)
-        return Tensor.from_op(out, (a,), backward)
+        return Tensor.from_op(out, (a,), backward).named("max/min")
 
     def var(self, axis: Axis = None, keepdims: bool = False, ddof: int = 0) -> Tensor:
         """v = Σ(x - x̄)² / (n - ddof); dx = 2 (x - x̄) g / (n - ddof) (the x̄ term cancels).
@@ -341,10 +359,10 @@ class Tensor:
         out = (centered * centered).sum(axis=axes, keepdims=keepdims) / dof
 
         def backward(g: np.ndarray):
-            upstream = _expand_reduced(g, axes, keepdims, a.shape)
+            upstream = expand_reduced(g, axes, keepdims, a.shape)
             return (centered * (2.0 / dof if dof else float("nan")) * upstream,)
 
-        return Tensor.from_op(out, (a,), backward)
+        return Tensor.from_op(out, (a,), backward).named("var")
 
     # ------------------------------------------------------------ shape ops
     def reshape(self, *shape: int | Sequence[int]) -> Tensor:
@@ -352,7 +370,8 @@ class Tensor:
         if len(shape) == 1 and isinstance(shape[0], (tuple, list)):
             shape = tuple(shape[0])
         a = self
-        return Tensor.from_op(a.data.reshape(shape), (a,), lambda g: (g.reshape(a.shape),))
+        out = a.data.reshape(shape)
+        return Tensor.from_op(out, (a,), lambda g: (g.reshape(a.shape),)).named("reshape")
 
     def transpose(self, *axes: int | Sequence[int]) -> Tensor:
         """Permute axes (none given: reverse them, as NumPy); the VJP applies the inverse."""
@@ -362,7 +381,7 @@ class Tensor:
         perm = tuple(range(a.ndim))[::-1] if not axes else axes
         out = a.data.transpose(perm)  # NumPy validates the axes: an out-of-range one must not wrap
         inverse = tuple(np.argsort([ax % a.ndim for ax in perm]))
-        return Tensor.from_op(out, (a,), lambda g: (g.transpose(inverse),))
+        return Tensor.from_op(out, (a,), lambda g: (g.transpose(inverse),)).named("transpose")
 
     def __getitem__(self, index: Any) -> Tensor:
         """Basic and advanced indexing. The VJP scatters g back; a repeated
@@ -378,7 +397,7 @@ class Tensor:
                 np.add.at(grad, index, g)
             return (grad,)
 
-        return Tensor.from_op(a.data[index], (a,), backward)
+        return Tensor.from_op(a.data[index], (a,), backward).named("[]")
 
     def __setitem__(self, index: Any, value: Any) -> None:
         raise TypeError(
@@ -390,22 +409,22 @@ class Tensor:
     def exp(self) -> Tensor:
         """d exp(x) = exp(x) dx: the VJP reuses the output."""
         a, out = self, np.exp(self.data)
-        return Tensor.from_op(out, (a,), lambda g: (g * out,))
+        return Tensor.from_op(out, (a,), lambda g: (g * out,)).named("exp")
 
     def log(self) -> Tensor:
         """d log(x) = dx / x."""
         a = self
-        return Tensor.from_op(np.log(a.data), (a,), lambda g: (g / a.data,))
+        return Tensor.from_op(np.log(a.data), (a,), lambda g: (g / a.data,)).named("log")
 
     def sqrt(self) -> Tensor:
         """d sqrt(x) = dx / (2 sqrt(x)): the VJP reuses the output."""
         a, out = self, np.sqrt(self.data)
-        return Tensor.from_op(out, (a,), lambda g: (g * 0.5 / out,))
+        return Tensor.from_op(out, (a,), lambda g: (g * 0.5 / out,)).named("sqrt")
 
     def tanh(self) -> Tensor:
         """d tanh(x) = (1 - tanh²(x)) dx."""
         a, out = self, np.tanh(self.data)
-        return Tensor.from_op(out, (a,), lambda g: (g * (1.0 - out * out),))
+        return Tensor.from_op(out, (a,), lambda g: (g * (1.0 - out * out),)).named("tanh")
 
     def sigmoid(self) -> Tensor:
         """σ(x) = 1/(1 + e^-x) = e^x/(1 + e^x); dσ = σ(1 - σ) dx.
@@ -424,19 +443,19 @@ class Tensor:
             with np.errstate(under="ignore"):
                 return (g * out * (1.0 - out),)
 
-        return Tensor.from_op(out, (a,), backward)
+        return Tensor.from_op(out, (a,), backward).named("sigmoid")
 
     def relu(self) -> Tensor:
         """relu(x) = max(x, 0); dL/dx = g [y > 0] (0 at x = 0, as torch; NaN propagates).
 
         ``np.maximum``, not ``x * [x > 0]`` (``-inf * 0`` is nan); the mask is rebuilt from y."""
         a, out = self, np.maximum(self.data, 0)
-        return Tensor.from_op(out, (a,), lambda g: (np.multiply(g, out > 0),))
+        return Tensor.from_op(out, (a,), lambda g: (np.multiply(g, out > 0),)).named("relu")
 
     def abs(self) -> Tensor:
         """d|x| = sign(x) dx, with sign(0) = 0 (as torch)."""
         a = self
-        return Tensor.from_op(np.abs(a.data), (a,), lambda g: (g * np.sign(a.data),))
+        return Tensor.from_op(np.abs(a.data), (a,), lambda g: (g * np.sign(a.data),)).named("abs")
 
 
 def as_tensor(x: Any, dtype: Any = None) -> Tensor:
@@ -458,29 +477,6 @@ def unbroadcast(grad: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:
     if stretched:
         grad = grad.sum(axis=stretched, keepdims=True)
     return grad.reshape(shape)
-
-
-def normalize_axes(axis: Axis, ndim: int) -> tuple[int, ...]:
-    """``axis`` (an int, a tuple or ``None`` for all) as sorted axes in ``[0, ndim)``; out of
-    range raises NumPy's ``AxisError``, a repeat ``ValueError``, as NumPy's reductions do."""
-    if axis is None:
-        return tuple(range(ndim))
-    axes = (axis,) if isinstance(axis, (int, np.integer)) else tuple(axis)
-    normalized = []
-    for ax in axes:
-        if not -ndim <= ax < ndim:
-            raise np.exceptions.AxisError(ax, ndim)
-        normalized.append(int(ax) % ndim)
-    if len(set(normalized)) != len(normalized):
-        raise ValueError(f"duplicate value in 'axis': {axis}")
-    return tuple(sorted(normalized))
-
-
-def _expand_reduced(g: np.ndarray, axes: tuple[int, ...], keepdims: bool, shape: tuple[int, ...]):
-    """Broadcast a reduction's upstream gradient back over the reduced axes (a read-only view)."""
-    if not keepdims and axes:
-        g = np.expand_dims(g, axes)
-    return np.broadcast_to(g, shape)
 
 
 def _unwrap_index(index: Any) -> Any:

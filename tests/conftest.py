@@ -46,7 +46,7 @@ def torch() -> ModuleType:
 def kernel_path(request: pytest.FixtureRequest) -> str:
     """Run the test on each path of the fused functions: NumPy alone, then the ``fast`` extra's
     compiled kernels (numba, through :func:`optional`)."""
-    from glassllm.functional import compiled
+    from glassllm.kernels import compiled
 
     if request.param == "compiled":
         optional("numba")
@@ -54,6 +54,23 @@ def kernel_path(request: pytest.FixtureRequest) -> str:
     compiled.set_enabled(request.param == "compiled")
     assert compiled.enabled() == (request.param == "compiled")
     yield request.param
+    compiled.set_enabled(before)
+
+
+@pytest.fixture(params=["reference", "numpy", "compiled"])
+def op_path(request: pytest.FixtureRequest) -> str:
+    """Run the test on the fused functions' plain definitions (``kernels.use("reference")``),
+    then on each path of their kernels (see :func:`kernel_path`)."""
+    from glassllm import kernels
+    from glassllm.kernels import compiled
+
+    if request.param == "compiled":
+        optional("numba")
+    before = compiled.enabled()
+    compiled.set_enabled(request.param == "compiled")
+    with kernels.use("reference" if request.param == "reference" else "fast"):
+        assert kernels.reference() == (request.param == "reference")
+        yield request.param
     compiled.set_enabled(before)
 
 

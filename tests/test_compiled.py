@@ -1,4 +1,4 @@
-"""The ``fast`` extra's compiled kernels (glassllm.functional.compiled) held to their NumPy
+"""The ``fast`` extra's compiled kernels (glassllm.kernels.compiled) held to their NumPy
 definitions: GELU's and Adam's give NumPy's bits exactly (they do the same operations in the same
 order); LayerNorm's sum each row in another order, so they agree to float32 rounding, keep the
 two-pass variance's accuracy and give every row the same bits whatever block it is in."""

@@ -97,7 +97,7 @@ def test_gradcheck_cross_entropy_single_position_and_constant_target_tensor():
 
 @pytest.mark.parametrize("approximate", ["tanh", "none"])
 @pytest.mark.parametrize("shape", [(), (2, 3), (1, 4, 1)])
-def test_gradcheck_gelu(approximate, shape, kernel_path):
+def test_gradcheck_gelu(approximate, shape, op_path):
     assert gradcheck(lambda x: F.gelu(x, approximate=approximate), [leaf(shape, scale=2.0)])
 
 
@@ -107,7 +107,7 @@ def test_gradcheck_relu_away_from_the_kink():
     assert gradcheck(F.relu, [Tensor(np.array(0.5), requires_grad=True)])
 
 
-def test_gradcheck_layer_norm(kernel_path):
+def test_gradcheck_layer_norm(op_path):
     x, w, b = leaf((2, 3, 4)), leaf((4,), 1), leaf((4,), 2)
     assert gradcheck(lambda x, w, b: F.layer_norm(x, w, b), [x, w, b])
     assert gradcheck(lambda x: F.layer_norm(x), [x])
@@ -132,7 +132,7 @@ def test_gradcheck_embedding_with_repeated_ids(monkeypatch, one_hot_max_rows):
     np.testing.assert_array_equal(weight.grad[:, 0], [2.0, 1.0, 0.0, 3.0])
 
 
-def test_gradcheck_linear():
+def test_gradcheck_linear(op_path):
     x, w, b = leaf((2, 3, 4)), leaf((4, 5), 1), leaf((5,), 2)
     assert gradcheck(lambda x, w, b: F.linear(x, w, b), [x, w, b])
     assert gradcheck(lambda x, w: F.linear(x, w), [leaf((4,)), w])  # 1-D input

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 import glassllm.functional as F
-from glassllm import Tensor, gradcheck
+from glassllm import Tensor, gradcheck, no_grad
 from glassllm.graph import export_graph, graph_html, op_name, summarize, write_html
 from glassllm.graph.examples import EXAMPLES, run_example
 
@@ -173,3 +173,21 @@ def test_write_html_is_standalone_and_escapes_labels(tmp_path):
     data = text.split('id="graph-data">')[1].split("</script>")[0]
     assert json.loads(data)["nodes"][0]["label"] == "</script><img src=x>"
     assert graph_html(y) == graph_html(y)
+
+
+def double(t):
+    def vjp(g):
+        return (2 * g,)
+
+    return Tensor.from_op(2 * t.data, (t,), vjp)
+
+
+def test_op_name_is_the_name_the_op_gave_else_the_vjps_qualname():
+    x = leaf([1.0, 2.0])
+    named = Tensor.from_op(2 * x.data, (x,), lambda g: (2 * g,), name="twice")
+    assert (named.op, op_name(named)) == ("twice", "twice")
+    unnamed = double(x)
+    assert unnamed.op is None and op_name(unnamed) == "double"
+    assert F.layer_norm(x).op == "layer_norm" and (x * x).op == "*"
+    with no_grad():
+        assert Tensor.from_op(x.data, (x,), lambda g: (g,), name="twice").op is None

@@ -204,7 +204,7 @@ def test_layer_norm_weight_grads_of_a_constant_input_on_the_split_path(kernel_pa
 def test_gelu_in_chunks_gives_the_bits_of_one_pass_over_the_whole_array(kernel_path):
     """GELU runs its chain of passes chunk by chunk (its temporaries stay in the cache); a length
     that is not a multiple of the chunk gets the bits of the kernels over the whole array."""
-    from glassllm.functional import activations
+    from glassllm.kernels import gelu as activations
 
     rng = np.random.default_rng(0)
     n = 3 * activations._CHUNK + 5

@@ -62,7 +62,7 @@ from glassllm.data import (
     tokenize_corpus,
 )
 from glassllm.distributed import World
-from glassllm.functional import compiled
+from glassllm.kernels import compiled
 from glassllm.models import GPT, GPTConfig
 from glassllm.nn.utils import clip_grad_norm_
 from glassllm.optim.lr_scheduler import cosine_with_warmup

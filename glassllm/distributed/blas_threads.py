@@ -28,7 +28,7 @@ def limit_blas_threads(threads: int) -> bool:
     """
     if threads < 1:
         raise ValueError(f"BLAS threads must be >= 1, got {threads}")
-    from glassllm.functional import compiled
+    from glassllm.kernels import compiled
     from glassllm.threads import get_num_threads, set_num_threads
 
     compiled.load()  # numba loads SciPy's OpenBLAS, when installed, as it compiles: limit it too

@@ -6,11 +6,17 @@ vector-Jacobian product instead of a chain of primitive Tensor ops: fewer tempor
 stability measures (max-subtraction, log-sum-exp, two-pass variance) live in one place. Each
 derivation is in its function's docstring; the longer ones are in ``docs/functional.md``.
 
+A fused function is its definition: input checks, forward and VJP in plain NumPy, and one line,
+``kernels.select(definition, kernel)``, that takes the implementation to run; the fast ones
+(worker threads, BLAS tricks, numba loops) live in `glassllm.kernels`, and
+``kernels.use("reference")`` runs the definitions. ``glassllm.functional.compiled`` is the old
+name of `glassllm.kernels.compiled`.
+
 Modules, by concept: ``shape`` (concatenate, stack, where), ``probability`` (logsumexp,
 softmax, log_softmax), ``losses`` (cross_entropy), ``activations`` (relu, gelu),
 ``normalization`` (layer_norm), ``regularization`` (dropout), ``affine`` (linear,
-embedding), ``attention`` (scaled_dot_product_attention, packed_attention, and
-attention_probabilities on ndarrays, for inspection), ``special`` (erf, erfc on ndarrays).
+embedding), ``attention`` (scaled_dot_product_attention, packed_attention, and, on ndarrays,
+attention_probabilities and split_packed_heads), ``special`` (erf, erfc on ndarrays).
 """
 
 from glassllm.functional.activations import gelu, relu
@@ -19,6 +25,7 @@ from glassllm.functional.attention import (
     attention_probabilities,
     packed_attention,
     scaled_dot_product_attention,
+    split_packed_heads,
 )
 from glassllm.functional.losses import cross_entropy
 from glassllm.functional.normalization import layer_norm
@@ -44,6 +51,7 @@ __all__ = [
     "scaled_dot_product_attention",
     "packed_attention",
     "attention_probabilities",
+    "split_packed_heads",
     "erf",
     "erfc",
 ]

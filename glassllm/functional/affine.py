@@ -7,14 +7,13 @@ size (see ``_scatter_add_rows``).
 
 from __future__ import annotations
 
-from functools import partial
 from typing import Any
 
 import numpy as np
 
+from glassllm import kernels
 from glassllm.functional._common import as_dtype, float_tensor, integer_array, sum_rows
 from glassllm.tensor import Tensor
-from glassllm.threads import row_blocks, run_blocks
 
 # why: below this many rows in the table, dW = onehot(ids)^T @ g (one BLAS call) beats
 # sorting the ids and summing runs with np.add.reduceat; above it, the V x N one-hot costs more
@@ -27,8 +26,8 @@ def linear(x: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:
     """``y = x @ W + b`` over the last axis of ``x``; ``W`` is ``(in, out)``, ``b`` is ``(out,)``.
 
     ``x`` of shape ``(..., in)`` is viewed as a matrix ``X (N, in)``, so the product is one
-    2-D BLAS call, except one row against a matrix of at least 2^19 weights (a decoding step),
-    which streams the weights through ``einsum`` (see `_row_times_matrix`). VJP with
+    2-D BLAS call (`glassllm.kernels.matmul_rows` streams one row against a large matrix, a
+    decoding step, through ``einsum``). VJP with
     ``G = dL/dY (N, out)``:
     ``dX = G W^T``, ``dW = X^T G``, ``db = 1^T G`` (a row sum as a matrix-vector product).
 
@@ -54,10 +53,7 @@ def linear(x: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:
             raise ValueError(f"linear: bias shape {bias.shape} must be ({fan_out},)")
     # why: one 2-D BLAS call; a 3-D @ 2-D matmul is ~1.6x slower.
     x2 = x.data.reshape(-1, fan_in)  # (N, in)
-    if len(x2) == 1 and x2.dtype == weight.dtype and weight.size >= _STREAMED:  # decoding
-        out = _row_times_matrix(x2[0], weight.data)[None]  # (1, out)
-    else:
-        out = x2 @ weight.data  # (N, out)
+    out = kernels.select(np.matmul, kernels.matmul_rows)(x2, weight.data)  # (N, out)
     if bias is not None:
         out += bias.data
     out_shape = x.shape[:-1] + (fan_out,)
@@ -72,33 +68,7 @@ def linear(x: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:
         return dx, dw, db
 
     parents = (x, weight) if bias is None else (x, weight, bias)
-    return Tensor.from_op(out.reshape(out_shape), parents, backward)
-
-
-# why: one row times a matrix reads every weight once and is bound by memory bandwidth; NumPy's
-# einsum loops stream it faster than OpenBLAS's gemv on one core: GPT-2 small's matrices
-# (768 x 2304 ... 3072 x 768) 96-376 vs 119-489 us, its tied head (50257 x 768) 7.0 vs 10.3 ms.
-# Small matrices stay in cache, where gemv wins (a tiny GPT decodes 5% faster with it).
-_STREAMED = 1 << 19  # weights (2 MiB of float32): the smallest matrix one row goes through einsum
-_MIN_BLOCK = 1 << 16  # weights per worker block
-
-
-def _row_times_matrix(x: np.ndarray, w: np.ndarray) -> np.ndarray:
-    """``x @ w`` for one row ``x (in,)`` and ``w (in, out)``, each output a sum in a fixed order:
-    a transposed ``w`` (a tied head's ``(out, in)`` table) splits its rows over the worker
-    threads, the same bits on any thread count."""
-    out = np.empty(w.shape[1], dtype=w.dtype)
-    if w.flags.c_contiguous:
-        # why: one thread; two threads each streaming half of every row were 2-3x slower.
-        np.einsum("j,ji->i", x, w, out=out)
-    elif w.T.flags.c_contiguous:  # a transposed (out, in) table, e.g. a tied output head
-        table = w.T
-        rows = row_blocks(table.shape[0], min_rows=-(-_MIN_BLOCK // max(1, table.shape[1])))
-        kernel = lambda r: np.einsum("ij,j->i", table[r], x, out=out[r])  # noqa: E731
-        run_blocks([partial(kernel, r) for r in rows])
-    else:
-        np.matmul(x, w, out=out)
-    return out
+    return Tensor.from_op(out.reshape(out_shape), parents, backward).named("linear")
 
 
 def _scatter_add_rows(ids: np.ndarray, grad_rows: np.ndarray, num_rows: int) -> np.ndarray:
@@ -153,4 +123,4 @@ def embedding(ids: Any, weight: Tensor) -> Tensor:
         flat_ids = index.reshape(-1)
         return (_scatter_add_rows(flat_ids, grad.reshape(-1, dim), num_rows),)
 
-    return Tensor.from_op(out, (weight,), backward)
+    return Tensor.from_op(out, (weight,), backward).named("embedding")

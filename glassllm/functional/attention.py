@@ -30,6 +30,18 @@ def _causal_bias(num_queries: int, num_keys: int, dtype: np.dtype) -> np.ndarray
     return bias
 
 
+def split_packed_heads(qkv: np.ndarray, num_heads: int) -> np.ndarray:
+    """A packed ``qkv (B, T, 3E)`` as a ``(3, B, nh, T, hs)`` view: ``q, k, v = heads``, each
+    ``(B, nh, T, hs)``, with ``E = nh hs``; the inverse of merging heads, without a copy.
+
+    >>> split_packed_heads(np.arange(12.0).reshape(1, 1, 12), 2)[:, 0, :, 0].tolist()
+    [[[0.0, 1.0], [2.0, 3.0]], [[4.0, 5.0], [6.0, 7.0]], [[8.0, 9.0], [10.0, 11.0]]]
+    """
+    batch, steps, three_embed = qkv.shape
+    head_size = three_embed // 3 // num_heads
+    return qkv.reshape(batch, steps, 3, num_heads, head_size).transpose(2, 0, 3, 1, 4)
+
+
 def _scaled_keys_t(k: np.ndarray, scale: float, dtype: np.dtype) -> np.ndarray:
     """``(k / sqrt d)^T``: ``k (..., Tk, d)`` transposed to a C-contiguous ``(..., d, Tk)``,
     scaled on the way. The scale goes on k, not on q, so the backward can read q where the
@@ -133,7 +145,7 @@ def scaled_dot_product_attention(
             None if dv is None else unbroadcast(dv, v.shape),
         )
 
-    return Tensor.from_op(out, (q, k, v), backward)
+    return Tensor.from_op(out, (q, k, v), backward).named("scaled_dot_product_attention")
 
 
 def attention_probabilities(
@@ -220,7 +232,7 @@ def packed_attention(
     head_size = embed // num_heads
     dtype = qkv.dtype
     scale = 1.0 / math.sqrt(head_size)
-    heads = qkv.data.reshape(batch, steps, 3, num_heads, head_size).transpose(2, 0, 3, 1, 4)
+    heads = split_packed_heads(qkv.data, num_heads)  # (3, B, nh, T, hs) views
     merged = np.empty((batch, steps, num_heads, head_size), dtype)  # (B, T, nh, hs)
     out = merged.transpose(0, 2, 1, 3)  # (B, nh, T, hs) view: the merge is a write into it
     tracked = is_grad_enabled() and qkv.requires_grad
@@ -235,8 +247,8 @@ def packed_attention(
         )
 
     def backward(grad: np.ndarray) -> tuple:
-        d_qkv = np.empty((batch, steps, 3, num_heads, head_size), dtype)
-        d_heads = d_qkv.transpose(2, 0, 3, 1, 4)  # (3, B, nh, T, hs) views
+        d_qkv = np.empty((batch, steps, three_embed), dtype)
+        d_heads = split_packed_heads(d_qkv, num_heads)  # (3, B, nh, T, hs) views
         grad_heads = grad.reshape(batch, steps, num_heads, head_size).transpose(0, 2, 1, 3)
         if causal:
             _causal_backward(grad_heads, residuals, scale, *d_heads)
@@ -244,9 +256,11 @@ def packed_attention(
             _attention_backward(
                 grad_heads, residuals, scale, True, True, True, d_heads[0], d_heads[1], d_heads[2]
             )
-        return (d_qkv.reshape(batch, steps, three_embed),)
+        return (d_qkv,)
 
-    return Tensor.from_op(merged.reshape(batch, steps, embed), (qkv,), backward)
+    return Tensor.from_op(merged.reshape(batch, steps, embed), (qkv,), backward).named(
+        "packed_attention"
+    )
 
 
 def _causal_tiles(steps: int) -> list[tuple[int, int]]:

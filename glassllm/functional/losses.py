@@ -78,4 +78,4 @@ def cross_entropy(logits: Tensor, targets: Any, ignore_index: int | None = None)
         dz[rows, safe_t] -= row_scale  # minus (g/n) * onehot, without building it
         return (dz.reshape(logits.shape),)
 
-    return Tensor.from_op(loss, (logits,), backward)
+    return Tensor.from_op(loss, (logits,), backward).named("cross_entropy")

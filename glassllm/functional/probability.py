@@ -54,7 +54,7 @@ def logsumexp(x: Tensor, axis: int | tuple[int, ...] | None = -1, keepdims: bool
         scale = np.divide(grad.reshape(s.shape), s, where=s > 0, out=np.zeros_like(s))
         return (np.multiply(e, scale),)
 
-    return Tensor.from_op(out, (x,), backward)
+    return Tensor.from_op(out, (x,), backward).named("logsumexp")
 
 
 def softmax(x: Tensor, axis: int = -1) -> Tensor:
@@ -82,7 +82,7 @@ def softmax(x: Tensor, axis: int = -1) -> Tensor:
         gp *= p
         return (gp,)
 
-    return Tensor.from_op(p, (x,), backward)
+    return Tensor.from_op(p, (x,), backward).named("softmax")
 
 
 def log_softmax(x: Tensor, axis: int = -1) -> Tensor:
@@ -111,4 +111,4 @@ def log_softmax(x: Tensor, axis: int = -1) -> Tensor:
         np.subtract(grad, dx, out=dx)
         return (dx,)
 
-    return Tensor.from_op(out, (x,), backward)
+    return Tensor.from_op(out, (x,), backward).named("log_softmax")

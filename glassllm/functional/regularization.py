@@ -51,4 +51,4 @@ def dropout(
     def backward(grad: np.ndarray) -> tuple:
         return (np.multiply(grad, mask),)
 
-    return Tensor.from_op(out, (x,), backward)
+    return Tensor.from_op(out, (x,), backward).named("dropout")

@@ -49,7 +49,7 @@ def concatenate(tensors: Sequence[Tensor], axis: int = 0) -> Tensor:
             for piece, p in zip(pieces, parts, strict=True)
         )
 
-    return Tensor.from_op(out, tuple(parts), backward)
+    return Tensor.from_op(out, tuple(parts), backward).named("concatenate")
 
 
 def stack(tensors: Sequence[Tensor], axis: int = 0) -> Tensor:
@@ -72,7 +72,7 @@ def stack(tensors: Sequence[Tensor], axis: int = 0) -> Tensor:
             for i, p in enumerate(parts)
         )
 
-    return Tensor.from_op(out, tuple(parts), backward)
+    return Tensor.from_op(out, tuple(parts), backward).named("stack")
 
 
 def where(cond: Any, a: Any, b: Any) -> Tensor:
@@ -103,4 +103,4 @@ def where(cond: Any, a: Any, b: Any) -> Tensor:
             grad_b = as_dtype(unbroadcast(grad * ~mask, b.shape), b.dtype)
         return grad_a, grad_b
 
-    return Tensor.from_op(out, (a, b), backward)
+    return Tensor.from_op(out, (a, b), backward).named("where")

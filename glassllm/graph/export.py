@@ -12,10 +12,10 @@ Nodes are listed parents first (a topological order); ``id`` is the position in 
 non-finite numbers become the strings ``"nan"``, ``"inf"``, ``"-inf"`` (JSON has no such
 numbers). ``grad`` is None where no gradient was computed (a constant, or no backward run yet).
 
-Tensors do not record the name of the operation that made them; the op name is read from the
-vector-Jacobian product the operation left on its output: ``Tensor.__mul__.<locals>.vjp`` ->
-``*``, ``Tensor.exp.<locals>.<lambda>`` -> ``exp``, ``softmax.<locals>.vjp`` -> ``softmax``.
-A leaf is ``"leaf"`` (it requires grad: a parameter or input) or ``"const"``.
+The op name is the one the operation gave its result (``Tensor.from_op(..., name="softmax")``,
+stored as ``tensor.op``: ``*``, ``exp``, ``layer_norm``). An operation built without a name (a
+user's own) is named from its vector-Jacobian product's ``__qualname__``: ``my_op.<locals>.vjp``
+-> ``my_op``. A leaf is ``"leaf"`` (it requires grad: a parameter or input) or ``"const"``.
 
 >>> import numpy as np
 >>> from glassllm import Tensor
@@ -37,7 +37,7 @@ from typing import Any
 import numpy as np
 
 from glassllm._text import finite_for_json
-from glassllm.autograd import graph_consumed
+from glassllm.autograd import graph_consumed, topological_order
 from glassllm.tensor import Tensor
 
 # Tensors with at most this many elements are shown in full; larger ones as statistics.
@@ -63,6 +63,8 @@ def op_name(tensor: Tensor) -> str:
     backward = tensor._backward
     if backward is None:
         return "leaf" if tensor.requires_grad else "const"
+    if tensor.op is not None:
+        return tensor.op
     qualname = getattr(backward, "__qualname__", type(backward).__name__)
     owner = qualname.split(".<locals>.")[0]  # "Tensor.__mul__", "softmax"
     name = owner.rsplit(".", 1)[-1]
@@ -107,26 +109,9 @@ def export_graph(
 
 def _parents_first(root: Tensor) -> list[Tensor]:
     """Every tensor reachable through ``parents`` (constants included), each after its parents."""
-    order: list[Tensor] = []
-    visited: set[int] = set()
-    stack: list[tuple[Tensor, bool]] = [(root, False)]
-    while stack:
-        node, parents_done = stack.pop()
-        if parents_done:
-            order.append(node)
-            continue
-        if id(node) in visited:
-            continue
-        visited.add(id(node))
-        if len(visited) > MAX_NODES:
-            raise ValueError(
-                f"the graph has more than {MAX_NODES} nodes; export a smaller expression"
-            )
-        stack.append((node, True))
-        for parent in reversed(node.parents):  # first parent visited first
-            if id(parent) not in visited:
-                stack.append((parent, False))
-    return order
+    return topological_order(
+        root, only_requires_grad=False, first_parent_first=True, max_nodes=MAX_NODES
+    )
 
 
 def summarize(array: np.ndarray, max_full: int = MAX_FULL) -> Any:

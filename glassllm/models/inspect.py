@@ -265,7 +265,7 @@ def _packed_probabilities(qkv: np.ndarray, num_heads: int) -> tuple[np.ndarray, 
     ``(P (B, nh, T, T), P @ V (B, T, E))`` with the heads of ``P @ V`` merged again."""
     batch, steps, three_embed = qkv.shape
     head_size = three_embed // 3 // num_heads
-    heads = qkv.reshape(batch, steps, 3, num_heads, head_size).transpose(2, 0, 3, 1, 4)
+    heads = F.split_packed_heads(qkv, num_heads)  # (3, B, nh, T, hs)
     probs = attention_probabilities(heads[0], heads[1], causal=True)  # (B, nh, T, T)
     out = probs @ heads[2]  # (B, nh, T, hs)
     merged = out.transpose(0, 2, 1, 3).reshape(batch, steps, num_heads * head_size)

@@ -198,8 +198,7 @@ class CausalSelfAttention(Module):
                 "so no gradient could flow through them)"
             )
         batch, steps, embed = x.shape
-        qkv = self.qkv(x).data.reshape(batch, steps, 3, self.num_heads, self.head_size)
-        qkv = qkv.transpose(2, 0, 3, 1, 4)  # (3, B, nh, T, hs)
+        qkv = F.split_packed_heads(self.qkv(x).data, self.num_heads)  # (3, B, nh, T, hs)
         keys, values = kv_cache.append(qkv[1], qkv[2])  # (B, nh, T_cached, hs)
         y = F.scaled_dot_product_attention(
             Tensor(qkv[0]),
@@ -225,9 +224,8 @@ class CausalSelfAttention(Module):
             raise RuntimeError(
                 "prefill is for inference: call it inside `with glassllm.no_grad():`"
             )
-        batch, steps, _ = x.shape
-        qkv = self.qkv(x).data.reshape(batch, steps, 3, self.num_heads, self.head_size)
-        kv_cache.append(qkv[:, :, 1].transpose(0, 2, 1, 3), qkv[:, :, 2].transpose(0, 2, 1, 3))
+        _, keys, values = F.split_packed_heads(self.qkv(x).data, self.num_heads)
+        kv_cache.append(keys, values)  # (B, nh, T, hs) each
 
     def extra_repr(self) -> str:
         return f"embed_dim={self.embed_dim}, num_heads={self.num_heads}, dropout={self.dropout}"

@@ -7,7 +7,7 @@ from functools import partial
 import numpy as np
 
 from glassllm.autograd import no_grad
-from glassllm.functional import compiled
+from glassllm.kernels import compiled
 from glassllm.optim.optimizer import Optimizer, ParamGroup, Params, check_non_negative
 from glassllm.threads import run_blocks, size_blocks
 
@@ -33,7 +33,7 @@ class Adam(Optimizer):
     The moments have the parameter's dtype (float32 stays float32); the step count is a Python
     int. ``p.grad`` is never modified; ``p.data`` is updated in place. A parameter whose
     ``grad`` is ``None`` is skipped and its step count does not advance. With the ``fast`` extra
-    (`glassllm.functional.compiled`) each parameter's update is one compiled loop of the same
+    (`glassllm.kernels.compiled`) each parameter's update is one compiled loop of the same
     operations, giving the same bits.
 
     Args:

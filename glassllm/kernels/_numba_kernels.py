@@ -1,4 +1,4 @@
-"""The compiled kernels behind `glassllm.functional.compiled` (imported only when numba is).
+"""The compiled kernels behind `glassllm.kernels.compiled` (imported only when numba is).
 
 Each kernel is the maths of a NumPy routine in its caller's module, done in one pass per row
 instead of one pass over the whole array per operation. ``nogil``: the worker threads run them
@@ -23,7 +23,7 @@ _exact = numba.njit(**_options)
 
 @_compile
 def layer_norm_rows(w, b, eps, x, mean, rstd, out):
-    """`normalization._normalize_rows`: ``mean, rstd`` per row of ``x (n, D)`` and
+    """`layer_norm._normalize_rows`: ``mean, rstd`` per row of ``x (n, D)`` and
     ``out = (x - mean) rstd w + b`` (``w``, ``b`` may be None)."""
     rows, dim = x.shape
     zero = x.dtype.type(0)
@@ -51,7 +51,7 @@ def layer_norm_rows(w, b, eps, x, mean, rstd, out):
 
 @_compile
 def layer_norm_rows_vjp(w, dy, x, mean, rstd, dy_centred, dx):
-    """`normalization._normalize_rows_vjp`: ``dy_centred = dy (x - mean)`` and, when ``dx`` is
+    """`layer_norm._normalize_rows_vjp`: ``dy_centred = dy (x - mean)`` and, when ``dx`` is
     not None, ``dx = g rstd - (rstd mean(g) + (x - mean) rstd^3 mean(g (x - mean)))``,
     ``g = dy w`` (``w`` may be None)."""
     rows, dim = x.shape
@@ -83,7 +83,7 @@ def layer_norm_rows_vjp(w, dy, x, mean, rstd, dy_centred, dx):
 
 @_exact
 def gelu_tanh_exponent(x, a, b, s):
-    """`activations._gelu_tanh`'s first passes on 1-D arrays: ``s = (x x a - b) x`` (= -2u)."""
+    """`gelu._gelu_tanh`'s first passes on 1-D arrays: ``s = (x x a - b) x`` (= -2u)."""
     for i in range(x.size):
         xi = x[i]
         s[i] = (xi * xi * a - b) * xi
@@ -91,7 +91,7 @@ def gelu_tanh_exponent(x, a, b, s):
 
 @_exact
 def gelu_tanh_finish(x, s, out):
-    """`activations._gelu_tanh`'s last passes, after ``s = exp(-2u)``: ``s = 1/(s + 1)`` and
+    """`gelu._gelu_tanh`'s last passes, after ``s = exp(-2u)``: ``s = 1/(s + 1)`` and
     ``out = x s``."""
     one = s.dtype.type(1)
     for i in range(x.size):
@@ -102,7 +102,7 @@ def gelu_tanh_finish(x, s, out):
 
 @_exact
 def gelu_tanh_slope(x, s, grad, c6, c2, slope):
-    """`activations._gelu_tanh_slope` on 1-D arrays:
+    """`gelu._gelu_tanh_slope` on 1-D arrays:
     ``slope = ((((x x c6 + c2) x) (1 - s) + 1) s) grad``."""
     one = s.dtype.type(1)
     for i in range(x.size):

@@ -1,0 +1,154 @@
+"""Each fast kernel (glassllm.kernels) held to its operation's plain definition in
+glassllm.functional, on every path (NumPy blocks, numba) and thread count; the switch that
+chooses between them."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import glassllm.functional as F
+from glassllm import Tensor, kernels, threads
+from glassllm.functional.activations import _gelu_tanh_definition
+from glassllm.functional.normalization import _layer_norm_definition
+from glassllm.kernels import linear as linear_kernels
+
+DTYPES = [np.float32, np.float64]
+# float rounding: the kernels' row sums add in another order than NumPy's pairwise sums
+TOLERANCE = {np.float32: dict(rtol=2e-5, atol=2e-5), np.float64: dict(rtol=1e-12, atol=1e-12)}
+
+
+def _on_threads(count, fn):
+    before = threads.get_num_threads()
+    threads.set_num_threads(count)
+    try:
+        return fn()
+    finally:
+        threads.set_num_threads(before)
+
+
+def _close(got, want, dtype, scale=1.0):
+    """Equal to rounding; ``scale``: how much the op amplifies its inputs' rounding."""
+    assert got.dtype == want.dtype == np.dtype(dtype)
+    tolerance = TOLERANCE[dtype]
+    np.testing.assert_allclose(got, want, rtol=tolerance["rtol"], atol=tolerance["atol"] * scale)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("count", [1, 2, 3])
+@settings(
+    max_examples=15, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(
+    rows=st.sampled_from([1, 3, 700, 1100, 2100]),
+    dim=st.integers(1, 40),
+    affine=st.booleans(),
+    seed=st.integers(0, 2**16),
+)
+def test_layer_norm_kernel_matches_its_definition(
+    kernel_path, dtype, count, rows, dim, affine, seed
+):
+    rng = np.random.default_rng(seed)
+    x = (rng.standard_normal((rows, dim)) * 3 + 1).astype(dtype)
+    dy = rng.standard_normal((rows, dim)).astype(dtype)
+    w = rng.standard_normal(dim).astype(dtype) if affine else None
+    b = rng.standard_normal(dim).astype(dtype) if affine else None
+    want, want_vjp = _layer_norm_definition(x, w, b, 1e-5)
+
+    def run():
+        out, vjp = kernels.layer_norm(x, w, b, 1e-5)
+        return out, vjp(dy, True, affine, affine)
+
+    out, grads = _on_threads(count, run)
+    # rstd = 1/std amplifies the rounding of x - mu (up to 1/sqrt(eps) for a constant row)
+    rstd = 1.0 / np.sqrt(x.astype(np.float64).var(axis=-1).min() + 1e-5)
+    amplified = rstd * rstd * (1.0 if w is None else float(np.abs(w).max()))
+    _close(out, want, dtype, rstd)
+    for got, expected in zip(grads, want_vjp(dy, True, affine, affine), strict=True):
+        if expected is None:
+            assert got is None
+        else:
+            _close(got, expected, dtype, amplified * rows)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("count", [1, 2, 3])
+@settings(
+    max_examples=10, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(size=st.sampled_from([0, 1, 7, 1000, 300_001]), seed=st.integers(0, 2**16))
+def test_gelu_kernel_matches_its_definition(kernel_path, dtype, count, size, seed):
+    rng = np.random.default_rng(seed)
+    x = (rng.standard_normal(size) * 4).astype(dtype)
+    g = rng.standard_normal(size).astype(dtype)
+    want, want_vjp = _gelu_tanh_definition(x)
+    out, vjp = _on_threads(count, lambda: kernels.gelu_tanh(x))
+    _close(out, want, dtype)
+    _close(_on_threads(count, lambda: vjp(g)), want_vjp(g), dtype)
+
+
+def test_gelu_definition_keeps_the_far_tails():
+    """The definition's sigmoid form has the right limits where ``1 + tanh`` cancels."""
+    x = np.array([-1e4, -30.0, 0.0, 30.0, 1e4], np.float32)
+    y, vjp = _gelu_tanh_definition(x)
+    assert y.dtype == np.float32 and np.isfinite(y).all()
+    np.testing.assert_array_equal(y[[0, 2, 4]], [-0.0, 0.0, 1e4])
+    assert np.isfinite(vjp(np.ones_like(x))).all()
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("count", [1, 2, 3])
+@pytest.mark.parametrize("transposed", [False, True])
+def test_decoding_row_times_matrix_matches_matmul(dtype, count, transposed):
+    """The decoding path (one row against >= 2^19 weights) is ``x @ w`` to rounding."""
+    rng = np.random.default_rng(0)
+    fan_in, fan_out = 512, linear_kernels._STREAMED // 512 + 3
+    w = rng.standard_normal((fan_out, fan_in) if transposed else (fan_in, fan_out)).astype(dtype)
+    w = w.T if transposed else w
+    x = rng.standard_normal((1, fan_in)).astype(dtype)
+    got = _on_threads(count, lambda: kernels.matmul_rows(x, w))
+    _close(got, x @ w, dtype)
+    # bits independent of the thread count
+    np.testing.assert_array_equal(got, kernels.matmul_rows(x, w))
+
+
+def test_reference_mode_runs_the_definitions_and_comes_back():
+    x = Tensor(np.random.default_rng(0).standard_normal((4, 6)), requires_grad=True)
+    fast = F.layer_norm(F.gelu(x)).data
+    assert not kernels.reference()
+    with kernels.use("reference"):
+        assert kernels.reference()
+        reference = F.layer_norm(F.gelu(x))
+        assert reference.op == "layer_norm"
+    assert not kernels.reference()
+    np.testing.assert_allclose(reference.data, fast, rtol=1e-12, atol=1e-12)
+    with pytest.raises(ValueError, match="mode must be one of"):
+        with kernels.use("quick"):
+            pass
+
+
+def test_environment_selects_the_reference_definitions(run_python):
+    import os
+
+    code = "from glassllm import kernels; print(kernels.reference())"
+    os.environ["GLASSLLM_KERNELS"] = "reference"
+    try:
+        result = run_python("-c", code)
+    finally:
+        del os.environ["GLASSLLM_KERNELS"]
+    assert result.stdout.strip() == "True", result.stderr
+
+
+def test_old_compiled_import_path_is_the_same_switch():
+    from glassllm.functional import compiled as old
+    from glassllm.kernels import compiled as new
+
+    assert old.set_enabled is new.set_enabled and old.kernels_for is new.kernels_for
+    before = new.enabled()
+    old.set_enabled(False)
+    try:
+        assert not new.enabled() and new.kernels_for(np.dtype(np.float32)) is None
+    finally:
+        new.set_enabled(before)
