@@ -1,5 +1,5 @@
 """glassllm.distributed: launch detection, batch slicing and the size-1 path without MPI; then
-real ``mpiexec -n 2`` runs of tests/distributed_worker.py (marker ``mpi``): equivalence with one
+real ``mpiexec -n 2`` runs of tests/distributed/distributed_worker.py (marker ``mpi``): equivalence with one
 process accumulating gradients, the replica check, and every fault ending all ranks."""
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ from glassllm import distributed
 from glassllm.distributed import blas_threads
 
 ROOT = Path(__file__).resolve().parents[1]
-WORKER = ROOT / "tests" / "distributed_worker.py"
+WORKER = ROOT / "tests" / "distributed" / "distributed_worker.py"
 # ------------------------------------------------------------------------- no MPI needed
 
 

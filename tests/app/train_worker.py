@@ -1,6 +1,6 @@
-"""``glassllm train`` with a fault injected on one rank; run by tests/test_train_mpi.py.
+"""``glassllm train`` with a fault injected on one rank; run by tests/app/test_train_mpi.py.
 
-Usage: ``python tests/train_worker.py FAULT RANK STEP RECORD_DIR -- <glassllm arguments>``.
+Usage: ``python tests/app/train_worker.py FAULT RANK STEP RECORD_DIR -- <glassllm arguments>``.
 The worker patches `glassllm.app.train.Trainer` (nothing in glassllm itself knows of faults),
 then runs the real command, ``glassllm.app.main``:
 

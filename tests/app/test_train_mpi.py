@@ -28,7 +28,7 @@ from mpi_jobs import (
 from glassllm.checkpoint import read
 
 ROOT = Path(__file__).resolve().parents[1]
-WORKER = ROOT / "tests" / "train_worker.py"
+WORKER = ROOT / "tests" / "app" / "train_worker.py"
 TINY = [
     "--n-layer",
     "1",
@@ -72,7 +72,7 @@ def text(tmp_path: Path) -> Path:
 def glassllm_train(
     mpi_exe: str | None, ranks: int, *args, worker=None, cwd, launcher_args=(), shell=False
 ):
-    """Run ``glassllm train`` (through tests/train_worker.py when ``worker`` = (fault, rank,
+    """Run ``glassllm train`` (through tests/app/train_worker.py when ``worker`` = (fault, rank,
     step, record_dir)) on ``ranks`` processes (0: plain python, no launcher) in ``cwd``, killed
     (and the test failed) if it hangs; ``shell``: start each rank through ``sh -c``, as job
     scripts do. Returns the process and, with a worker, the seconds from its fault to the end
