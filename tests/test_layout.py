@@ -32,3 +32,21 @@ def test_library_file_within_line_budget(path):
         assert lines <= LINE_BUDGET, (
             f"glassllm/{name} has {lines} lines (budget {LINE_BUDGET}): split it by concept"
         )
+
+
+TESTS = Path(__file__).resolve().parent
+NOT_MIRRORS = {"fixtures", "__pycache__"}  # committed test data, not tests of a package
+
+
+def test_the_tests_mirror_the_package():
+    """tests/ has a folder for each package of glassllm/ and none for anything else, so a change
+    to glassllm/nn/attention.py finds its tests in tests/nn/ (top-level modules: tests/test_*)."""
+    packages = {p.parent.relative_to(PACKAGE).as_posix() for p in PACKAGE.rglob("__init__.py")}
+    packages.discard(".")
+    test_folders = {
+        p.relative_to(TESTS).as_posix()
+        for p in TESTS.rglob("*")
+        if p.is_dir() and not NOT_MIRRORS & set(p.relative_to(TESTS).parts)
+    }
+    assert sorted(packages - test_folders) == [], "packages without a test folder"
+    assert sorted(test_folders - packages) == [], "test folders that mirror no package"
