@@ -39,13 +39,13 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-import safetensors
 import safetensors.numpy
 
 from glassllm._text import shown
 from glassllm.atomic_file import write_bytes_atomically
 from glassllm.nn.module import Module
 from glassllm.optim.optimizer import Optimizer
+from glassllm.safetensors_file import SafetensorsError, read_header, read_tensors
 
 __all__ = ["Checkpoint", "CheckpointError", "save", "read", "load", "read_metadata"]
 
@@ -217,12 +217,9 @@ def read_metadata(path: PathLike) -> dict[str, Any]:
     """
     path = _existing_file(path)
     try:
-        with safetensors.safe_open(path, framework="np") as handle:
-            header = dict(handle.metadata() or {})
-    except OSError:
-        raise
-    except Exception as error:  # safetensors raises its own SafetensorError
-        raise _unreadable(path, error) from error
+        header = read_header(path)[1]
+    except SafetensorsError as error:
+        raise _unreadable(path, error) from None
     return _metadata_dict(header, path)
 
 
@@ -444,14 +441,9 @@ def _digest(tensors: Mapping[str, np.ndarray], header: Mapping[str, str]) -> str
 
 def _read(path: str) -> tuple[dict[str, np.ndarray], dict[str, str]]:
     try:
-        with safetensors.safe_open(path, framework="np") as handle:
-            header = dict(handle.metadata() or {})
-            tensors = {name: handle.get_tensor(name) for name in handle.keys()}  # noqa: SIM118
-    except OSError:
-        raise
-    except Exception as error:  # safetensors raises its own SafetensorError (and others)
-        raise _unreadable(path, error) from error
-    return tensors, header
+        return read_tensors(path)
+    except SafetensorsError as error:  # an OSError (unreadable, not malformed) passes through
+        raise _unreadable(path, error) from None
 
 
 def _existing_file(path: PathLike) -> str:
@@ -463,10 +455,10 @@ def _existing_file(path: PathLike) -> str:
     return path
 
 
-def _unreadable(path: str, error: Exception) -> CheckpointError:
+def _unreadable(path: str, error: SafetensorsError) -> CheckpointError:
     return CheckpointError(
         f"{path} is not a readable safetensors checkpoint (truncated, corrupted or another "
-        f"format): {error}"
+        f"format): {error.problem}"
     )
 
 

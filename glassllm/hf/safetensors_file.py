@@ -1,170 +1,40 @@
-"""Read a safetensors file tensor by tensor, straight into the arrays that will hold the weights.
-
-The format (https://huggingface.co/docs/safetensors): an 8-byte little-endian header length N, N
-bytes of JSON ``{name: {"dtype", "shape", "data_offsets": [begin, end]}, "__metadata__": {...}}``,
-then the tensors' bytes, offsets counted from the end of the header. Reading it here rather than
-through ``safetensors.numpy`` lets a float32 tensor go from the file into the model's own array
-with no intermediate copy (peak memory is the model, not model + file), and widens BF16, which
-NumPy has no type for: a bfloat16 is the top 16 bits of a float32.
-"""
+"""`glassllm.safetensors_file` for Hugging Face weights: the same reader, its errors (a malformed
+file, and one that cannot be opened or read) as `HFFormatError`, as everything under ``hf``."""
 
 from __future__ import annotations
 
-import math
-import os
-import stat
-from dataclasses import dataclass
-
 import numpy as np
 
-from glassllm.hf.untrusted import HFFormatError, listed, parse_json, shown
+from glassllm.hf.untrusted import HFFormatError
+from glassllm.safetensors_file import (
+    FLOAT_DTYPES,
+    MAX_HEADER_BYTES,
+    SafetensorsError,
+    TensorEntry,
+)
+from glassllm.safetensors_file import read_header as _read_header
+from glassllm.safetensors_file import read_into as _read_into
 
-# safetensors dtype -> NumPy dtype of the stored bytes (little-endian).
-FLOAT_DTYPES = {"F64": "<f8", "F32": "<f4", "F16": "<f2", "BF16": "<u2"}
-_ITEM_SIZES = {
-    **{k: np.dtype(v).itemsize for k, v in FLOAT_DTYPES.items()},
-    "I64": 8, "U64": 8, "I32": 4, "U32": 4, "I16": 2, "U16": 2, "I8": 1, "U8": 1, "BOOL": 1,
-    "F8_E4M3": 1, "F8_E5M2": 1,
-}  # fmt: skip
-# The reference implementation refuses headers above 100 MB.
-MAX_HEADER_BYTES = 100_000_000
-
-
-@dataclass(frozen=True)
-class TensorEntry:
-    """Where one tensor's bytes are: ``file`` at byte ``offset``, ``dtype`` as safetensors names
-    it, and its ``shape``."""
-
-    file: str
-    dtype: str
-    shape: tuple[int, ...]
-    offset: int
-
-    @property
-    def size(self) -> int:
-        return math.prod(self.shape)
-
-    @property
-    def nbytes(self) -> int:
-        return self.size * _ITEM_SIZES[self.dtype]
+__all__ = ["FLOAT_DTYPES", "MAX_HEADER_BYTES", "TensorEntry", "read_header", "read_into"]
 
 
 def read_header(path: str) -> tuple[dict[str, TensorEntry], dict[str, str]]:
-    """``({name: TensorEntry}, metadata)`` of a safetensors file, checked as the reference
-    implementation checks it: a JSON object of at most MAX_HEADER_BYTES, each entry a known dtype,
-    a shape of non-negative integers and integer ``data_offsets`` holding exactly that many bytes,
-    the entries' bytes tiling the data after the header with no gap and no overlap (so the tensors
-    together are never larger than the file), ``__metadata__`` null or an object of strings. A
-    malformed file raises HFFormatError."""
+    """`glassllm.safetensors_file.read_header`, raising HFFormatError."""
     try:
-        status = os.stat(path)
-        if not stat.S_ISREG(status.st_mode):  # a FIFO would block, a device never end
-            raise _malformed(path, "not a regular file")
-        file_size = status.st_size
-        with open(path, "rb") as handle:
-            prefix = handle.read(8)
-            if len(prefix) < 8:
-                raise _malformed(path, "shorter than a safetensors header")
-            length = int.from_bytes(prefix, "little")
-            if length > min(MAX_HEADER_BYTES, file_size - 8):
-                raise _malformed(path, f"its header length {length} does not fit the file")
-            raw = handle.read(length)
+        return _read_header(path)
+    except SafetensorsError as err:
+        raise _as_hf(err) from None
     except OSError as err:
-        raise _malformed(path, f"unreadable ({err.strerror or err})") from None
-    try:
-        header = parse_json(raw, "its header")
-    except HFFormatError as err:
-        raise _malformed(path, str(err)) from None
-    if not isinstance(header, dict):
-        raise _malformed(path, "its header is not a JSON object")
-    metadata = header.pop("__metadata__", None)
-    metadata = {} if metadata is None else metadata  # null: none, as the reference reads it
-    if not isinstance(metadata, dict) or not all(isinstance(v, str) for v in metadata.values()):
-        raise _malformed(path, f"its __metadata__ {shown(metadata)} is not an object of strings")
-    data_size = file_size - 8 - length
-    entries, spans, bad = {}, [], []
-    for name, info in header.items():
-        entry = _entry(path, 8 + length, data_size, info)
-        if entry is None:
-            bad.append(f"{name} {shown(info)}")
-        else:
-            entries[name] = entry
-            spans.append((entry.offset, entry.offset + entry.nbytes))
-    if bad:
-        raise _malformed(path, f"malformed entries for tensors {listed(bad, 3)}")
-    position = 8 + length
-    for begin, end in sorted(spans):
-        if begin != position:
-            why = "overlap" if begin < position else "leave a gap"
-            at = begin - 8 - length
-            raise _malformed(path, f"its tensors' data_offsets {why} (at byte {at})")
-        position = end
-    if position != file_size:
-        left = file_size - position
-        raise _malformed(path, f"its tensors do not cover the data ({left} bytes left over)")
-    return entries, metadata
-
-
-def _entry(path: str, data_start: int, data_size: int, info: object) -> TensorEntry | None:
-    """The TensorEntry of one header entry, None when it is malformed."""
-    if not isinstance(info, dict):
-        return None
-    dtype, shape, offsets = info.get("dtype"), info.get("shape"), info.get("data_offsets")
-    if not isinstance(dtype, str) or dtype not in _ITEM_SIZES:
-        return None
-    if not isinstance(shape, list) or not all(_natural(n) for n in shape):
-        return None
-    if not isinstance(offsets, list) or len(offsets) != 2 or not all(map(_natural, offsets)):
-        return None
-    begin, end = offsets
-    if not begin <= end <= data_size or end - begin != _nbytes(shape, dtype, data_size):
-        return None
-    return TensorEntry(path, dtype, tuple(shape), data_start + begin)
-
-
-def _nbytes(shape: list[int], dtype: str, limit: int) -> int | None:
-    """The bytes of a tensor of ``shape``, None when above ``limit`` (found without multiplying
-    integers of thousands of digits)."""
-    if 0 in shape:
-        return 0
-    total = _ITEM_SIZES[dtype]
-    for n in shape:
-        total *= n
-        if total > limit:
-            return None
-    return total
-
-
-def _natural(value: object) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
-
-
-def _malformed(path: str, problem: str) -> HFFormatError:
-    return HFFormatError(f"{path!r} is not a valid safetensors file", [problem])
+        raise _as_hf(SafetensorsError(path, f"unreadable ({err.strerror or err})")) from None
 
 
 def read_into(entry: TensorEntry, out: np.ndarray) -> None:
-    """Fill ``out`` (a C-contiguous float array of ``entry``'s shape) with the tensor's values,
-    widened or converted to ``out``'s dtype. A float tensor only: the caller checks the dtype."""
-    stored = np.dtype(FLOAT_DTYPES[entry.dtype])
-    if entry.size == 0:
-        return
-    with open(entry.file, "rb") as handle:
-        handle.seek(entry.offset)
-        if out.dtype == stored and out.flags.c_contiguous:
-            _read_exactly(handle, memoryview(out).cast("B"), entry)  # no copy at all
-            return
-        raw = np.empty(entry.shape, dtype=stored)
-        _read_exactly(handle, memoryview(raw).cast("B"), entry)
-    if entry.dtype == "BF16":  # the top half of a float32's bits
-        raw = (raw.astype(np.uint32) << 16).view(np.float32)
-    np.copyto(out, raw, casting="unsafe" if entry.dtype == "F64" else "same_kind")
+    """`glassllm.safetensors_file.read_into`, raising HFFormatError for a file cut short."""
+    try:
+        _read_into(entry, out)
+    except SafetensorsError as err:
+        raise _as_hf(err) from None
 
 
-def _read_exactly(handle, buffer: memoryview, entry: TensorEntry) -> None:
-    done = 0
-    while done < len(buffer):
-        count = handle.readinto(buffer[done:])
-        if not count:
-            raise _malformed(entry.file, "it ends inside a tensor's data (changed while read?)")
-        done += count
+def _as_hf(err: SafetensorsError) -> HFFormatError:
+    return HFFormatError(f"{err.path!r} is not a valid safetensors file", [err.problem])
