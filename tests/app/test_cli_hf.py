@@ -14,8 +14,8 @@ from conftest import run_cli as run
 from glassllm.app.cli import main
 from glassllm.app.config import CHECKPOINT_NAME
 
-FIXTURE = Path(__file__).resolve().parents[0] / "fixtures" / "hf_gpt2_tiny"
-EXPECTED = Path(__file__).resolve().parents[0] / "fixtures" / "hf_gpt2_tiny.expected.npz"
+FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "hf_gpt2_tiny"
+EXPECTED = Path(__file__).resolve().parents[1] / "fixtures" / "hf_gpt2_tiny.expected.npz"
 TEXT = "".join(f"line {i}: the quick brown fox jumps over the lazy dog.\n" for i in range(60))
 TINY = ["--n-layer", "1", "--n-head", "2", "--n-embd", "16", "--block-size", "16",
         "--batch-size", "4", "--max-iters", "3", "--eval-interval", "2", "--eval-iters", "1",

@@ -33,7 +33,7 @@ from glassllm.app.config import CHECKPOINT_NAME, LOG_NAME
 from glassllm.app.run_state import load_trained_model
 from glassllm.models import GPT
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 TEXT = "".join(f"line {i}: the quick brown fox jumps over the lazy dog.\n" for i in range(60))
 TINY = ["--n-layer", "1", "--n-head", "2", "--n-embd", "16", "--block-size", "16",
         "--batch-size", "4", "--max-iters", "12", "--eval-interval", "5", "--eval-iters", "2",

@@ -22,7 +22,7 @@ from glassllm.app.run_state import RunState, SavedRun
 from glassllm.app.train import Trainer
 from glassllm.checkpoint import CheckpointError
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 TEXT = "".join(f"line {i}: the quick brown fox jumps over the lazy dog.\n" for i in range(60))
 
 

@@ -27,7 +27,7 @@ from mpi_jobs import (
 
 from glassllm.checkpoint import read
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 WORKER = ROOT / "tests" / "app" / "train_worker.py"
 TINY = [
     "--n-layer",

@@ -16,7 +16,7 @@ import pytest
 from glassllm.data import SHAKESPEARE_SHA256, DataError, corpus, shakespeare_text
 from glassllm.data.corpus import SHAKESPEARE_URL_ENV
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 # The test copy lives in shared/ beside the repository (or inside it, in some checkouts);
 # GLASSLLM_TINYSHAKESPEARE names another copy.
 SHARED_COPIES = [

@@ -20,7 +20,7 @@ import pytest
 
 from glassllm.data import DataError, corpus, load_text, read_text_file, shakespeare_text
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 posix_only = pytest.mark.skipif(os.name != "posix", reason="FIFOs, devices and sockets are POSIX")
 
 

@@ -1,4 +1,4 @@
-"""Train a tiny GPT with glassllm.distributed for a few steps; run by tests/distributed/test_distributed.py.
+"""Train a tiny GPT with glassllm.distributed for a few steps; run by test_distributed.py.
 
 Run alone (size 1) or under ``mpiexec -n N``. Rank 0 writes the parameters and step losses to
 ``--out`` (.npz). ``--fault`` makes rank ``--fault-rank`` misbehave at step ``--fault-step``:

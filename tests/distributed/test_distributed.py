@@ -1,6 +1,6 @@
 """glassllm.distributed: launch detection, batch slicing and the size-1 path without MPI; then
-real ``mpiexec -n 2`` runs of tests/distributed/distributed_worker.py (marker ``mpi``): equivalence with one
-process accumulating gradients, the replica check, and every fault ending all ranks."""
+real ``mpiexec -n 2`` runs of distributed_worker.py beside it (marker ``mpi``): equivalence with
+one process accumulating gradients, the replica check, and every fault ending all ranks."""
 
 from __future__ import annotations
 
@@ -27,7 +27,7 @@ from mpi_jobs import (
 from glassllm import distributed
 from glassllm.distributed import blas_threads
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 WORKER = ROOT / "tests" / "distributed" / "distributed_worker.py"
 # ------------------------------------------------------------------------- no MPI needed
 

@@ -22,7 +22,7 @@ from glassllm.data import (
 from glassllm.hf import HFFormatError, load_model, load_pretrained, save_pretrained
 from glassllm.models import GPT, GPTConfig
 
-FIXTURE = Path(__file__).resolve().parents[0] / "fixtures" / "hf_gpt2_tiny"
+FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "hf_gpt2_tiny"
 
 
 @pytest.fixture

@@ -25,8 +25,8 @@ from glassllm.hf import (
 )
 from glassllm.models import GPT, GPTConfig
 
-FIXTURE = Path(__file__).resolve().parents[0] / "fixtures" / "hf_gpt2_tiny"
-EXPECTED = Path(__file__).resolve().parents[0] / "fixtures" / "hf_gpt2_tiny.expected.npz"
+FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "hf_gpt2_tiny"
+EXPECTED = Path(__file__).resolve().parents[1] / "fixtures" / "hf_gpt2_tiny.expected.npz"
 PROMPTS = ["def f(x):\n    return", "The quick brown fox"]  # as make_gpt2_fixture.py
 
 

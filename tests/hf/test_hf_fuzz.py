@@ -20,7 +20,7 @@ from conftest import optional
 from glassllm.data import MissingDependencyError
 from glassllm.hf import HFFormatError, load_pretrained, name_from_hf
 
-FIXTURE = Path(__file__).resolve().parents[0] / "fixtures" / "hf_gpt2_tiny"
+FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "hf_gpt2_tiny"
 SEED = 20261130
 CASES = 400
 # JSON texts of values no GPT-2 file holds: wrong types, bounds, numbers Python cannot hold.

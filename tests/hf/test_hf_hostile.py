@@ -17,7 +17,7 @@ from conftest import optional
 from glassllm.app.cli import main
 from glassllm.hf import HFFormatError, load_pretrained
 
-FIXTURE = Path(__file__).resolve().parents[0] / "fixtures" / "hf_gpt2_tiny"
+FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "hf_gpt2_tiny"
 
 
 def copy_fixture(directory: Path) -> Path:

@@ -482,7 +482,7 @@ def test_deeply_nested_json_is_a_400(server):
 
 # ---------------------------------------------------------------------- real models' sizes
 
-HF_TINY = __import__("pathlib").Path(__file__).resolve().parents[1] / "fixtures" / "hf_gpt2_tiny"
+HF_TINY = __import__("pathlib").Path(__file__).resolve().parents[2] / "fixtures" / "hf_gpt2_tiny"
 
 
 def test_a_gpt2_directory_is_inspected_and_sampled(tmp_path):
@@ -576,7 +576,7 @@ def test_inspect_of_a_large_vocabulary_keeps_memory_small():
 # ---------------------------------------------------------------------- named sources
 
 CITATION = re.compile(r"(glassllm/[\w/]+\.py)(?::\s*([A-Za-z_][\w.]*))?")
-REPO = pathlib.Path(__file__).resolve().parents[2]
+REPO = pathlib.Path(__file__).resolve().parents[3]
 
 
 def check_citation(path, name):

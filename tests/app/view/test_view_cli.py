@@ -21,7 +21,7 @@ from view_helpers import make_run
 import glassllm
 import glassllm.nn as nn
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 HF_TINY = REPO / "tests" / "fixtures" / "hf_gpt2_tiny"
 
 
