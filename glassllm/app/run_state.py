@@ -15,15 +15,17 @@ the field; nothing else escapes, whatever the file holds.
 
 Resuming (``glassllm train --resume``), in order:
 
-1. `read_for_resume` reads ``OUT_DIR/ckpt.safetensors`` (once) into a `SavedRun`;
+1. `read_for_resume` reads ``OUT_DIR/ckpt.safetensors`` (once) into a `SavedRun`, refusing a
+   file without a training configuration or generator states;
 2. `SavedRun.resume_config` takes the checkpoint's training configuration and applies the
-   options given on the command line. The fields of `FIXED_ON_RESUME` (model shape, data,
-   tokenizer, seed) may be given only with the checkpoint's value; every other option given
-   overrides the checkpoint's, in particular the optimisation (``--lr``, ``--min-lr``,
-   ``--warmup-iters``, ``--lr-decay-iters``, ``--weight-decay``, ``--beta1``, ``--beta2``,
-   ``--grad-clip``), the length (``--max-iters``), evaluation and ``--sample-tokens``;
+   options given on the command line: every option given overrides the checkpoint's, in
+   particular the optimisation (``--lr``, ``--min-lr``, ``--warmup-iters``,
+   ``--lr-decay-iters``, ``--weight-decay``, ``--beta1``, ``--beta2``, ``--grad-clip``), the
+   length (``--max-iters``), evaluation and ``--sample-tokens``;
 3. `glassllm.app.train.Trainer` takes that configuration and the `SavedRun`:
-   `SavedRun.check_resumable` checks they belong together, the tokenizer comes from the
+   `SavedRun.check_resumable` checks they belong together (the fields of `FIXED_ON_RESUME`,
+   model shape, data, tokenizer and seed, keep the checkpoint's values; ``max_iters`` is beyond
+   its iteration) and `TrainConfig.validate` the values, the tokenizer comes from the
    metadata (no model is built for it), the model and optimizer state are loaded from the
    tensors already in memory, and the optimizer keeps the configuration's hyper-parameters (the
    ones saved in the file are those of the checkpoint's configuration, and step 2 decided which
@@ -266,16 +268,28 @@ class SavedRun:
         return self.checkpoint.path
 
     @classmethod
-    def read(cls, path: str | os.PathLike[str]) -> SavedRun:
+    def read(
+        cls, path: str | os.PathLike[str], resuming: bool = False, command_line: bool = False
+    ) -> SavedRun:
         """Read and verify ``path``; raises ValueError (or OSError) with a message for the user
-        for a missing, unreadable, damaged or foreign file, or a bad value in its metadata."""
+        for a missing, unreadable, damaged or foreign file, or a bad value in its metadata.
+
+        resuming: also refuse a file that cannot be resumed (no training configuration or no
+        generator states). command_line: messages about the file say ``--resume`` (read for
+        ``glassllm train --resume``, see `read_for_resume`)."""
         path = Path(path)
+        named = f"--resume: {str(path)!r}" if command_line else f"checkpoint {str(path)!r}"
         if path.is_dir():
-            raise ValueError(f"checkpoint {str(path)!r} is a directory, not a checkpoint file")
+            raise ValueError(f"{named} is a directory, not a checkpoint file")
         if not path.exists():
-            raise ValueError(f"checkpoint {str(path)!r} not found")
+            if command_line:
+                raise ValueError(
+                    f"--resume: no checkpoint at {str(path)!r} (train without --resume first, or "
+                    f"point --out-dir at the run to continue)"
+                )
+            raise ValueError(f"{named} not found")
         if not path.is_file():
-            raise ValueError(f"checkpoint {str(path)!r} is not a regular file")
+            raise ValueError(f"{named} is not a regular file")
         checkpoint = read(path)  # CheckpointError (a ValueError): unreadable or corrupted
         if not checkpoint.verified:  # every file glassllm writes has a digest
             raise CheckpointError(
@@ -289,7 +303,10 @@ class SavedRun:
                 f"checkpoint {str(path)!r} does not hold the model its metadata describes: "
                 + "; ".join(problems)
             )
-        return cls(checkpoint, state)
+        saved = cls(checkpoint, state)
+        if resuming:
+            saved._check_resumable_file()
+        return saved
 
     def model(self) -> GPT:
         """A GPT of the checkpoint's shape holding its weights, in eval mode (ready to sample)."""
@@ -300,54 +317,53 @@ class SavedRun:
 
     # ---- resuming
 
-    def _training_config(self) -> TrainConfig:
+    def _check_resumable_file(self) -> None:
+        """Raise ValueError unless the file holds what a resume needs besides the model: the
+        training configuration and the states of the random generators."""
         if self.state.config is None:  # e.g. written by examples/train_tiny_gpt.py
             raise ValueError(
                 f"--resume: checkpoint {self.path!r} has no training configuration (it was not "
                 "written by glassllm train); sample from it with glassllm sample, or train anew"
             )
-        return self.state.config
-
-    def resume_config(self, given: Mapping[str, Any]) -> TrainConfig:
-        """The configuration of the resumed run: the checkpoint's, with the options ``given``
-        (field name -> value) applied. Fields of `FIXED_ON_RESUME` may be given only with the
-        checkpoint's value; ``out_dir`` is the one the checkpoint was read from."""
-        saved = self._training_config()
-        conflicts = [
-            f"{name}={given[name]!r} (checkpoint: {getattr(saved, name)!r})"
-            for name in FIXED_ON_RESUME
-            if name in given and given[name] != getattr(saved, name)
-        ]
-        if conflicts:
-            raise ValueError(
-                f"cannot change {', '.join(conflicts)} when resuming: the model, data, tokenizer "
-                "and seed come from the checkpoint"
-            )
-        changes = {name: value for name, value in given.items() if name != "out_dir"}
-        out_dir = given.get("out_dir", Path(self.path).parent)  # where the run is now
-        return dataclasses.replace(saved, **changes, out_dir=str(out_dir))
-
-    def check_resumable(self, config: TrainConfig) -> None:
-        """Raise ValueError unless a run configured by ``config`` can continue from here: the
-        checkpoint has a training configuration and generator states, ``config`` keeps every
-        field of `FIXED_ON_RESUME`, and ``max_iters`` lies beyond the checkpoint's iteration."""
-        saved = self._training_config()
         if self.state.rng is None:
             raise ValueError(
                 f"checkpoint {self.path!r} has incomplete or invalid metadata: no 'rng' (the "
                 "states of the run's random generators); it cannot be resumed"
             )
-        different = [
-            f"{name}: {getattr(config, name)!r} vs {getattr(saved, name)!r} in the checkpoint"
-            for name in FIXED_ON_RESUME
-            if getattr(config, name) != getattr(saved, name)
-        ]
-        if different:
-            raise ValueError(f"cannot resume with a different {'; '.join(different)}")
+
+    def resume_config(self, given: Mapping[str, Any]) -> TrainConfig:
+        """The configuration of the resumed run: the checkpoint's (read with ``resuming``), with
+        the options ``given`` (field name -> value) applied; ``out_dir`` is the one the
+        checkpoint was read from. Nothing is checked here: `check_resumable` refuses a changed
+        field of `FIXED_ON_RESUME`, and `TrainConfig.validate` the values."""
+        assert self.state.config is not None, "read with SavedRun.read(path, resuming=True)"
+        changes = {name: value for name, value in given.items() if name != "out_dir"}
+        out_dir = given.get("out_dir", Path(self.path).parent)  # where the run is now
+        return dataclasses.replace(self.state.config, **changes, out_dir=str(out_dir))
+
+    def check_resumable(self, config: TrainConfig) -> None:
+        """Raise ValueError unless a run configured by ``config`` can continue from here (a
+        checkpoint read with ``resuming``): ``config`` keeps every field of `FIXED_ON_RESUME`,
+        and ``max_iters`` lies beyond the checkpoint's iteration."""
+        self._check_fixed(config)
         if self.state.iteration >= config.max_iters:
             raise ValueError(
                 f"the checkpoint is already at iteration {self.state.iteration} and max_iters is "
                 f"{config.max_iters}: pass a larger --max-iters to train further"
+            )
+
+    def _check_fixed(self, config: TrainConfig) -> None:
+        saved = self.state.config
+        assert saved is not None, "read with SavedRun.read(path, resuming=True)"
+        conflicts = [
+            f"{name}={getattr(config, name)!r} (checkpoint: {getattr(saved, name)!r})"
+            for name in FIXED_ON_RESUME
+            if getattr(config, name) != getattr(saved, name)
+        ]
+        if conflicts:
+            raise ValueError(
+                f"cannot change {', '.join(conflicts)} when resuming: the model, data, tokenizer "
+                "and seed come from the checkpoint"
             )
 
 
@@ -369,21 +385,17 @@ def _tensor_problems(config: GPTConfig, tensors: Mapping[str, np.ndarray]) -> li
 
 def read_for_resume(out_dir: str | os.PathLike[str]) -> SavedRun:
     """The checkpoint of the run in ``out_dir``, read for ``--resume`` (messages say so)."""
-    path = Path(out_dir) / CHECKPOINT_NAME
-    if path.is_dir():
-        raise ValueError(f"--resume: {str(path)!r} is a directory, not a checkpoint file")
-    if not path.is_file():
-        raise ValueError(
-            f"--resume: no checkpoint at {str(path)!r} (train without --resume first, or point "
-            f"--out-dir at the run to continue)"
-        )
-    return SavedRun.read(path)
+    return SavedRun.read(Path(out_dir) / CHECKPOINT_NAME, resuming=True, command_line=True)
 
 
 def resume_config(given: Mapping[str, Any]) -> TrainConfig:
     """The configuration of a resumed run: the checkpoint in ``given["out_dir"]`` (default
-    ``out``), updated with the options ``given`` (see `SavedRun.resume_config`)."""
-    return read_for_resume(given.get("out_dir", DEFAULT_OUT_DIR)).resume_config(given)
+    ``out``), updated with the options ``given`` (see `SavedRun.resume_config`); a changed field
+    of `FIXED_ON_RESUME` raises ValueError."""
+    saved = read_for_resume(given.get("out_dir", DEFAULT_OUT_DIR))
+    config = saved.resume_config(given)
+    saved._check_fixed(config)
+    return config
 
 
 def check_out_dir(out_dir: str | os.PathLike[str]) -> None:

@@ -96,8 +96,8 @@ class Trainer:
     """One training run: ``Trainer(config).fit()``, or ``Trainer(config, resume=True).fit()``.
 
     resume: False (a fresh run), True (continue from ``OUT_DIR/ckpt.safetensors``), or the
-    `SavedRun` of that checkpoint already read (``glassllm train --resume`` reads it once to
-    build ``config``, see `glassllm.app.run_state`).
+    `SavedRun` of that checkpoint read with ``resuming=True`` (``glassllm train --resume`` reads
+    it once to build ``config``); either way `SavedRun.check_resumable` checks ``config``.
 
     Construction does everything that can fail because of the input (configuration, out_dir,
     data, checkpoint) and raises ValueError or OSError before any file is written or the default
@@ -121,7 +121,9 @@ class Trainer:
         self.checkpoint_path = self.out_dir / CHECKPOINT_NAME
         self.log_path = self.out_dir / LOG_NAME
         check_out_dir(self.out_dir)
-        saved = SavedRun.read(self.checkpoint_path) if resume is True else resume or None
+        saved = resume if isinstance(resume, SavedRun) else None
+        if resume is True:
+            saved = SavedRun.read(self.checkpoint_path, resuming=True)
         if saved is not None:
             saved.check_resumable(config)
         self.resumed = saved is not None

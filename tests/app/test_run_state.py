@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import ast
 import copy
+import dataclasses
 import doctest
 import subprocess
 import sys
@@ -171,6 +172,47 @@ def test_resume_keeps_the_configured_optimizer_hyperparameters(trained, tmp_path
     assert decay["eps"] == trained.optimizer.param_groups[0]["eps"]
     for name, state in trained.optimizer.state.items():
         assert resumed.optimizer.state[name]["step"] == state["step"]
+
+
+# A value other than the trained run's for each field the checkpoint fixes (each valid alone).
+CHANGED = dict(n_layer=2, n_head=4, n_embd=32, block_size=8, dropout=0.1, bias=True,
+               data="other.txt", tokenizer="bpe", vocab_size=300, seed=7)  # fmt: skip
+
+
+@pytest.mark.parametrize("name", run_state.FIXED_ON_RESUME)
+def test_each_fixed_field_is_refused_on_resume(trained, name):
+    assert CHANGED[name] != getattr(trained.config, name)
+    saved = run_state.read_for_resume(trained.out_dir)
+    config = saved.resume_config({name: CHANGED[name], "max_iters": 9})
+    with pytest.raises(ValueError, match=f"cannot change {name}="):
+        saved.check_resumable(config)
+    with pytest.raises(ValueError, match=f"cannot change {name}="):
+        run_state.resume_config({"out_dir": trained.out_dir, name: CHANGED[name]})
+
+
+def test_both_resume_paths_refuse_a_changed_model_and_an_unresumable_file(trained, tmp_path):
+    """The Trainer checks the rules whether it reads the checkpoint (resume=True, the library)
+    or is given it read (resume=SavedRun, as ``glassllm train --resume`` does)."""
+    changed = dataclasses.replace(trained.config, n_layer=2, max_iters=9)
+    with pytest.raises(ValueError, match=r"cannot change n_layer=2 \(checkpoint: 1\)"):
+        Trainer(changed, resume=True)
+    saved = run_state.read_for_resume(trained.out_dir)
+    with pytest.raises(ValueError, match=r"cannot change n_layer=2 \(checkpoint: 1\)"):
+        Trainer(saved.resume_config({"n_layer": 2, "max_iters": 9}), resume=saved)
+    with pytest.raises(ValueError, match="already at iteration 4"):
+        Trainer(saved.resume_config({}), resume=saved)
+    # a checkpoint without generator states (e.g. written by hand) cannot be resumed
+    out_dir = tmp_path / "no-rng"
+    out_dir.mkdir()
+    metadata = {**trained.metadata(), "rng": None}
+    glassllm.save(out_dir / CHECKPOINT_NAME, trained.model, trained.optimizer, metadata=metadata)
+    config = dataclasses.replace(trained.config, out_dir=str(out_dir), max_iters=9)
+    for resume in (
+        lambda: Trainer(config, resume=True),
+        lambda: run_state.read_for_resume(out_dir),
+    ):
+        with pytest.raises(ValueError, match="no 'rng'"):
+            resume()
 
 
 def test_help_shows_each_option_range(capsys):
