@@ -262,6 +262,7 @@ class SavedRun:
 
     checkpoint: Checkpoint
     state: RunState
+    resumable: bool = False  # read with resuming=True: checked to hold what a resume needs
 
     @property
     def path(self) -> str:
@@ -303,7 +304,7 @@ class SavedRun:
                 f"checkpoint {str(path)!r} does not hold the model its metadata describes: "
                 + "; ".join(problems)
             )
-        saved = cls(checkpoint, state)
+        saved = cls(checkpoint, state, resumable=resuming)
         if resuming:
             saved._check_resumable_file()
         return saved
@@ -331,12 +332,18 @@ class SavedRun:
                 "states of the run's random generators); it cannot be resumed"
             )
 
+    def _require_resumable(self) -> None:
+        """The resume rule for a SavedRun read without ``resuming`` (a library caller's own read):
+        a file read with it was checked once, there."""
+        if not self.resumable:
+            self._check_resumable_file()
+
     def resume_config(self, given: Mapping[str, Any]) -> TrainConfig:
         """The configuration of the resumed run: the checkpoint's (read with ``resuming``), with
         the options ``given`` (field name -> value) applied; ``out_dir`` is the one the
         checkpoint was read from. Nothing is checked here: `check_resumable` refuses a changed
         field of `FIXED_ON_RESUME`, and `TrainConfig.validate` the values."""
-        assert self.state.config is not None, "read with SavedRun.read(path, resuming=True)"
+        self._require_resumable()
         changes = {name: value for name, value in given.items() if name != "out_dir"}
         out_dir = given.get("out_dir", Path(self.path).parent)  # where the run is now
         return dataclasses.replace(self.state.config, **changes, out_dir=str(out_dir))
@@ -353,8 +360,8 @@ class SavedRun:
             )
 
     def _check_fixed(self, config: TrainConfig) -> None:
+        self._require_resumable()
         saved = self.state.config
-        assert saved is not None, "read with SavedRun.read(path, resuming=True)"
         conflicts = [
             f"{name}={getattr(config, name)!r} (checkpoint: {getattr(saved, name)!r})"
             for name in FIXED_ON_RESUME

@@ -207,9 +207,12 @@ def test_both_resume_paths_refuse_a_changed_model_and_an_unresumable_file(traine
     metadata = {**trained.metadata(), "rng": None}
     glassllm.save(out_dir / CHECKPOINT_NAME, trained.model, trained.optimizer, metadata=metadata)
     config = dataclasses.replace(trained.config, out_dir=str(out_dir), max_iters=9)
+    plain = run_state.SavedRun.read(out_dir / CHECKPOINT_NAME)  # a library caller's own read
+    assert not plain.resumable
     for resume in (
         lambda: Trainer(config, resume=True),
         lambda: run_state.read_for_resume(out_dir),
+        lambda: Trainer(plain.resume_config({"max_iters": 9}), resume=plain),
     ):
         with pytest.raises(ValueError, match="no 'rng'"):
             resume()
