@@ -1,22 +1,10 @@
-"""The PyTorch reference GPT that the tests and the benchmarks hold glassllm to: nanoGPT's model.py.
-
-Same architecture as ``glassllm.models.GPT``: token + learned position embeddings, pre-LayerNorm
-blocks of fused-qkv causal self-attention and a 4x MLP, final LayerNorm, output head tied to the
-token embedding, no dropout; biases optional (``bias``, nanoGPT's flag). Written the way nanoGPT
-writes it, so the PyTorch side is what a nanoGPT user runs on a CPU: AdamW without ``fused``
-(nanoGPT enables it only on CUDA), ``clip_grad_norm_``, generation without a key/value cache.
-
-Two choices, each one field of :class:`TorchGPTConfig`:
-
-* ``attention``: ``"sdpa"``, ``F.scaled_dot_product_attention(is_causal=True)`` (PyTorch's fastest
-  eager path, nanoGPT's "flash" branch), or ``"manual"``, the scores, causal mask, softmax and
-  weighted sum written out (nanoGPT's branch for PyTorch without flash attention).
-* ``gelu``: ``"tanh"`` (glassllm's GPT uses the tanh approximation, so both models compute the same
-  loss from the same weights) or ``"none"`` (the exact erf GELU of nanoGPT's ``nn.GELU()``).
-
-Parameter names follow nanoGPT (``transformer.h.0.attn.c_attn.weight``); :func:`torch_name` maps
-glassllm's names onto them. glassllm stores Linear weights (in, out), PyTorch (out, in):
-:func:`copy_from_glassllm` transposes them.
+"""The PyTorch reference GPT that the tests and the benchmarks hold glassllm to: nanoGPT's model.py,
+the architecture of ``glassllm.models.GPT``, written the way nanoGPT writes it (AdamW not fused,
+as nanoGPT on a CPU; generation without a key/value cache). :class:`TorchGPTConfig` choices:
+``attention`` "sdpa" (``F.scaled_dot_product_attention``) or "manual" (written out); ``gelu``
+"tanh" (glassllm's, so both compute the same loss from the same weights) or "none" (nanoGPT's
+exact erf). Names follow nanoGPT (:func:`torch_name`); Linear weights are (in, out) in glassllm
+and (out, in) here (:func:`to_torch_layout`).
 """
 
 from __future__ import annotations
