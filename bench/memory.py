@@ -3,17 +3,12 @@
     python bench/memory.py                               # tiny size, 300 steps, 1000 forwards
     python bench/memory.py --steps 50 --forwards 100     # quicker
 
-Per side, in a fresh process (training steps as bench/train_step.py takes them):
-- step peak: the peak resident set size during one training step after 3 warm-up steps, measured
-  by resetting the kernel's high-water mark (``/proc/self/clear_refs`` "5", then ``VmHWM``). The
-  headline is that peak minus the resident size once the model was built ("peak over model":
-  activations, graph, gradients, optimizer state), which does not depend on how much freed memory
-  the allocator kept from the warm-up steps. ``ru_maxrss`` (the lifetime peak, imports included:
-  PyTorch alone is ~300 MiB) is reported as well.
-- growth over ``--steps`` training steps and over ``--forwards`` forward passes under no_grad:
-  resident size after the 10th and after the last. A graph that outlives its step (a reference
-  cycle, a cache) shows here as growth; so do the objects ``gc.collect()`` frees afterwards.
-- glassllm only: live Tensor objects after the loops.
+- step peak: the high-water mark during one training step after 3 warm-up steps (reset through
+  ``/proc/self/clear_refs``); the headline is that peak minus the resident size once the model was
+  built ("peak over model"), independent of what the allocator kept from the warm-up. ``ru_maxrss``
+  (imports included: PyTorch alone is ~300 MiB) as well.
+- growth over ``--steps`` steps and ``--forwards`` no_grad forwards, from the 10th on: a graph
+  that outlives its step shows here; glassllm: live Tensor objects after the loops.
 """
 
 from __future__ import annotations

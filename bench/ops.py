@@ -1,15 +1,11 @@
-"""Forward + backward time of each functional op at the sizes the nanoGPT CPU model uses, glassllm
-vs PyTorch, each side in its own process, alternating.
+"""Forward + backward time of each functional op at the nanoGPT CPU model's sizes, glassllm vs
+PyTorch, each side in its own process, alternating.
 
     python bench/ops.py                      # 3 rounds, 1 thread (an op is too small to split)
     python bench/ops.py --threads 2 --rounds 5 --only attention,layer_norm
 
-Sizes: B=12, T=64, E=128, n_head=4 (head size 32), vocab 65. Each op's inputs require grad; one
-call = forward, then backward from a fixed random upstream gradient, then the input gradients are
-dropped. Reported: median microseconds per call (forward+backward, and forward alone), and the
-ratio glassllm/torch (median of per-round ratios). The "block" rows time one whole transformer
-block (attention + MLP with their LayerNorms and residuals) and the "step-shaped matmul" row
-times np.matmul / torch.matmul alone, as the floor under "linear".
+One call: forward, backward from a fixed random upstream gradient, input gradients dropped. The
+"block" row is a whole transformer block; the "matmul only" row is the floor under "linear".
 """
 
 from __future__ import annotations
