@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import argparse
 import gc
-import re
 import sys
 import tempfile
 from pathlib import Path
@@ -48,7 +47,7 @@ def high_water_after(fn: Any) -> int:
         fn()
         return C.peak_rss_bytes()
     fn()
-    return int(re.search(r"VmHWM:\s+(\d+)", Path("/proc/self/status").read_text())[1]) * 1024
+    return C.high_water_bytes()
 
 
 def worker(args: argparse.Namespace) -> dict[str, Any]:
@@ -89,19 +88,12 @@ def worker(args: argparse.Namespace) -> dict[str, Any]:
             if args.worker == "torch"
             else sum(issubclass(type(o), glassllm.Tensor) for o in gc.get_objects())
         )
-    out = {
-        "rss_after_imports_mib": rss_imports / MIB,
-        "rss_model_built_mib": rss_model / MIB,
-        "step_peak_mib": step_peak / MIB,
-        "step_over_model_mib": (step_peak - rss_model) / MIB,
-        "ru_maxrss_mib": C.peak_rss_bytes() / MIB,
-        "steps": args.steps,
-        "steps_growth_mib": (steps[-1] - steps[9]) / MIB,
-        "forwards": args.forwards,
-        "forwards_growth_mib": (forwards[-1] - forwards[9]) / MIB,
-        "gc_collected": gc.collect(),
-        "numpy": np.__version__,
-    }
+    out = dict(rss_after_imports_mib=rss_imports / MIB, rss_model_built_mib=rss_model / MIB)
+    out |= dict(step_peak_mib=step_peak / MIB, step_over_model_mib=(step_peak - rss_model) / MIB)
+    out |= dict(ru_maxrss_mib=C.peak_rss_bytes() / MIB, steps=args.steps, forwards=args.forwards)
+    out |= dict(steps_growth_mib=(steps[-1] - steps[9]) / MIB)
+    out |= dict(forwards_growth_mib=(forwards[-1] - forwards[9]) / MIB)
+    out |= dict(gc_collected=gc.collect(), numpy=np.__version__)
     if args.worker != "torch":
         out["live_tensors"] = live
     return out

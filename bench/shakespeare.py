@@ -137,26 +137,18 @@ def worker(args: argparse.Namespace) -> dict[str, Any]:
         "torch": f"torch (gelu {args.torch_gelu})",
         "nanogpt": "nanoGPT in PyTorch (own RNG)",
     }
-    return {
-        "data": args.data,
-        "config": trainer.model.config.to_dict(),
-        "max_iters": args.max_iters,
-        "seed": args.seed,
-        "framework": framework.get(args.worker, args.worker),
-        "allocator_tuned": args.worker == "glassllm",
-        "final_train_loss_full": train,
-        "final_val_loss_full": val,
-        # bits per character of text: comparable across tokenizers
-        "tokenizer": f"{args.tokenizer}-{trainer.tokenizer.vocab_size}",
-        "final_train_bpc_full": bits_per_character(train, trainer.characters_per_token["train"]),
-        "final_val_bpc_full": bits_per_character(val, trainer.characters_per_token["val"]),
-        "target_val_loss": args.target,
-        "reached": val <= args.target,
-        "wall_s_training_loop": wall,
-        "ms_per_iter": C.median(np.diff([start, *ends])) * 1e3,
-        "peak_rss_mib": C.peak_rss_bytes() / 2**20,
-        "evals": evaluations,
-    }
+    per_char = trainer.characters_per_token  # bits per character: comparable across tokenizers
+    out = dict(data=args.data, config=trainer.model.config.to_dict(), max_iters=args.max_iters)
+    out |= dict(seed=args.seed, framework=framework.get(args.worker, args.worker))
+    out |= dict(allocator_tuned=args.worker == "glassllm", final_train_loss_full=train)
+    out |= dict(
+        final_val_loss_full=val, tokenizer=f"{args.tokenizer}-{trainer.tokenizer.vocab_size}"
+    )
+    out |= dict(final_train_bpc_full=bits_per_character(train, per_char["train"]))
+    out |= dict(final_val_bpc_full=bits_per_character(val, per_char["val"]))
+    out |= dict(target_val_loss=args.target, reached=val <= args.target, wall_s_training_loop=wall)
+    out |= dict(ms_per_iter=C.median(np.diff([start, *ends])) * 1e3)
+    return out | dict(peak_rss_mib=C.peak_rss_bytes() / 2**20, evals=evaluations)
 
 
 def parent(args: argparse.Namespace) -> dict[str, dict[str, Any]]:
@@ -164,17 +156,10 @@ def parent(args: argparse.Namespace) -> dict[str, dict[str, Any]]:
         raise SystemExit(
             f"bench/shakespeare.py: --data {args.data}: no such file (or: shakespeare)"
         )
-    runs = {}
-    for side in args.sides:
-        run = runs[f"{side} seed {args.seed}"] = C.run_side(args, side, args.threads[0])
-        print(
-            f"{run['framework']}, seed {args.seed}: full-split loss train "
-            f"{run['final_train_loss_full']:.4f}, val {run['final_val_loss_full']:.4f} "
-            f"({run['final_val_bpc_full']:.3f} bits/char, {run['tokenizer']}) (target <= "
-            f"{args.target}: {'reached' if run['reached'] else 'NOT reached'}); "
-            f"{run['wall_s_training_loop']:.1f} s, {run['ms_per_iter']:.1f} ms per step"
-        )
-    return runs
+    # the table that C.main prints after the run has the figures
+    return {
+        f"{side} seed {args.seed}": C.run_side(args, side, args.threads[0]) for side in args.sides
+    }
 
 
 def render(runs: dict[str, Any]) -> str:
