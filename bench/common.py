@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import datetime as _dt
+import importlib.metadata
 import json
 import os
 import platform
@@ -23,6 +24,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable, Sequence
+from importlib.util import find_spec
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -71,15 +73,9 @@ def main(bench: ModuleType, argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--threads", type=int, nargs="+", default=[2], help="BLAS/torch threads")
     parser.add_argument("--rounds", type=int, default=3, help="alternating rounds of the sides")
     parser.add_argument("--sides", default=",".join(bench.DEFAULT_SIDES), help=", ".join(sides))
-    parser.add_argument(
-        "--out", type=Path, metavar="JSON", help=f"store the runs here (default: nowhere, or "
-        f"bench/results/{name}.json with --write-results)",
-    )  # fmt: skip
-    parser.add_argument(
-        "--write-results",
-        action="store_true",
-        help=f"store the runs in bench/results/{name}.json, then regenerate bench/RESULTS.md",
-    )
+    parser.add_argument("--out", type=Path, metavar="JSON", help="store the runs here")
+    stored = f"store the runs in bench/results/{name}.json, then regenerate bench/RESULTS.md"
+    parser.add_argument("--write-results", action="store_true", help=stored)
     parser.add_argument("--worker", choices=sides, help=argparse.SUPPRESS)
     # Smoke tests: the workers run in this process, so without their own thread counts.
     parser.add_argument("--inline", action="store_true", help=argparse.SUPPRESS)
@@ -293,27 +289,16 @@ def machine_info() -> dict[str, Any]:
     blas_text = f"{blas.get('name')} {blas.get('version')}"
     if "openblas configuration" in blas:
         blas_text += f" ({blas['openblas configuration']})"
-    try:
-        from importlib.metadata import version
-
-        torch_version = version("torch")
-    except ImportError:
-        torch_version = "not installed"
+    torch_version = importlib.metadata.version("torch") if find_spec("torch") else "not installed"
     git = ["git", "rev-parse", "--short", "HEAD"]
     commit = subprocess.run(git, cwd=REPO_DIR, capture_output=True, text=True).stdout.strip()
-    return {
-        "cpu": cpu,
-        "simd": [f for f in ("avx2", "fma", "avx512f", "avx512_bf16") if f in flags],
-        "logical_cpus": os.cpu_count(),
-        "usable_cpus": len(os.sched_getaffinity(0)),
-        "load_average": [round(x, 2) for x in os.getloadavg()],
-        "python": platform.python_version(),
-        "numpy": np.__version__,
-        "blas": blas_text,
-        "torch": torch_version,
-        "glassllm_commit": os.environ.get("BENCH_COMMIT") or commit or "unknown",
-        "date": _dt.datetime.now().isoformat(timespec="seconds"),
-    }
+    commit = commit or "unknown"
+    info = dict(cpu=cpu, simd=[f for f in ("avx2", "fma", "avx512f", "avx512_bf16") if f in flags])
+    info |= dict(logical_cpus=os.cpu_count(), usable_cpus=len(os.sched_getaffinity(0)))
+    info |= dict(load_average=[round(x, 2) for x in os.getloadavg()])
+    info |= dict(python=platform.python_version(), numpy=np.__version__, blas=blas_text)
+    info |= dict(torch=torch_version, glassllm_commit=os.environ.get("BENCH_COMMIT") or commit)
+    return info | dict(date=_dt.datetime.now().isoformat(timespec="seconds"))
 
 
 def machine_line(m: dict[str, Any]) -> str:
