@@ -118,13 +118,8 @@ def parent(args: argparse.Namespace) -> dict[str, dict[str, Any]]:
     for size in args.size:
         config = C.model_config(size)
         flops = C.gpt_matmul_flops_per_step(C.BATCH_SIZE, **config)
-        payload: dict[str, Any] = {
-            "config": {**config, "batch_size": C.BATCH_SIZE},
-            "flops_per_step": flops,
-            "rounds": args.rounds,
-            "steps": args.steps,
-            "by_threads": {},
-        }
+        payload: dict[str, Any] = {"config": {**config, "batch_size": C.BATCH_SIZE}}
+        payload |= dict(flops_per_step=flops, rounds=args.rounds, steps=args.steps, by_threads={})
         if not args.no_check and any(s.startswith("torch") for s in args.sides):
             payload["equivalence"] = C.run_side(args, "check", 1, "--size", size)
             print(f"{size}: same weights and batch: {C.fmt_dict(payload['equivalence'])}")
@@ -133,26 +128,17 @@ def parent(args: argparse.Namespace) -> dict[str, dict[str, Any]]:
             rates = [C.run_side(args, "matmul", threads, "--size", size)]
             results = C.alternate(args, threads, "--size", size)
             rates.append(C.run_side(args, "matmul", threads, "--size", size))
-            entry: dict[str, Any] = {
-                "matmul_gflops": max(r["matmul_gflops"] for r in rates),
-                "floor_ms": min(r["floor_ms"] for r in rates),
-                "sides": {},
-                "ratios": {},
-            }
+            entry: dict[str, Any] = {"matmul_gflops": max(r["matmul_gflops"] for r in rates)}
+            entry |= {"floor_ms": min(r["floor_ms"] for r in rates), "sides": {}, "ratios": {}}
             for side, rounds in results.items():
                 ms = [r["median_ms"] for r in rounds]
-                entry["sides"][side] = {
-                    "median_ms": C.median(ms),
-                    "per_round_ms": ms,
-                    "gflops": flops / (C.median(ms) / 1e3) / 1e9,
-                    "minor_faults_per_step": C.median([r["minor_faults_per_step"] for r in rounds]),
-                }
-            if "glassllm" in results:
-                mine = entry["sides"]["glassllm"]["per_round_ms"]
-                for side in (s for s in results if s.startswith("torch")):
-                    entry["ratios"][side] = C.paired_ratio(
-                        mine, entry["sides"][side]["per_round_ms"]
-                    )
+                faults = C.median([r["minor_faults_per_step"] for r in rounds])
+                entry["sides"][side] = dict(median_ms=C.median(ms), per_round_ms=ms)
+                entry["sides"][side] |= dict(gflops=flops / (C.median(ms) / 1e3) / 1e9)
+                entry["sides"][side]["minor_faults_per_step"] = faults
+            for side in (s for s in results if s.startswith("torch") and "glassllm" in results):
+                ms = [entry["sides"][s]["per_round_ms"] for s in ("glassllm", side)]
+                entry["ratios"][side] = C.paired_ratio(*ms)
             payload["by_threads"][str(threads)] = entry
         runs[size] = payload
     return runs
