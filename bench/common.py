@@ -151,6 +151,16 @@ def alternate(
     return results
 
 
+def prepare_worker(args: argparse.Namespace) -> None:
+    """A torch side's thread count, or glassllm's allocator tuned as ``glassllm train`` tunes it."""
+    if args.worker.startswith("torch"):
+        set_torch_threads(args.threads)
+    else:
+        from glassllm.app.allocator import tune_allocator
+
+        tune_allocator()
+
+
 def set_torch_threads(threads: int) -> None:
     """Worker side: PyTorch's intra-op pool to ``threads``, inter-op to 1 (one stream of ops)."""
     import torch

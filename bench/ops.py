@@ -106,14 +106,9 @@ def timed(fn: Callable[[], Any], budget: float) -> float:
 
 def worker(args: argparse.Namespace) -> dict[str, Any]:
     torch_side = args.worker == "torch"
+    C.prepare_worker(args)
     if torch_side:
         import torch
-
-        C.set_torch_threads(args.threads)
-    else:
-        from glassllm.app.allocator import tune_allocator
-
-        tune_allocator()
     rng = np.random.default_rng(0)
     results = {}
     for name, shapes in CASES.items():
@@ -152,13 +147,8 @@ def parent(args: argparse.Namespace) -> dict[str, dict[str, Any]]:
             table[name][key] = {s: C.median(v) for s, v in values.items()}
             if len(values) == 2:
                 table[name][key]["ratio"] = C.paired_ratio(values["glassllm"], values["torch"])
-    payload = {
-        "sizes": {"B": B, "T": T, "E": E, "n_head": NH, "vocab": V},
-        "threads": args.threads[0],
-        "rounds": args.rounds,
-        "ops": table,
-    }
-    return {"tiny": payload}
+    payload = {"sizes": {"B": B, "T": T, "E": E, "n_head": NH, "vocab": V}}
+    return {"tiny": payload | dict(threads=args.threads[0], rounds=args.rounds, ops=table)}
 
 
 def render(runs: dict[str, Any]) -> str:
@@ -172,16 +162,9 @@ def render(runs: dict[str, Any]) -> str:
         for key in ("fwd_bwd_us", "fwd_us"):
             row += [e.get(key, {}).get(k, "-") for k in ("glassllm", "torch", "ratio")]
         rows.append(row)
-    return "\n".join(
-        [
-            C.machine_line(run["machine"]),
-            "",
-            f"{run['threads']} thread(s), median of {run['rounds']} alternating rounds; "
-            "microseconds per call.",
-            "",
-            C.table(headers, rows),
-        ]
-    )
+    setup = f"{run['threads']} thread(s), median of {run['rounds']} alternating rounds"
+    machine = C.machine_line(run["machine"])
+    return f"{machine}\n\n{setup}; microseconds per call.\n\n{C.table(headers, rows)}"
 
 
 def main(argv: list[str] | None = None) -> int:

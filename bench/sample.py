@@ -117,14 +117,11 @@ def hf_worker(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def worker(args: argparse.Namespace) -> dict[str, Any]:
-    if args.worker in ("torch", "transformers"):
-        C.set_torch_threads(args.threads)
     if args.model == "hf":
+        if args.worker == "transformers":
+            C.set_torch_threads(args.threads)
         return hf_worker(args)
-    if args.worker != "torch":
-        from glassllm.app.allocator import tune_allocator
-
-        tune_allocator()
+    C.prepare_worker(args)
     out = {}
     for block_size in args.block_sizes:
         times = token_times(args, block_size)
@@ -194,17 +191,12 @@ def render(runs: dict[str, Any]) -> str:
             both = "glassllm-cache" in sides and "torch" in sides
             row.append(sides["glassllm-cache"][regime] / sides["torch"][regime] if both else "-")
             rows.append(row)
-    return "\n".join(
-        [
-            C.machine_line(run["machine"]),
-            "",
-            f"{C.fmt_dict(run['config'])}; batch 1, {run['threads']} threads, median of "
-            f"{run['rounds']} alternating rounds. *fill*: the first block_size - 1 tokens from a "
-            "one-token prompt; *slide*: the next block_size tokens with the context cropped to "
-            "block_size (learned positions shift, so the cache is refilled each token).",
-            "",
-            C.table(headers, rows),
-        ]
+    return (
+        f"{C.machine_line(run['machine'])}\n\n{C.fmt_dict(run['config'])}; batch 1, "
+        f"{run['threads']} threads, median of {run['rounds']} alternating rounds. *fill*: the "
+        "first block_size - 1 tokens from a one-token prompt; *slide*: the next block_size tokens "
+        "with the context cropped to block_size (learned positions shift, so the cache is "
+        f"refilled each token).\n\n{C.table(headers, rows)}"
     )
 
 
