@@ -52,9 +52,7 @@ class CausalSelfAttention(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         B, T, C = x.size()
         q, k, v = self.c_attn(x).split(self.n_embd, dim=2)
-        k = k.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)  # (B, nh, T, hs)
-        q = q.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)  # (B, nh, T, hs)
-        v = v.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)  # (B, nh, T, hs)
+        q, k, v = (t.view(B, T, self.n_head, C // self.n_head).transpose(1, 2) for t in (q, k, v))
         if self.attention == "sdpa":
             y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
         else:
@@ -156,20 +154,15 @@ class TorchGPT(nn.Module):
         return idx
 
 
-_RENAMES = (
-    ("blocks.", "h."),
-    ("attn.qkv", "attn.c_attn"),
-    ("attn.proj", "attn.c_proj"),
-    ("mlp.fc", "mlp.c_fc"),
-    ("mlp.proj", "mlp.c_proj"),
-)
+_RENAMES = {"blocks.": "h.", "attn.qkv": "attn.c_attn", "attn.proj": "attn.c_proj"}
+_RENAMES |= {"mlp.fc": "mlp.c_fc", "mlp.proj": "mlp.c_proj"}
 # Weights that are Linear layers on both sides: (in, out) in glassllm, (out, in) in PyTorch.
 _LINEAR_WEIGHTS = ("c_attn.weight", "c_proj.weight", "c_fc.weight")
 
 
 def torch_name(glassllm_name: str) -> str:
     """glassllm GPT parameter name -> nanoGPT's (the tied head is listed once, as the wte)."""
-    for ours, theirs in _RENAMES:
+    for ours, theirs in _RENAMES.items():
         glassllm_name = glassllm_name.replace(ours, theirs)
     return "transformer." + glassllm_name
 
