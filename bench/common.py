@@ -1,24 +1,20 @@
-"""What the benchmarks in bench/ share: one entry point (options, worker processes, the result
+"""What the benchmarks in bench/ share: the entry point (options, worker processes, the result
 file, RESULTS.md), the model sizes, the training step on both sides, and the measuring tools.
 
 Why every measurement is a fresh process: OpenBLAS leaves a worker thread spinning for ~0.1 s after
-each matrix product, which slows a PyTorch step that follows in the same process by 2-3x; and the
-thread count of NumPy's BLAS is fixed when NumPy is imported. So a benchmark's parent process starts
-``python bench/<name>.py <its own options> --worker SIDE --threads N`` once per side and round,
-with the thread count set in the environment before anything is imported, and the sides alternate
-(glassllm, torch, glassllm, torch, ...). Machine speed drifts 10-25% over minutes on a shared box,
-so the headline number is the *paired* ratio: the median over rounds of glassllm / torch within one
-round, taken seconds apart. A worker prints one line ``BENCH_JSON {...}``; the parent parses it.
-
-The glassllm side trains with the shipped ``Trainer`` (what ``glassllm train`` runs, after the same
-allocator tuning); the PyTorch side runs nanoGPT's step on the Trainer's own data, learning-rate
-schedule and initial weights (:func:`torch_step`).
+each matrix product, which slows a PyTorch step that follows in the same process by 2-3x; and
+NumPy's BLAS thread count is fixed when NumPy is imported. So the parent starts ``python
+bench/<name>.py <its options> --worker SIDE --threads N`` per side and round, thread count set in
+the environment first, sides alternating. Machine speed drifts 10-25% over minutes on a shared
+box, so the headline is the *paired* ratio: the median over rounds of glassllm / torch within one
+round, taken seconds apart. A worker prints one line ``BENCH_JSON {...}``.
 """
 
 from __future__ import annotations
 
 import argparse
 import datetime as _dt
+import importlib.metadata
 import json
 import os
 import platform
@@ -28,6 +24,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable, Sequence
+from importlib.util import find_spec
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -62,12 +59,10 @@ def model_config(size: str, **overrides: int) -> dict[str, int]:
 
 
 def main(bench: ModuleType, argv: Sequence[str] | None = None) -> int:
-    """The command line of the benchmark module ``bench``, which defines ``SIDES`` (the workers it
-    has), ``DEFAULT_SIDES``, ``add_arguments(parser)``, ``worker(args)``, ``parent(args)`` and
-    ``render(runs)``. The parent returns ``{run key: payload}``; each payload is stored under its
-    key in the benchmark's result file (a later run with the same key replaces it) and shown as
-    ``render`` shows it in RESULTS.md. ``--worker SIDE`` runs ``worker(args)`` and hands back its
-    payload instead (``args.threads`` is then one number)."""
+    """The command line of the benchmark module ``bench``: its ``SIDES``, ``DEFAULT_SIDES``,
+    ``add_arguments(parser)``, ``worker(args)`` (with ``--worker SIDE``; one thread count),
+    ``parent(args)`` (``{run key: payload}``, stored under the key in its result file) and
+    ``render(runs)`` (its RESULTS.md block)."""
     script, sides, worker = str(bench.__file__), bench.SIDES, bench.worker
     name = Path(script).stem
     parser = argparse.ArgumentParser(
@@ -78,15 +73,9 @@ def main(bench: ModuleType, argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--threads", type=int, nargs="+", default=[2], help="BLAS/torch threads")
     parser.add_argument("--rounds", type=int, default=3, help="alternating rounds of the sides")
     parser.add_argument("--sides", default=",".join(bench.DEFAULT_SIDES), help=", ".join(sides))
-    parser.add_argument(
-        "--out", type=Path, metavar="JSON", help=f"store the runs here (default: nowhere, or "
-        f"bench/results/{name}.json with --write-results)",
-    )  # fmt: skip
-    parser.add_argument(
-        "--write-results",
-        action="store_true",
-        help=f"store the runs in bench/results/{name}.json, then regenerate bench/RESULTS.md",
-    )
+    parser.add_argument("--out", type=Path, metavar="JSON", help="store the runs here")
+    stored = f"store the runs in bench/results/{name}.json, then regenerate bench/RESULTS.md"
+    parser.add_argument("--write-results", action="store_true", help=stored)
     parser.add_argument("--worker", choices=sides, help=argparse.SUPPRESS)
     # Smoke tests: the workers run in this process, so without their own thread counts.
     parser.add_argument("--inline", action="store_true", help=argparse.SUPPRESS)
@@ -150,8 +139,8 @@ def run_side(args: argparse.Namespace, side: str, threads: int, *extra: str) -> 
 def alternate(
     args: argparse.Namespace, threads: int, *extra: str, flip: bool = False
 ) -> dict[str, list[dict]]:
-    """Each side once per round, in order (reversed every other round with ``flip``),
-    ``args.rounds`` times: ``{side: [payload per round]}``. ``extra``: more worker options."""
+    """``{side: [payload per round]}``: each side once per round (order reversed every other round
+    with ``flip``); ``extra``: more worker options."""
     results: dict[str, list[dict[str, Any]]] = {side: [] for side in args.sides}
     for r in range(args.rounds):
         for side in args.sides[::-1] if flip and r % 2 else args.sides:
@@ -160,6 +149,16 @@ def alternate(
             shown = {k: v for k, v in runs[-1].items() if isinstance(v, float)}
             print(f"  round {r + 1}/{args.rounds} {side}: {fmt_dict(shown)}", flush=True)
     return results
+
+
+def prepare_worker(args: argparse.Namespace) -> None:
+    """A torch side's thread count, or glassllm's allocator tuned as ``glassllm train`` tunes it."""
+    if args.worker.startswith("torch"):
+        set_torch_threads(args.threads)
+    else:
+        from glassllm.app.allocator import tune_allocator
+
+        tune_allocator()
 
 
 def set_torch_threads(threads: int) -> None:
@@ -179,9 +178,8 @@ def set_torch_threads(threads: int) -> None:
 def glassllm_trainer(
     workdir: Path, size: str, seed: int = 0, tuned: bool = True, **overrides: Any
 ) -> Any:
-    """The shipped Trainer on ``size`` over random text of :data:`VOCAB_SIZE` characters (uniform
-    random tokens: a step's time does not depend on the text), files under ``workdir``. ``tuned``:
-    tune the allocator first, as ``glassllm train`` does. ``overrides``: more TrainConfig fields."""
+    """The shipped Trainer on ``size`` over uniform random text (a step's time does not depend on
+    it) under ``workdir``; ``tuned``: the allocator as ``glassllm train`` tunes it."""
     from glassllm.app.allocator import tune_allocator
     from glassllm.app.train import TrainConfig, Trainer
 
@@ -200,9 +198,8 @@ def glassllm_trainer(
 def torch_step(
     trainer: Any, model: Any = None, next_batch: Callable[[], tuple] | None = None, **choices: Any
 ) -> tuple[Any, Callable[[], float]]:
-    """``(model, step)``: ``Trainer.train_step`` in PyTorch. The model defaults to the twin of the
-    trainer's (``choices``: ``attention``, ``gelu``), the batches to the trainer's generator, and
-    the learning rate follows the trainer's schedule; ``step()`` returns the loss."""
+    """``(model, step)``: ``Trainer.train_step`` in PyTorch, on the twin of the trainer's model
+    (``choices``: ``attention``, ``gelu``), its batches and schedule; step() returns the loss."""
     import torch
     from torch_gpt import twin
 
@@ -269,8 +266,7 @@ def peak_rss_bytes() -> int:
 
 
 def high_water_bytes() -> int:
-    """This process's peak resident set size (VmHWM). Unlike ``ru_maxrss``, which survives exec
-    and so would report a parent's larger peak, it belongs to this address space."""
+    """Peak resident set size of this address space (VmHWM; ``ru_maxrss`` survives exec)."""
     status = Path("/proc/self/status").read_text()
     return int(status.split("VmHWM:")[1].split()[0]) * 1024
 
@@ -282,13 +278,8 @@ def minor_faults() -> int:
 def gpt_matmul_flops_per_step(
     batch_size: int, block_size: int, n_layer: int, n_embd: int, vocab_size: int, **_: Any
 ) -> float:
-    """Matrix-multiply FLOPs of one training step (multiply-add = 2 FLOPs).
-
-    Per token and layer: qkv 2·E·3E, attention output projection 2·E·E, MLP 2·E·4E + 2·4E·E, i.e.
-    24·E²; attention scores q·kᵀ and the weighted sum of values 2·T·E each, counted over the full
-    T x T square (what a dense implementation computes). Head: 2·E·V per token. Backward is twice
-    the forward (input gradient and weight gradient), so a step is 3x forward.
-    """
+    """Matrix-multiply FLOPs of one training step: per token and layer 24·E² (qkv, projection,
+    MLP) + 4·T·E (scores and weighted sum over the full T x T square); head 2·E·V; backward 2x."""
     T, E, L, V = block_size, n_embd, n_layer, vocab_size
     return 3.0 * batch_size * T * (L * (24 * E * E + 4 * T * E) + 2 * E * V)
 
@@ -308,27 +299,16 @@ def machine_info() -> dict[str, Any]:
     blas_text = f"{blas.get('name')} {blas.get('version')}"
     if "openblas configuration" in blas:
         blas_text += f" ({blas['openblas configuration']})"
-    try:
-        from importlib.metadata import version
-
-        torch_version = version("torch")
-    except ImportError:
-        torch_version = "not installed"
+    torch_version = importlib.metadata.version("torch") if find_spec("torch") else "not installed"
     git = ["git", "rev-parse", "--short", "HEAD"]
     commit = subprocess.run(git, cwd=REPO_DIR, capture_output=True, text=True).stdout.strip()
-    return {
-        "cpu": cpu,
-        "simd": [f for f in ("avx2", "fma", "avx512f", "avx512_bf16") if f in flags],
-        "logical_cpus": os.cpu_count(),
-        "usable_cpus": len(os.sched_getaffinity(0)),
-        "load_average": [round(x, 2) for x in os.getloadavg()],
-        "python": platform.python_version(),
-        "numpy": np.__version__,
-        "blas": blas_text,
-        "torch": torch_version,
-        "glassllm_commit": os.environ.get("BENCH_COMMIT") or commit or "unknown",
-        "date": _dt.datetime.now().isoformat(timespec="seconds"),
-    }
+    commit = commit or "unknown"
+    info = dict(cpu=cpu, simd=[f for f in ("avx2", "fma", "avx512f", "avx512_bf16") if f in flags])
+    info |= dict(logical_cpus=os.cpu_count(), usable_cpus=len(os.sched_getaffinity(0)))
+    info |= dict(load_average=[round(x, 2) for x in os.getloadavg()])
+    info |= dict(python=platform.python_version(), numpy=np.__version__, blas=blas_text)
+    info |= dict(torch=torch_version, glassllm_commit=os.environ.get("BENCH_COMMIT") or commit)
+    return info | dict(date=_dt.datetime.now().isoformat(timespec="seconds"))
 
 
 def machine_line(m: dict[str, Any]) -> str:

@@ -4,14 +4,12 @@
     python bench/distributed.py --model 6x384 --steps 4 --batch-size 8 --block-size 256
     python bench/distributed.py --allreduce-only         # Allreduce of both gradient sizes
 
-For each N it launches ``mpiexec -n N`` of this file (N = 1: plain python). A step draws the
-global batch (same rows on every rank), runs forward+backward on this rank's rows, then
-``DataParallel.sync_gradients`` (split into the arrival check, where a rank also waits for the
-slower one, and the Allreduce with the division), clip and AdamW. Reported per N: median ms per
-step on the slowest rank, tokens/s of the global batch, median ms of the Allreduce and its share
-of the step, and the arrival wait. Then Allreduce alone of the tiny GPT's and of the 6x384
-model's gradient (float32) on the largest N, for the cost model in bench/RESULTS.md.
-Standalone: needs numpy, glassllm (PYTHONPATH) and the mpi extra.
+Per N, ``mpiexec -n N`` of this file (N = 1: plain python); not on common.py's harness, since the
+ranks of one run are one measurement. A step: the global batch, forward+backward on this rank's
+rows, ``DataParallel.sync_gradients`` (timed as the arrival check, where a rank waits for the
+slower one, and the Allreduce), clip, AdamW. Reported per N, on the slowest rank: ms per step,
+tokens/s, Allreduce ms and share, arrival wait. ``--allreduce-only``: the tiny and 6x384 models'
+gradients (float32) alone on the largest N, for the cost model in bench/LOG.md.
 """
 
 from __future__ import annotations
@@ -26,8 +24,8 @@ import time
 from pathlib import Path
 from statistics import median
 
-SCRIPT = Path(__file__).resolve()
-ROOT = SCRIPT.parents[1]
+import common as C
+
 MODELS = {
     "tiny": dict(n_layer=4, n_head=4, n_embd=128),
     "6x384": dict(n_layer=6, n_head=6, n_embd=384),
@@ -107,38 +105,24 @@ def worker(args: argparse.Namespace) -> None:
         optimizer.zero_grad()
         ended = time.perf_counter()
         if step >= args.warmup:
-            sync = synced - compute_done
+            wait = arrive_s[0]
+            step_s, compute = ended - started, compute_done - started
             records.append(
-                {
-                    "step": ended - started,
-                    "compute": compute_done - started,
-                    "wait": arrive_s[0],
-                    "allreduce": sync - arrive_s[0],
-                }
+                dict(
+                    step=step_s, compute=compute, wait=wait, allreduce=synced - compute_done - wait
+                )
             )
     per_rank = world.allgather_object({k: median([r[k] for r in records]) for k in records[0]})
+    slowest = {k: 1e3 * max(r[k] for r in per_rank) for k in per_rank[0]}
+    many = world.size > 1
+    report = dict(ranks=world.size, blas_threads=args.blas_threads, model=args.model)
+    report |= dict(parameters=params, gradient_MB=params * 4 / 1e6, global_batch=args.batch_size)
+    report |= dict(ms_per_step=slowest["step"], compute_ms=slowest["compute"])
+    report |= dict(tokens_per_s=args.batch_size * args.block_size / slowest["step"] * 1e3)
+    report |= dict(wait_ms=slowest["wait"], allreduce_ms=slowest["allreduce"] * many)
+    report["allreduce_share"] = slowest["allreduce"] / slowest["step"] * many
     if world.is_main:
-        slowest = {k: 1e3 * max(r[k] for r in per_rank) for k in per_rank[0]}
-        tokens = args.batch_size * args.block_size
-        print(
-            json.dumps(
-                {
-                    "ranks": world.size,
-                    "blas_threads": args.blas_threads,
-                    "model": args.model,
-                    "parameters": params,
-                    "gradient_MB": params * 4 / 1e6,
-                    "global_batch": args.batch_size,
-                    "ms_per_step": slowest["step"],
-                    "tokens_per_s": tokens / slowest["step"] * 1e3,
-                    "compute_ms": slowest["compute"],
-                    "wait_ms": slowest["wait"],
-                    "allreduce_ms": slowest["allreduce"] if world.size > 1 else 0.0,
-                    "allreduce_share": slowest["allreduce"] / slowest["step"] * (world.size > 1),
-                }
-            ),
-            flush=True,
-        )
+        print(json.dumps(report), flush=True)
 
 
 def distributed_in_place():
@@ -162,19 +146,12 @@ def main() -> None:
     if args.worker:
         worker(args)
         return
-    threads = str(args.blas_threads)
-    variables = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")
-    env = dict(os.environ, **dict.fromkeys(variables, threads))
-    env["PYTHONPATH"] = str(ROOT) + os.pathsep + env.get("PYTHONPATH", "")
+    env = dict(os.environ, **dict.fromkeys(C.THREAD_VARIABLES, str(args.blas_threads)))
+    env["PYTHONPATH"] = str(C.REPO_DIR) + os.pathsep + env.get("PYTHONPATH", "")
     beside = Path(sys.executable).parent / "mpiexec"
     mpiexec = str(beside) if beside.exists() else shutil.which("mpiexec")
-    passed = ["--blas-threads", threads, "--model", args.model]
-    for name in ("steps", "warmup", "batch_size", "block_size"):
-        passed += ["--" + name.replace("_", "-"), str(getattr(args, name))]
-    if args.allreduce_only:
-        passed.append("--allreduce-only")
     for ranks in [max(args.ranks)] if args.allreduce_only else args.ranks:
-        command = [sys.executable, str(SCRIPT), "--worker", *passed]
+        command = [sys.executable, __file__, *sys.argv[1:], "--worker"]
         if ranks > 1:
             command = [mpiexec, "-n", str(ranks), *command]
         out = subprocess.run(command, env=env, capture_output=True, text=True, check=False)

@@ -3,24 +3,18 @@
     python bench/memory.py                               # tiny size, 300 steps, 1000 forwards
     python bench/memory.py --steps 50 --forwards 100     # quicker
 
-Per side, in a fresh process (training steps as bench/train_step.py takes them):
-- step peak: the peak resident set size during one training step after 3 warm-up steps, measured
-  by resetting the kernel's high-water mark (``/proc/self/clear_refs`` "5", then ``VmHWM``). The
-  headline is that peak minus the resident size once the model was built ("peak over model":
-  activations, graph, gradients, optimizer state), which does not depend on how much freed memory
-  the allocator kept from the warm-up steps. ``ru_maxrss`` (the lifetime peak, imports included:
-  PyTorch alone is ~300 MiB) is reported as well.
-- growth over ``--steps`` training steps and over ``--forwards`` forward passes under no_grad:
-  resident size after the 10th and after the last. A graph that outlives its step (a reference
-  cycle, a cache) shows here as growth; so do the objects ``gc.collect()`` frees afterwards.
-- glassllm only: live Tensor objects after the loops.
+- step peak: the high-water mark during one training step after 3 warm-up steps (reset through
+  ``/proc/self/clear_refs``); the headline is that peak minus the resident size once the model was
+  built ("peak over model"), independent of what the allocator kept from the warm-up. ``ru_maxrss``
+  (imports included: PyTorch alone is ~300 MiB) as well.
+- growth over ``--steps`` steps and ``--forwards`` no_grad forwards, from the 10th on: a graph
+  that outlives its step shows here; glassllm: live Tensor objects after the loops.
 """
 
 from __future__ import annotations
 
 import argparse
 import gc
-import re
 import sys
 import tempfile
 from pathlib import Path
@@ -53,7 +47,7 @@ def high_water_after(fn: Any) -> int:
         fn()
         return C.peak_rss_bytes()
     fn()
-    return int(re.search(r"VmHWM:\s+(\d+)", Path("/proc/self/status").read_text())[1]) * 1024
+    return C.high_water_bytes()
 
 
 def worker(args: argparse.Namespace) -> dict[str, Any]:
@@ -94,19 +88,12 @@ def worker(args: argparse.Namespace) -> dict[str, Any]:
             if args.worker == "torch"
             else sum(issubclass(type(o), glassllm.Tensor) for o in gc.get_objects())
         )
-    out = {
-        "rss_after_imports_mib": rss_imports / MIB,
-        "rss_model_built_mib": rss_model / MIB,
-        "step_peak_mib": step_peak / MIB,
-        "step_over_model_mib": (step_peak - rss_model) / MIB,
-        "ru_maxrss_mib": C.peak_rss_bytes() / MIB,
-        "steps": args.steps,
-        "steps_growth_mib": (steps[-1] - steps[9]) / MIB,
-        "forwards": args.forwards,
-        "forwards_growth_mib": (forwards[-1] - forwards[9]) / MIB,
-        "gc_collected": gc.collect(),
-        "numpy": np.__version__,
-    }
+    out = dict(rss_after_imports_mib=rss_imports / MIB, rss_model_built_mib=rss_model / MIB)
+    out |= dict(step_peak_mib=step_peak / MIB, step_over_model_mib=(step_peak - rss_model) / MIB)
+    out |= dict(ru_maxrss_mib=C.peak_rss_bytes() / MIB, steps=args.steps, forwards=args.forwards)
+    out |= dict(steps_growth_mib=(steps[-1] - steps[9]) / MIB)
+    out |= dict(forwards_growth_mib=(forwards[-1] - forwards[9]) / MIB)
+    out |= dict(gc_collected=gc.collect(), numpy=np.__version__)
     if args.worker != "torch":
         out["live_tensors"] = live
     return out

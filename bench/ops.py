@@ -1,15 +1,11 @@
-"""Forward + backward time of each functional op at the sizes the nanoGPT CPU model uses, glassllm
-vs PyTorch, each side in its own process, alternating.
+"""Forward + backward time of each functional op at the nanoGPT CPU model's sizes, glassllm vs
+PyTorch, each side in its own process, alternating.
 
     python bench/ops.py                      # 3 rounds, 1 thread (an op is too small to split)
     python bench/ops.py --threads 2 --rounds 5 --only attention,layer_norm
 
-Sizes: B=12, T=64, E=128, n_head=4 (head size 32), vocab 65. Each op's inputs require grad; one
-call = forward, then backward from a fixed random upstream gradient, then the input gradients are
-dropped. Reported: median microseconds per call (forward+backward, and forward alone), and the
-ratio glassllm/torch (median of per-round ratios). The "block" rows time one whole transformer
-block (attention + MLP with their LayerNorms and residuals) and the "step-shaped matmul" row
-times np.matmul / torch.matmul alone, as the floor under "linear".
+One call: forward, backward from a fixed random upstream gradient, input gradients dropped. The
+"block" row is a whole transformer block; the "matmul only" row is the floor under "linear".
 """
 
 from __future__ import annotations
@@ -110,14 +106,9 @@ def timed(fn: Callable[[], Any], budget: float) -> float:
 
 def worker(args: argparse.Namespace) -> dict[str, Any]:
     torch_side = args.worker == "torch"
+    C.prepare_worker(args)
     if torch_side:
         import torch
-
-        C.set_torch_threads(args.threads)
-    else:
-        from glassllm.app.allocator import tune_allocator
-
-        tune_allocator()
     rng = np.random.default_rng(0)
     results = {}
     for name, shapes in CASES.items():
@@ -156,13 +147,8 @@ def parent(args: argparse.Namespace) -> dict[str, dict[str, Any]]:
             table[name][key] = {s: C.median(v) for s, v in values.items()}
             if len(values) == 2:
                 table[name][key]["ratio"] = C.paired_ratio(values["glassllm"], values["torch"])
-    payload = {
-        "sizes": {"B": B, "T": T, "E": E, "n_head": NH, "vocab": V},
-        "threads": args.threads[0],
-        "rounds": args.rounds,
-        "ops": table,
-    }
-    return {"tiny": payload}
+    payload = {"sizes": {"B": B, "T": T, "E": E, "n_head": NH, "vocab": V}}
+    return {"tiny": payload | dict(threads=args.threads[0], rounds=args.rounds, ops=table)}
 
 
 def render(runs: dict[str, Any]) -> str:
@@ -176,16 +162,9 @@ def render(runs: dict[str, Any]) -> str:
         for key in ("fwd_bwd_us", "fwd_us"):
             row += [e.get(key, {}).get(k, "-") for k in ("glassllm", "torch", "ratio")]
         rows.append(row)
-    return "\n".join(
-        [
-            C.machine_line(run["machine"]),
-            "",
-            f"{run['threads']} thread(s), median of {run['rounds']} alternating rounds; "
-            "microseconds per call.",
-            "",
-            C.table(headers, rows),
-        ]
-    )
+    setup = f"{run['threads']} thread(s), median of {run['rounds']} alternating rounds"
+    machine = C.machine_line(run["machine"])
+    return f"{machine}\n\n{setup}; microseconds per call.\n\n{C.table(headers, rows)}"
 
 
 def main(argv: list[str] | None = None) -> int:

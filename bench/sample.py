@@ -1,37 +1,53 @@
-"""Tokens per second of generation: glassllm with its key/value cache, without it, and PyTorch the
-nanoGPT way (no cache: the whole cropped context through the model for every token).
+"""Generation speed, random weights, one sequence, each side in its own process, alternating.
 
-    python bench/sample.py                        # tiny size at block_size 64 and 256, 3 rounds
+    python bench/sample.py                      # nanoGPT model, block_size 64 and 256
     python bench/sample.py --size mid --block-sizes 256 --rounds 5
+    python bench/sample.py --model hf --threads 1 2    # GPT-2 small vs transformers
 
-Random weights, one sequence (batch 1), temperature 1, no top-k, from a one-token prompt. Two
-regimes per block size, timed token by token:
-- fill: the first block_size - 1 tokens, while the context grows to block_size (the cache's home
-  ground: one new position per token instead of the whole context);
-- slide: the next block_size tokens, with the context cropped to the last block_size. With learned
-  absolute positions a sliding window moves every token's position, so the cache is refilled from
-  the whole window each token.
-Each side runs in its own process, alternating, with the same thread count.
+--model nanogpt (sides glassllm-cache, glassllm-nocache, torch): tokens per second of sampling
+(temperature 1) from a one-token prompt, against PyTorch the nanoGPT way (no cache: the whole
+cropped context through the model for every token), in two regimes: *fill*, the first block_size
+- 1 tokens (the cache's home ground), and *slide*, the next block_size with the context cropped
+(learned positions shift, so the cache is refilled from the whole window each token).
+
+--model hf (sides glassllm, transformers): one Hugging Face directory made here (GPT-2 small's
+shape, or --shape tiny), loaded by ``glassllm.hf.load_model`` and by transformers, greedy with
+their key/value caches; tokens per second, resident memory after loading, peak, and whether both
+produced the same ids. The order flips every round.
 """
 
 from __future__ import annotations
 
 import argparse
 import sys
+import tempfile
 import time
+from pathlib import Path
 from typing import Any
 
 import common as C
 import numpy as np
 
-SIDES = ("glassllm-cache", "glassllm-nocache", "torch")
-DEFAULT_SIDES = SIDES
+SIDES = ("glassllm-cache", "glassllm-nocache", "torch", "glassllm", "transformers")
+MODEL_SIDES = {"nanogpt": SIDES[:3], "hf": SIDES[3:]}
+DEFAULT_SIDES = SIDES[:3]
+SHAPES = {
+    "gpt2": dict(vocab_size=50257, block_size=1024, n_layer=12, n_head=12, n_embd=768),
+    "tiny": dict(vocab_size=512, block_size=128, n_layer=2, n_head=2, n_embd=64),
+}
+MB = 2**20
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--size", default="tiny", choices=list(C.SIZES))
-    parser.add_argument("--block-sizes", type=int, nargs="+", default=[64, 256])
+    parser.add_argument("--model", choices=sorted(MODEL_SIDES), default="nanogpt")
+    parser.add_argument("--size", default="tiny", choices=list(C.SIZES), help="nanogpt's")
+    parser.add_argument("--block-sizes", type=int, nargs="+", default=[64, 256], help="nanogpt's")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--shape", choices=sorted(SHAPES), default="gpt2", help="hf's")
+    parser.add_argument("--new-tokens", type=int, default=64, help="hf's")
+    parser.add_argument("--prompt-tokens", type=int, default=16, help="hf's")
+    parser.add_argument("--repeats", type=int, default=3, help="hf's timed runs per process")
+    parser.add_argument("--model-dir", help=argparse.SUPPRESS)
 
 
 def token_times(args: argparse.Namespace, block_size: int) -> list[float]:
@@ -63,13 +79,49 @@ def token_times(args: argparse.Namespace, block_size: int) -> list[float]:
     return [b - a for a, b in zip(tokens, tokens[1:], strict=False)]
 
 
-def worker(args: argparse.Namespace) -> dict[str, Any]:
-    if args.worker == "torch":
-        C.set_torch_threads(args.threads)
-    else:
-        from glassllm.app.allocator import tune_allocator
+def hf_worker(args: argparse.Namespace) -> dict[str, Any]:
+    prompt = np.random.default_rng(0).integers(0, 512, size=(1, args.prompt_tokens))
+    before, start = C.rss_bytes(), time.perf_counter()
+    if args.worker == "glassllm":
+        from glassllm.hf import load_model
 
-        tune_allocator()
+        model = load_model(args.model_dir)
+
+        def generate() -> list[int]:
+            return model.generate(prompt, args.new_tokens, top_k=1)[0].tolist()
+    else:
+        import torch
+        import transformers
+
+        model = transformers.GPT2LMHeadModel.from_pretrained(args.model_dir).eval()
+        ids = torch.from_numpy(prompt)
+
+        def generate() -> list[int]:
+            with torch.no_grad():
+                out = model.generate(
+                    ids, attention_mask=torch.ones_like(ids), max_new_tokens=args.new_tokens,
+                    min_new_tokens=args.new_tokens, do_sample=False, use_cache=True, pad_token_id=0,
+                )  # fmt: skip
+            return out[0].tolist()
+
+    load_s, loaded = time.perf_counter() - start, C.rss_bytes()
+    times = C.time_calls(generate, args.repeats, warmup=1)
+    return {
+        "tok_s": [args.new_tokens / t for t in times],
+        "load_s": load_s,
+        "rss_before_load_mb": before / MB,
+        "rss_after_load_mb": loaded / MB,
+        "peak_mb": C.high_water_bytes() / MB,
+        "ids": generate(),
+    }
+
+
+def worker(args: argparse.Namespace) -> dict[str, Any]:
+    if args.model == "hf":
+        if args.worker == "transformers":
+            C.set_torch_threads(args.threads)
+        return hf_worker(args)
+    C.prepare_worker(args)
     out = {}
     for block_size in args.block_sizes:
         times = token_times(args, block_size)
@@ -79,6 +131,12 @@ def worker(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def parent(args: argparse.Namespace) -> dict[str, dict[str, Any]]:
+    if "--sides" not in args.argv:
+        args.sides = list(MODEL_SIDES[args.model])
+    if not set(args.sides) <= set(MODEL_SIDES[args.model]):
+        raise SystemExit(f"--model {args.model} has the sides {', '.join(MODEL_SIDES[args.model])}")
+    if args.model == "hf":
+        return hf_parent(args)
     results = C.alternate(args, args.threads[0])
     table: dict[str, dict[str, dict[str, float]]] = {}
     for side, runs in results.items():
@@ -87,39 +145,78 @@ def parent(args: argparse.Namespace) -> dict[str, dict[str, Any]]:
                 regime: C.median([r["tokens_per_s"][bs][regime] for r in runs])
                 for regime in ("fill", "slide")
             }
-    payload = {
-        "config": C.model_config(args.size),
-        "threads": args.threads[0],
-        "rounds": args.rounds,
-        "tokens_per_s": table,
-    }
-    return {args.size: payload}
+    payload = {"config": C.model_config(args.size), "threads": args.threads[0]}
+    return {args.size: {**payload, "rounds": args.rounds, "tokens_per_s": table}}
+
+
+def hf_parent(args: argparse.Namespace) -> dict[str, dict[str, Any]]:
+    from glassllm.hf import save_pretrained
+    from glassllm.models import GPT, GPTConfig
+
+    by_threads: dict[str, Any] = {}
+    with tempfile.TemporaryDirectory(prefix="glassllm-hf-bench-") as scratch:
+        model_dir = str(Path(scratch) / args.shape)
+        model = GPT(GPTConfig(**SHAPES[args.shape], bias=True), rng=np.random.default_rng(0))
+        save_pretrained(model, None, model_dir, overwrite=True)
+        del model
+        for threads in args.threads:
+            results = C.alternate(args, threads, "--model-dir", model_dir, flip=True)
+            by_threads[str(threads)] = {
+                side: {
+                    "tok_s": C.median([s for r in runs for s in r["tok_s"]]),
+                    "rss_after_load_mb": C.median([r["rss_after_load_mb"] for r in runs]),
+                    "peak_mb": max(r["peak_mb"] for r in runs),
+                    "load_s": C.median([r["load_s"] for r in runs]),
+                    "ids": [r["ids"] for r in runs],
+                }
+                for side, runs in results.items()
+            }
+    ids = {tuple(i) for sides in by_threads.values() for s in sides.values() for i in s["ids"]}
+    payload = {"shape": SHAPES[args.shape], "prompt_tokens": args.prompt_tokens}
+    payload |= {"new_tokens": args.new_tokens, "same_ids": len(ids) == 1}
+    return {f"hf {args.shape}": {**payload, "by_threads": by_threads}}
 
 
 def render(runs: dict[str, Any]) -> str:
-    """RESULTS.md's block: tokens per second per block size, regime and side."""
+    """RESULTS.md's block: the first run's tokens per second per block size, regime and side."""
     run = next(iter(runs.values()))
+    if "by_threads" in run:
+        return hf_render(runs)
     headers = ["block_size", "regime", "glassllm with cache tok/s", "glassllm no cache tok/s"]
     headers += ["PyTorch nanoGPT (no cache) tok/s", "cache / PyTorch"]
     rows = []
     for bs, sides in run["tokens_per_s"].items():
         for regime in ("fill", "slide"):
-            row = [bs, regime, *(sides.get(s, {}).get(regime, "-") for s in SIDES)]
+            row = [bs, regime, *(sides.get(s, {}).get(regime, "-") for s in SIDES[:3])]
             both = "glassllm-cache" in sides and "torch" in sides
             row.append(sides["glassllm-cache"][regime] / sides["torch"][regime] if both else "-")
             rows.append(row)
-    return "\n".join(
-        [
-            C.machine_line(run["machine"]),
-            "",
-            f"{C.fmt_dict(run['config'])}; batch 1, {run['threads']} threads, median of "
-            f"{run['rounds']} alternating rounds. *fill*: the first block_size - 1 tokens from a "
-            "one-token prompt; *slide*: the next block_size tokens with the context cropped to "
-            "block_size (learned positions shift, so the cache is refilled each token).",
-            "",
-            C.table(headers, rows),
-        ]
+    return (
+        f"{C.machine_line(run['machine'])}\n\n{C.fmt_dict(run['config'])}; batch 1, "
+        f"{run['threads']} threads, median of {run['rounds']} alternating rounds. *fill*: the "
+        "first block_size - 1 tokens from a one-token prompt; *slide*: the next block_size tokens "
+        "with the context cropped to block_size (learned positions shift, so the cache is "
+        f"refilled each token).\n\n{C.table(headers, rows)}"
     )
+
+
+def hf_render(runs: dict[str, Any]) -> str:
+    headers = ["threads", "engine", "median tok/s", "RSS after load MB", "peak MB", "load s"]
+    lines = []
+    for name, run in runs.items():
+        rows = [
+            [t, side, v["tok_s"], v["rss_after_load_mb"], v["peak_mb"], v["load_s"]]
+            for t, sides in run["by_threads"].items()
+            for side, v in sides.items()
+        ]
+        lines += [
+            C.machine_line(run["machine"]),
+            f"\n{name}: {run['prompt_tokens']}-token prompt, {run['new_tokens']} new tokens, "
+            "greedy\n",
+            C.table(headers, rows),
+            f"\nsame greedy ids across engines and runs: {run['same_ids']}",
+        ]
+    return "\n".join(lines)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -4,21 +4,12 @@
     python bench/shakespeare.py --sides glassllm,nanogpt --seed 1
     python bench/shakespeare.py --data path/to/input.txt --max-iters 2000
 
-The glassllm side is ``glassllm train`` with its defaults, which are nanoGPT's recipe (config/
-train_shakespeare_char.py with its CPU overrides: character tokens, n_layer=4, n_head=4,
-n_embd=128, block_size=64, batch_size=12, no dropout, no bias, AdamW lr 1e-3 -> 1e-4 cosine over
-max_iters with 100 warmup steps, beta2 0.99, weight decay 0.1, grad clip 1.0, 2000 steps,
-seed 1337, float32): the shipped ``Trainer``, evaluations and checkpoints included. Two PyTorch
-sides (bench/torch_gpt.py), trained by nanoGPT's step:
-- ``torch``, the control: the same initial weights, batches and schedule as the glassllm run (the
-  Trainer's), so only the arithmetic differs (``--torch-gelu none``: nanoGPT's exact GELU);
-- ``nanogpt``: nanoGPT's own process, ``torch.manual_seed(seed)``, nanoGPT's initialisation drawn
-  by torch, exact GELU, batches from ``torch.randint``: where the recipe itself lands for a seed.
-
-Reported per run (one entry per side and seed in bench/results/shakespeare.json): the final train
-and val loss over the *whole* split in non-overlapping block_size windows, the ``eval_iters``-batch
-estimates during training (the same batches on every side), wall time of the run, median ms per
-step, peak resident memory. Each side runs in its own process with ``--threads`` BLAS threads.
+Sides: ``glassllm``, ``glassllm train``'s defaults (nanoGPT's recipe with its CPU overrides) in the
+shipped Trainer; ``torch``, the control: bench/torch_gpt.py on the Trainer's initial weights,
+batches and schedule, so only the arithmetic differs (``--torch-gelu none``: exact GELU);
+``nanogpt``: nanoGPT's own RNG, initialisation, exact GELU and batches, where the recipe lands for
+a seed. Reported per side and seed: final train and val loss over the *whole* split (block_size
+windows), the eval_iters-batch estimates during training, wall time, ms per step, peak RSS.
 """
 
 from __future__ import annotations
@@ -146,26 +137,18 @@ def worker(args: argparse.Namespace) -> dict[str, Any]:
         "torch": f"torch (gelu {args.torch_gelu})",
         "nanogpt": "nanoGPT in PyTorch (own RNG)",
     }
-    return {
-        "data": args.data,
-        "config": trainer.model.config.to_dict(),
-        "max_iters": args.max_iters,
-        "seed": args.seed,
-        "framework": framework.get(args.worker, args.worker),
-        "allocator_tuned": args.worker == "glassllm",
-        "final_train_loss_full": train,
-        "final_val_loss_full": val,
-        # bits per character of text: comparable across tokenizers
-        "tokenizer": f"{args.tokenizer}-{trainer.tokenizer.vocab_size}",
-        "final_train_bpc_full": bits_per_character(train, trainer.characters_per_token["train"]),
-        "final_val_bpc_full": bits_per_character(val, trainer.characters_per_token["val"]),
-        "target_val_loss": args.target,
-        "reached": val <= args.target,
-        "wall_s_training_loop": wall,
-        "ms_per_iter": C.median(np.diff([start, *ends])) * 1e3,
-        "peak_rss_mib": C.peak_rss_bytes() / 2**20,
-        "evals": evaluations,
-    }
+    per_char = trainer.characters_per_token  # bits per character: comparable across tokenizers
+    out = dict(data=args.data, config=trainer.model.config.to_dict(), max_iters=args.max_iters)
+    out |= dict(seed=args.seed, framework=framework.get(args.worker, args.worker))
+    out |= dict(allocator_tuned=args.worker == "glassllm", final_train_loss_full=train)
+    out |= dict(
+        final_val_loss_full=val, tokenizer=f"{args.tokenizer}-{trainer.tokenizer.vocab_size}"
+    )
+    out |= dict(final_train_bpc_full=bits_per_character(train, per_char["train"]))
+    out |= dict(final_val_bpc_full=bits_per_character(val, per_char["val"]))
+    out |= dict(target_val_loss=args.target, reached=val <= args.target, wall_s_training_loop=wall)
+    out |= dict(ms_per_iter=C.median(np.diff([start, *ends])) * 1e3)
+    return out | dict(peak_rss_mib=C.peak_rss_bytes() / 2**20, evals=evaluations)
 
 
 def parent(args: argparse.Namespace) -> dict[str, dict[str, Any]]:
@@ -173,17 +156,10 @@ def parent(args: argparse.Namespace) -> dict[str, dict[str, Any]]:
         raise SystemExit(
             f"bench/shakespeare.py: --data {args.data}: no such file (or: shakespeare)"
         )
-    runs = {}
-    for side in args.sides:
-        run = runs[f"{side} seed {args.seed}"] = C.run_side(args, side, args.threads[0])
-        print(
-            f"{run['framework']}, seed {args.seed}: full-split loss train "
-            f"{run['final_train_loss_full']:.4f}, val {run['final_val_loss_full']:.4f} "
-            f"({run['final_val_bpc_full']:.3f} bits/char, {run['tokenizer']}) (target <= "
-            f"{args.target}: {'reached' if run['reached'] else 'NOT reached'}); "
-            f"{run['wall_s_training_loop']:.1f} s, {run['ms_per_iter']:.1f} ms per step"
-        )
-    return runs
+    # the table that C.main prints after the run has the figures
+    return {
+        f"{side} seed {args.seed}": C.run_side(args, side, args.threads[0]) for side in args.sides
+    }
 
 
 def render(runs: dict[str, Any]) -> str:
@@ -192,20 +168,12 @@ def render(runs: dict[str, Any]) -> str:
     headers += ["val bits/char", "tokenizer"]
     headers += ["val, 20-batch estimate", "reached", "run s", "ms/step", "peak RSS MiB", "CPU"]
     rows = [
-        [
-            r["framework"],
-            r["seed"],
-            f"{r['final_train_loss_full']:.4f}",
-            f"{r['final_val_loss_full']:.4f}",
-            f"{r['final_val_bpc_full']:.3f}" if "final_val_bpc_full" in r else "-",
-            r.get("tokenizer", "char-65"),
-            f"{r['evals'][-1]['val']:.4f}",
-            "yes" if r["reached"] else "no",
-            r["wall_s_training_loop"],
-            r["ms_per_iter"],
-            r["peak_rss_mib"],
-            r["machine"]["cpu"],
-        ]
+        [r["framework"], r["seed"], f"{r['final_train_loss_full']:.4f}"]
+        + [f"{r['final_val_loss_full']:.4f}"]
+        + [f"{r['final_val_bpc_full']:.3f}" if "final_val_bpc_full" in r else "-"]
+        + [r.get("tokenizer", "char-65"), f"{r['evals'][-1]['val']:.4f}"]
+        + ["yes" if r["reached"] else "no", r["wall_s_training_loop"], r["ms_per_iter"]]
+        + [r["peak_rss_mib"], r["machine"]["cpu"]]
         for r in runs.values()
     ]
     first = next(iter(runs.values()))

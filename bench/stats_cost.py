@@ -3,14 +3,9 @@
     python bench/stats_cost.py                        # tiny model, 300 steps, 3 rounds, 2 threads
     python bench/stats_cost.py --steps 100 --rounds 1 --interval 1
 
-Each round runs two fresh processes, one with ``--stats-interval N`` (default 10, the default of
-the command) and one with 0, in alternating order, each a `Trainer.fit` of ``--steps`` steps of the
-default model (common.SIZES["tiny"], batch 12) on random text, evaluating every 250 steps as the
-command does. Reported per round: the training time of each side (``TrainResult.elapsed_s``:
-steps, evaluations and checkpoints) and their ratio; the headline is the median of the per-round
-ratios minus one. The "on" side also times the stats calls themselves (`StatsLog.before_update` +
-`after_update`, histograms included), which gives the direct cost, stats time / training time,
-free of the drift between two processes on a shared machine.
+Per round, alternating, a fresh `Trainer.fit` process per side (``--stats-interval N`` and 0). The
+headline: median per-round ratio of ``elapsed_s`` minus one; and the direct cost, the "on" side's
+time in the stats calls / its training time, free of drift between processes.
 """
 
 from __future__ import annotations

@@ -1,22 +1,10 @@
-"""The PyTorch reference GPT that the tests and the benchmarks hold glassllm to: nanoGPT's model.py.
-
-Same architecture as ``glassllm.models.GPT``: token + learned position embeddings, pre-LayerNorm
-blocks of fused-qkv causal self-attention and a 4x MLP, final LayerNorm, output head tied to the
-token embedding, no dropout; biases optional (``bias``, nanoGPT's flag). Written the way nanoGPT
-writes it, so the PyTorch side is what a nanoGPT user runs on a CPU: AdamW without ``fused``
-(nanoGPT enables it only on CUDA), ``clip_grad_norm_``, generation without a key/value cache.
-
-Two choices, each one field of :class:`TorchGPTConfig`:
-
-* ``attention``: ``"sdpa"``, ``F.scaled_dot_product_attention(is_causal=True)`` (PyTorch's fastest
-  eager path, nanoGPT's "flash" branch), or ``"manual"``, the scores, causal mask, softmax and
-  weighted sum written out (nanoGPT's branch for PyTorch without flash attention).
-* ``gelu``: ``"tanh"`` (glassllm's GPT uses the tanh approximation, so both models compute the same
-  loss from the same weights) or ``"none"`` (the exact erf GELU of nanoGPT's ``nn.GELU()``).
-
-Parameter names follow nanoGPT (``transformer.h.0.attn.c_attn.weight``); :func:`torch_name` maps
-glassllm's names onto them. glassllm stores Linear weights (in, out), PyTorch (out, in):
-:func:`copy_from_glassllm` transposes them.
+"""The PyTorch reference GPT that the tests and the benchmarks hold glassllm to: nanoGPT's model.py,
+the architecture of ``glassllm.models.GPT``, written the way nanoGPT writes it (AdamW not fused,
+as nanoGPT on a CPU; generation without a key/value cache). :class:`TorchGPTConfig` choices:
+``attention`` "sdpa" (``F.scaled_dot_product_attention``) or "manual" (written out); ``gelu``
+"tanh" (glassllm's, so both compute the same loss from the same weights) or "none" (nanoGPT's
+exact erf). Names follow nanoGPT (:func:`torch_name`); Linear weights are (in, out) in glassllm
+and (out, in) here (:func:`to_torch_layout`).
 """
 
 from __future__ import annotations
@@ -64,9 +52,7 @@ class CausalSelfAttention(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         B, T, C = x.size()
         q, k, v = self.c_attn(x).split(self.n_embd, dim=2)
-        k = k.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)  # (B, nh, T, hs)
-        q = q.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)  # (B, nh, T, hs)
-        v = v.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)  # (B, nh, T, hs)
+        q, k, v = (t.view(B, T, self.n_head, C // self.n_head).transpose(1, 2) for t in (q, k, v))
         if self.attention == "sdpa":
             y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
         else:
@@ -168,20 +154,15 @@ class TorchGPT(nn.Module):
         return idx
 
 
-_RENAMES = (
-    ("blocks.", "h."),
-    ("attn.qkv", "attn.c_attn"),
-    ("attn.proj", "attn.c_proj"),
-    ("mlp.fc", "mlp.c_fc"),
-    ("mlp.proj", "mlp.c_proj"),
-)
+_RENAMES = {"blocks.": "h.", "attn.qkv": "attn.c_attn", "attn.proj": "attn.c_proj"}
+_RENAMES |= {"mlp.fc": "mlp.c_fc", "mlp.proj": "mlp.c_proj"}
 # Weights that are Linear layers on both sides: (in, out) in glassllm, (out, in) in PyTorch.
 _LINEAR_WEIGHTS = ("c_attn.weight", "c_proj.weight", "c_fc.weight")
 
 
 def torch_name(glassllm_name: str) -> str:
     """glassllm GPT parameter name -> nanoGPT's (the tied head is listed once, as the wte)."""
-    for ours, theirs in _RENAMES:
+    for ours, theirs in _RENAMES.items():
         glassllm_name = glassllm_name.replace(ours, theirs)
     return "transformer." + glassllm_name
 

@@ -2,29 +2,20 @@
 
     python bench/train_step.py                          # tiny size, threads 2 and 1, 5 rounds
     python bench/train_step.py --size tiny small mid --threads 2 --sides glassllm,torch,torch-manual
-    python bench/train_step.py --threads 2 --rounds 1 --profile 30   # + cProfile of glassllm's step
 
-A step is ``Trainer.train_step`` (the step ``glassllm train`` takes: a random batch, the learning
-rate of the schedule, forward with loss, backward, clip the gradient norm to 1.0, AdamW, zero grad)
-and, on the PyTorch side, the same in nanoGPT's model (bench/torch_gpt.py) on the same data. Sizes:
-common.SIZES (batch 12, vocab 65, float32, no dropout, no bias). Sides: ``glassllm`` (allocator
-tuned, as the command does), ``glassllm-numpy`` (the same without the ``fast`` extra's compiled
-kernels), ``glassllm-untuned`` (glibc's defaults), ``torch`` (fused attention,
-``F.scaled_dot_product_attention``), ``torch-manual`` (attention written out).
-
-Each round starts one fresh process per side; each warms up, times ``--steps`` steps and reports
-the median; the ratio glassllm / torch is the median of per-round ratios. Also reported: matmul
-GFLOP/s of a step against a large np.matmul, and the "BLAS floor" (the step's matrix products
-alone in NumPy, preallocated). Before timing, one process checks that both models, given the same
-weights and batch, compute the same loss and gradients.
+A step is ``Trainer.train_step`` (what ``glassllm train`` takes: batch, scheduled learning rate,
+forward, backward, clip to 1.0, AdamW, zero grad); the PyTorch side takes it in nanoGPT's model on
+the same data (common.torch_step). Sides: ``glassllm`` (allocator tuned, as the command does),
+``glassllm-numpy`` (without the ``fast`` extra's kernels), ``glassllm-untuned`` (glibc's
+allocator defaults), ``torch`` (fused attention), ``torch-manual`` (attention written out). Also
+reported: the step's matmul GFLOP/s against one large np.matmul, and the "BLAS floor" (the step's
+matrix products alone, preallocated). First, one process checks that both models compute the
+same loss and gradients from the same weights and batch.
 """
 
 from __future__ import annotations
 
 import argparse
-import cProfile
-import io
-import pstats
 import sys
 import tempfile
 from pathlib import Path
@@ -33,15 +24,8 @@ from typing import Any
 import common as C
 import numpy as np
 
-SIDES = (
-    "glassllm",
-    "glassllm-numpy",
-    "glassllm-untuned",
-    "torch",
-    "torch-manual",
-    "matmul",
-    "check",
-)
+SIDES = ("glassllm", "glassllm-numpy", "glassllm-untuned", "torch", "torch-manual", "matmul")
+SIDES += ("check",)  # run_side's helpers: the GFLOP/s probe and the equivalence check
 DEFAULT_SIDES = ("glassllm", "torch")
 
 
@@ -52,7 +36,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--warmup", type=int, default=5)
     parser.add_argument("--matmul-n", type=int, default=2048, help="n of the n³ GFLOP/s probe")
     parser.add_argument("--no-check", action="store_true", help="skip the loss/gradient check")
-    parser.add_argument("--profile", type=int, default=0, metavar="N", help="cProfile's top N")
 
 
 def worker(args: argparse.Namespace) -> dict[str, Any]:
@@ -77,17 +60,8 @@ def worker(args: argparse.Namespace) -> dict[str, Any]:
         C.time_calls(step, repeats=0, warmup=args.warmup)
         faults = C.minor_faults()
         times = C.time_calls(step, repeats=args.steps)
-        out = {
-            "median_ms": C.median(times) * 1e3,
-            "minor_faults_per_step": (C.minor_faults() - faults) / args.steps,
-        }
-        if args.profile and args.worker.startswith("glassllm"):
-            profiler = cProfile.Profile()
-            profiler.runcall(C.time_calls, step, repeats=args.steps)
-            text = io.StringIO()
-            pstats.Stats(profiler, stream=text).sort_stats("tottime").print_stats(args.profile)
-            out["profile"] = text.getvalue()
-        return out
+        faults = (C.minor_faults() - faults) / args.steps
+        return {"median_ms": C.median(times) * 1e3, "minor_faults_per_step": faults}
 
 
 def equivalence(trainer: Any) -> dict[str, Any]:
@@ -144,13 +118,8 @@ def parent(args: argparse.Namespace) -> dict[str, dict[str, Any]]:
     for size in args.size:
         config = C.model_config(size)
         flops = C.gpt_matmul_flops_per_step(C.BATCH_SIZE, **config)
-        payload: dict[str, Any] = {
-            "config": {**config, "batch_size": C.BATCH_SIZE},
-            "flops_per_step": flops,
-            "rounds": args.rounds,
-            "steps": args.steps,
-            "by_threads": {},
-        }
+        payload: dict[str, Any] = {"config": {**config, "batch_size": C.BATCH_SIZE}}
+        payload |= dict(flops_per_step=flops, rounds=args.rounds, steps=args.steps, by_threads={})
         if not args.no_check and any(s.startswith("torch") for s in args.sides):
             payload["equivalence"] = C.run_side(args, "check", 1, "--size", size)
             print(f"{size}: same weights and batch: {C.fmt_dict(payload['equivalence'])}")
@@ -159,28 +128,17 @@ def parent(args: argparse.Namespace) -> dict[str, dict[str, Any]]:
             rates = [C.run_side(args, "matmul", threads, "--size", size)]
             results = C.alternate(args, threads, "--size", size)
             rates.append(C.run_side(args, "matmul", threads, "--size", size))
-            entry: dict[str, Any] = {
-                "matmul_gflops": max(r["matmul_gflops"] for r in rates),
-                "floor_ms": min(r["floor_ms"] for r in rates),
-                "sides": {},
-                "ratios": {},
-            }
+            entry: dict[str, Any] = {"matmul_gflops": max(r["matmul_gflops"] for r in rates)}
+            entry |= {"floor_ms": min(r["floor_ms"] for r in rates), "sides": {}, "ratios": {}}
             for side, rounds in results.items():
                 ms = [r["median_ms"] for r in rounds]
-                entry["sides"][side] = {
-                    "median_ms": C.median(ms),
-                    "per_round_ms": ms,
-                    "gflops": flops / (C.median(ms) / 1e3) / 1e9,
-                    "minor_faults_per_step": C.median([r["minor_faults_per_step"] for r in rounds]),
-                }
-                for r in rounds:
-                    print(r.get("profile", ""), end="")
-            if "glassllm" in results:
-                mine = entry["sides"]["glassllm"]["per_round_ms"]
-                for side in (s for s in results if s.startswith("torch")):
-                    entry["ratios"][side] = C.paired_ratio(
-                        mine, entry["sides"][side]["per_round_ms"]
-                    )
+                faults = C.median([r["minor_faults_per_step"] for r in rounds])
+                entry["sides"][side] = dict(median_ms=C.median(ms), per_round_ms=ms)
+                entry["sides"][side] |= dict(gflops=flops / (C.median(ms) / 1e3) / 1e9)
+                entry["sides"][side]["minor_faults_per_step"] = faults
+            for side in (s for s in results if s.startswith("torch") and "glassllm" in results):
+                ms = [entry["sides"][s]["per_round_ms"] for s in ("glassllm", side)]
+                entry["ratios"][side] = C.paired_ratio(*ms)
             payload["by_threads"][str(threads)] = entry
         runs[size] = payload
     return runs

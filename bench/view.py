@@ -1,24 +1,15 @@
-"""How fast ``glassllm view`` answers: page load, inspection, generation, attention of a big model.
+"""How fast ``glassllm view`` answers, each figure the median of ``--repeat`` tries after one
+untimed (cache-warming) try; untrained models (speed does not depend on the weights).
 
-    python bench/view.py                 # 5 repetitions of each, medians
+    python bench/view.py                 # 5 repetitions of each
     python bench/view.py --repeat 1 --no-browser
 
-Measured, each the median of ``--repeat`` tries (the first try of each, which warms caches, is
-not counted):
-
-* **page load to first paint**: Playwright's chromium opens the page of a running viewer; the
-  time from navigation start to the browser's first contentful paint
-  (``performance.getEntriesByType("paint")``), and to the header showing the checkpoint (the
-  first API answer drawn);
-* **inspect, 64 tokens**: the server's time for ``/api/inspect`` of 64 tokens on the default
-  model (4 layers x 4 heads x 128 wide, context 64): `api.inspect` with the inspection cache
-  emptied, plus encoding the answer as JSON, and its size;
-* **generate 300 tokens**: `api.generate` with ``max_new_tokens=300`` on the default model;
-* **6 x 384 at context 256**: a 6-layer, 6-head, 384-wide model on 256 tokens: ``/api/inspect``
-  (attention left out: 6*6*256*256 numbers are over the inline limit) and one layer's
-  ``/api/attention``, the request the page makes per layer, each with its JSON size.
-
-The models are untrained (speed does not depend on the weights), saved as a run's checkpoint.
+* page load (Playwright's chromium): navigation start to first contentful paint, and to the
+  header showing the checkpoint (the first API answer drawn);
+* ``/api/inspect`` of 64 tokens on the default model (4x4x128, context 64), inspection cache
+  emptied, JSON encoding included; ``api.generate`` of ``--generate`` tokens;
+* a 6-layer, 6-head, 384-wide model on 256 tokens: ``/api/inspect`` (attention left out: over the
+  inline limit) and one layer's ``/api/attention``, the request the page makes per layer.
 """
 
 from __future__ import annotations
@@ -51,36 +42,38 @@ def timed(fn: Callable[[], Any], repeat: int) -> tuple[float, Any]:
     return C.median(C.time_calls(fn, repeat, warmup=1)), fn()
 
 
-def server_side(out_dir: Path, tokens: int, repeat: int, generate: int) -> dict[str, float]:
+def server_side(out_dir: Path, tokens: int, repeat: int, generate: int, label: str) -> list:
+    """Rows (measurement, figure) of the API's answers, timed in this process."""
     from glassllm.app.view import api
     from glassllm.app.view.run import Run
     from glassllm.app.view.server import encode_json
 
     run = Run(out_dir)
     ids = [int(i) for i in (list(range(run.model.config.vocab_size)) * 10)[:tokens]]
+    config = run.model.config
+    big = config.n_layer * config.n_head * tokens * tokens > api.ATTENTION_INLINE
 
     def inspect():
         run._inspections.clear()  # a new text each time: no cached trace
         return encode_json(api.inspect(run, {"ids": ids}))
 
-    figures: dict[str, float] = {}
-    seconds, body = timed(inspect, repeat)
-    figures.update(inspect_ms=1e3 * seconds, inspect_kib=len(body) / 1024)
-    if run.model.config.n_layer * run.model.config.n_head * tokens * tokens > api.ATTENTION_INLINE:
-        seconds, body = timed(
-            lambda: encode_json(api.attention(run, {"ids": ids, "layer": 0})), repeat
-        )
-        figures.update(attention_layer_ms=1e3 * seconds, attention_layer_kib=len(body) / 1024)
+    def attention():
+        return encode_json(api.attention(run, {"ids": ids, "layer": 0}))
+
+    rows = []
+    for name, fn in [("inspect", inspect), ("attention of one layer", attention)][: 1 + big]:
+        seconds, body = timed(fn, repeat)
+        without = " without attention" if big and fn is inspect else ""
+        figure = f"{1e3 * seconds:.0f} ms ({len(body) / 1024:.0f} KiB)"
+        rows.append((f"{name}, {tokens} tokens{without}, server time incl. JSON ({label})", figure))
     if generate:
-        seconds, body = timed(
-            lambda: api.generate(run, {"prompt": "0", "max_new_tokens": generate, "seed": 1}),
-            repeat,
-        )
-        figures.update(generate_s=seconds, generated=len(body["tokens"]))
-    return figures
+        request = {"prompt": "0", "max_new_tokens": generate, "seed": 1}
+        seconds, body = timed(lambda: api.generate(run, request), repeat)
+        rows.append((f"generate {len(body['tokens'])} tokens ({label})", f"{seconds:.2f} s"))
+    return rows
 
 
-def page_load(out_dir: Path, repeat: int) -> dict[str, float]:
+def page_load(out_dir: Path, repeat: int) -> list:
     from playwright.sync_api import expect, sync_playwright
 
     from glassllm.app.view import make_server
@@ -113,7 +106,10 @@ def page_load(out_dir: Path, repeat: int) -> dict[str, float]:
     finally:
         server.shutdown()
         server.server_close()
-    return {"first_paint_ms": C.median(paints), "info_shown_ms": C.median(ready)}
+    return [
+        ("page load to first contentful paint (tiny)", f"{C.median(paints):.0f} ms"),
+        ("page load to checkpoint info shown (tiny)", f"{C.median(ready):.0f} ms"),
+    ]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -124,43 +120,12 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     print(f"load average before: {os.getloadavg()[0]:.1f}", flush=True)
     with tempfile.TemporaryDirectory() as tmp:
-        tiny = make_checkpoint(Path(tmp), "tiny")
-        mid = make_checkpoint(Path(tmp), "mid")
-        rows = []
-        if not args.no_browser:
-            page = page_load(tiny, args.repeat)
-            rows += [
-                ("page load to first contentful paint (tiny)", f"{page['first_paint_ms']:.0f} ms"),
-                ("page load to checkpoint info shown (tiny)", f"{page['info_shown_ms']:.0f} ms"),
-            ]
-        small = server_side(tiny, 64, args.repeat, args.generate)
-        rows.append(
-            (
-                "inspect 64 tokens, server time incl. JSON (tiny)",
-                f"{small['inspect_ms']:.0f} ms ({small['inspect_kib']:.0f} KiB)",
-            )
-        )
-        if args.generate:
-            rows.append(
-                (f"generate {small['generated']} tokens (tiny)", f"{small['generate_s']:.2f} s")
-            )
-        big = server_side(mid, 256, args.repeat, 0)
-        rows.append(
-            (
-                "inspect 256 tokens without attention (6x384)",
-                f"{big['inspect_ms']:.0f} ms ({big['inspect_kib']:.0f} KiB)",
-            )
-        )
-        rows.append(
-            (
-                "attention of one layer, 256 tokens (6x384)",
-                f"{big['attention_layer_ms']:.0f} ms ({big['attention_layer_kib']:.0f} KiB)",
-            )
-        )
+        tiny, mid = (make_checkpoint(Path(tmp), size) for size in ("tiny", "mid"))
+        rows = [] if args.no_browser else page_load(tiny, args.repeat)
+        rows += server_side(tiny, 64, args.repeat, args.generate, "tiny")
+        rows += server_side(mid, 256, args.repeat, 0, "6x384")
     print(f"load average after: {os.getloadavg()[0]:.1f}")
-    print("| measurement (median) | figure |\n|---|---|")
-    for name, figure in rows:
-        print(f"| {name} | {figure} |")
+    print(C.table(["measurement (median)", "figure"], rows))
     return 0
 
 

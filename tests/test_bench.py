@@ -32,7 +32,8 @@ TINY = {
         "1",
     ],
     "stats_cost": ["--steps", "2", "--rounds", "2"],
-    "hf_generate": ["--shape", "tiny", "--rounds", "1", "--repeats", "1", "--new-tokens", "2"],
+    "sample_hf": ["--model", "hf", "--shape", "tiny", "--rounds", "1", "--repeats", "1"]
+    + ["--new-tokens", "2"],
 }
 # The sides of each benchmark without PyTorch, and with it.
 SIDES = {
@@ -42,8 +43,9 @@ SIDES = {
     "ops": ("glassllm", "glassllm,torch"),
     "shakespeare": ("glassllm", "glassllm,torch,nanogpt"),
     "stats_cost": ("off,on", "on,off"),
-    "hf_generate": ("glassllm", "glassllm,transformers"),
+    "sample_hf": ("glassllm", "glassllm,transformers"),
 }
+MODULE = {"sample_hf": "sample"}  # a configuration of another script
 
 
 @pytest.fixture
@@ -65,17 +67,17 @@ def test_benchmark_runs_and_its_results_render(
 ):
     if with_torch:
         request.getfixturevalue("torch")  # skips without PyTorch (fails under CI=true)
-        if name == "hf_generate":
+        if name == "sample_hf":
             optional("transformers")
     out = tmp_path / f"{name}.json"
     argv = [*TINY[name], "--sides", SIDES[name][with_torch], "--out", str(out), "--inline"]
     argv += ["--threads", "1"]  # PyTorch's spinning threads crawl on a busy machine
     if name == "shakespeare":
         argv += ["--data", str(text_file)]
-    assert bench(name).main(argv) == 0
+    assert bench(MODULE.get(name, name)).main(argv) == 0
     runs = json.loads(out.read_text())["runs"]
     assert runs and all("machine" in run for run in runs.values())
-    block = bench(name).render(runs)
+    block = bench(MODULE.get(name, name)).render(runs)
     assert block.count("\n|") >= 3, block  # a table with a header, a rule and rows
     assert "| " in capsys.readouterr().out  # the parent printed its table too
 
@@ -90,7 +92,7 @@ def test_a_run_without_a_result_file_prints_its_table_and_stores_nothing(
     argv = [*TINY[name], "--sides", SIDES[name][False], "--inline", "--threads", "1"]
     if name == "shakespeare":
         argv += ["--data", str(text_file)]
-    assert bench(name).main(argv) == 0
+    assert bench(MODULE.get(name, name)).main(argv) == 0
     printed = capsys.readouterr().out
     assert "| " in printed and "(not stored: --write-results)" in printed
     assert not results.exists()
