@@ -99,7 +99,8 @@ def main(bench: ModuleType, argv: Sequence[str] | None = None) -> int:
     args.run_inline = lambda argv: json.loads(json.dumps(worker(parse(argv))))
     payloads = bench.parent(args)
     # why: a quick one-side check must not replace a full run's entries in the result file.
-    out = args.out or (RESULTS_DIR / f"{name}.json" if args.write_results else None)
+    stored = getattr(args, "result_name", name)  # a mode may store in another file
+    out = args.out or (RESULTS_DIR / f"{stored}.json" if args.write_results else None)
     if out is None:
         runs = {key: {"machine": machine_info(), **payload} for key, payload in payloads.items()}
         print(bench.render(json.loads(json.dumps(runs))), "\n(not stored: --write-results)")

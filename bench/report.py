@@ -18,6 +18,7 @@ import common as C
 
 RESULTS_MD = C.BENCH_DIR / "RESULTS.md"
 SECTIONS = ("train_step", "sample", "ops", "memory", "shakespeare")
+MODULE = {"memory": "train_step"}  # train_step.py --memory stores memory.json
 
 
 def main() -> int:
@@ -25,9 +26,11 @@ def main() -> int:
     for name in SECTIONS:
         path = C.RESULTS_DIR / f"{name}.json"
         body = (
-            importlib.import_module(name).render(json.loads(path.read_text())["runs"])
+            importlib.import_module(MODULE.get(name, name)).render(
+                json.loads(path.read_text())["runs"]
+            )
             if path.is_file()
-            else f"_Not measured yet: run `python bench/{name}.py`._"
+            else f"_Not measured yet: run `python bench/{MODULE.get(name, name)}.py`._"
         )
         block = re.compile(rf"(<!-- generated:{name} -->\n).*?(<!-- /generated:{name} -->)", re.S)
         text = block.sub(lambda m, body=body: m.group(1) + body + "\n" + m.group(2), text)

@@ -11,11 +11,20 @@ allocator defaults), ``torch`` (fused attention), ``torch-manual`` (attention wr
 reported: the step's matmul GFLOP/s against one large np.matmul, and the "BLAS floor" (the step's
 matrix products alone, preallocated). First, one process checks that both models compute the
 same loss and gradients from the same weights and batch.
+
+``glassllm-stats``: the ``glassllm`` side writing stats.jsonl every ``--stats-interval`` steps (what
+``glassllm train --stats-interval`` costs; reported as the paired ratio to ``glassllm``).
+
+``--memory`` (result file memory.json): per side, one process reports resident memory instead: the
+high-water mark of one step after 3 warm-up ones (reset via /proc/self/clear_refs) minus the RSS
+once the model was built (PyTorch and numba counted there), ``ru_maxrss``, and the growth over
+``--steps`` steps and ``--forwards`` no_grad forwards from the 10th on.
 """
 
 from __future__ import annotations
 
 import argparse
+import gc
 import sys
 import tempfile
 from pathlib import Path
@@ -24,9 +33,18 @@ from typing import Any
 import common as C
 import numpy as np
 
-SIDES = ("glassllm", "glassllm-numpy", "glassllm-untuned", "torch", "torch-manual", "matmul")
+SIDES = (
+    "glassllm",
+    "glassllm-numpy",
+    "glassllm-untuned",
+    "glassllm-stats",
+    "torch",
+    "torch-manual",
+)
+SIDES += ("matmul",)
 SIDES += ("check",)  # run_side's helpers: the GFLOP/s probe and the equivalence check
 DEFAULT_SIDES = ("glassllm", "torch")
+MIB = 2**20
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -36,32 +54,128 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--warmup", type=int, default=5)
     parser.add_argument("--matmul-n", type=int, default=2048, help="n of the n³ GFLOP/s probe")
     parser.add_argument("--no-check", action="store_true", help="skip the loss/gradient check")
+    parser.add_argument("--stats-interval", type=int, default=10, help="of glassllm-stats")
+    parser.add_argument("--memory", action="store_true", help="resident memory, not time")
+    parser.add_argument("--forwards", type=int, default=1000, help="no_grad forwards (--memory)")
 
 
 def worker(args: argparse.Namespace) -> dict[str, Any]:
     size = args.size[0]
     if args.worker == "matmul":
         return matmul_rates(C.model_config(size), args.matmul_n)
+    import glassllm.data  # noqa: F401  (counted with the imports, as bench/memory.py counted it)
+
+    rss_imports = C.rss_bytes()
     with tempfile.TemporaryDirectory() as tmp:
         if args.worker == "glassllm-numpy":  # without the compiled kernels of the fast extra
             from glassllm.functional import compiled
 
             compiled.set_enabled(False)
-        tuned = args.worker in ("glassllm", "glassllm-numpy")
-        trainer = C.glassllm_trainer(Path(tmp), size, tuned=tuned)
+        tuned = args.worker in ("glassllm", "glassllm-numpy", "glassllm-stats")
+        interval = args.stats_interval if args.worker == "glassllm-stats" else 0
+        trainer = C.glassllm_trainer(Path(tmp), size, tuned=tuned, stats_interval=interval)
+        trainer.stats.path.parent.mkdir(parents=True, exist_ok=True)
+        trainer.stats.start(None)
         if args.worker == "check":
             return equivalence(trainer)
         if args.worker.startswith("torch"):
             C.set_torch_threads(args.threads)
             attention = "manual" if args.worker == "torch-manual" else "sdpa"
-            step = C.torch_step(trainer, attention=attention)[1]
+            model, step = C.torch_step(trainer, attention=attention)
         else:
-            step = trainer.train_step
+            from glassllm.functional import compiled
+
+            compiled.load()  # numba's runtime, when installed, is counted with the model
+            model, step = trainer.model, trainer.train_step
+        if args.memory:
+            return memory_use(args, trainer, model, step, rss_imports)
         C.time_calls(step, repeats=0, warmup=args.warmup)
         faults = C.minor_faults()
         times = C.time_calls(step, repeats=args.steps)
         faults = (C.minor_faults() - faults) / args.steps
         return {"median_ms": C.median(times) * 1e3, "minor_faults_per_step": faults}
+
+
+def high_water_after(fn: Any) -> int:
+    """Peak resident bytes while ``fn()`` runs (the lifetime peak where the kernel refuses)."""
+    try:
+        Path("/proc/self/clear_refs").write_text("5")
+    except OSError:
+        fn()
+        return C.peak_rss_bytes()
+    fn()
+    return C.high_water_bytes()
+
+
+def memory_use(args: argparse.Namespace, trainer: Any, model: Any, step: Any, rss_imports: int):
+    """``--memory``'s worker: resident MiB after imports, model built, step peak, growth."""
+    import glassllm
+    from glassllm.data import get_batch
+
+    if args.steps < 10 or args.forwards < 10:
+        raise SystemExit("--memory: --steps and --forwards must be at least 10 (growth from 10th)")
+    cfg = trainer.config
+    batch = get_batch(trainer.corpus.val, cfg.block_size, cfg.batch_size, trainer.batch_rng)
+    no_grad = glassllm.no_grad
+    if args.worker.startswith("torch"):
+        import torch
+
+        del trainer.model, trainer.optimizer  # only the PyTorch model stays resident
+        no_grad, batch = torch.no_grad, tuple(torch.from_numpy(a.copy()) for a in batch)
+    gc.collect()
+    rss_model = C.rss_bytes()
+    C.time_calls(step, repeats=0, warmup=3)
+    step_peak = high_water_after(step)
+    steps, forwards = [], []
+    for _ in range(args.steps):
+        step()
+        steps.append(C.rss_bytes())
+    with no_grad():
+        for _ in range(args.forwards):
+            model(*batch)
+            forwards.append(C.rss_bytes())
+    live = sum(issubclass(type(o), glassllm.Tensor) for o in gc.get_objects())
+    out = dict(rss_after_imports_mib=rss_imports / MIB, rss_model_built_mib=rss_model / MIB)
+    out |= dict(step_peak_mib=step_peak / MIB, step_over_model_mib=(step_peak - rss_model) / MIB)
+    out |= dict(ru_maxrss_mib=C.peak_rss_bytes() / MIB, steps=args.steps, forwards=args.forwards)
+    out |= dict(steps_growth_mib=(steps[-1] - steps[9]) / MIB)
+    out |= dict(forwards_growth_mib=(forwards[-1] - forwards[9]) / MIB)
+    out |= dict(gc_collected=gc.collect(), numpy=np.__version__)
+    return out if args.worker.startswith("torch") else out | {"live_tensors": live}
+
+
+def memory_parent(args: argparse.Namespace) -> dict[str, dict[str, Any]]:
+    size, args.result_name = args.size[0], "memory"
+    results = {side: C.run_side(args, side, args.threads[0]) for side in args.sides}
+    payload: dict[str, Any] = {"config": {**C.model_config(size), "batch_size": C.BATCH_SIZE}}
+    payload |= {"threads": args.threads[0], "sides": results}
+    if "glassllm" in results and results.get("torch", {}).get("step_over_model_mib", 0) > 0:
+        mine, theirs = results["glassllm"]["step_over_model_mib"], results["torch"]
+        payload["step_over_model_ratio"] = mine / theirs["step_over_model_mib"]
+    return {size: payload}
+
+
+def render_memory(run: dict[str, Any]) -> str:
+    headers = ["side", "RSS, model built (MiB)", "step peak (MiB)", "step peak over model (MiB)"]
+    headers += ["ru_maxrss (MiB)", "growth over steps (MiB)", "growth over no_grad forwards (MiB)"]
+    headers += ["gc.collect() freed"]
+    keys = ["rss_model_built_mib", "step_peak_mib", "step_over_model_mib", "ru_maxrss_mib"]
+    keys += ["steps_growth_mib", "forwards_growth_mib", "gc_collected"]
+    first = next(iter(run["sides"].values()))
+    lines = [
+        C.machine_line(run["machine"]),
+        "",
+        f"Growth over {first['steps']} training steps and {first['forwards']} no_grad forwards, "
+        "from the 10th on.",
+        "",
+        C.table(headers, [[side, *(r[k] for k in keys)] for side, r in run["sides"].items()]),
+    ]
+    if "step_over_model_ratio" in run:
+        ratio = run["step_over_model_ratio"]
+        lines += ["", f"Training-step peak over the built model, glassllm/torch: **{ratio:.2f}x**."]
+    if "live_tensors" in run["sides"].get("glassllm", {}):
+        lines.append(f"glassllm: {run['sides']['glassllm']['live_tensors']} live Tensor objects.")
+    return "\n".join(lines)
 
 
 def equivalence(trainer: Any) -> dict[str, Any]:
@@ -114,6 +228,8 @@ def matmul_rates(config: dict[str, int], n: int) -> dict[str, float]:
 
 
 def parent(args: argparse.Namespace) -> dict[str, dict[str, Any]]:
+    if args.memory:
+        return memory_parent(args)
     runs = {}
     for size in args.size:
         config = C.model_config(size)
@@ -139,13 +255,18 @@ def parent(args: argparse.Namespace) -> dict[str, dict[str, Any]]:
             for side in (s for s in results if s.startswith("torch") and "glassllm" in results):
                 ms = [entry["sides"][s]["per_round_ms"] for s in ("glassllm", side)]
                 entry["ratios"][side] = C.paired_ratio(*ms)
+            if {"glassllm", "glassllm-stats"} <= set(results):
+                ms = [entry["sides"][s]["per_round_ms"] for s in ("glassllm-stats", "glassllm")]
+                entry["stats_over_plain"] = C.paired_ratio(*ms)
             payload["by_threads"][str(threads)] = entry
         runs[size] = payload
     return runs
 
 
 def render(runs: dict[str, Any]) -> str:
-    """RESULTS.md's block: per size, the check and one row per threads and side."""
+    """RESULTS.md's block: per size, the check and one row per threads and side (or memory)."""
+    if "by_threads" not in next(iter(runs.values())):
+        return render_memory(next(iter(runs.values())))
     headers = ["threads", "side", "ms/step", "glassllm / side (paired)", "GFLOP/s"]
     headers += ["np.matmul n³ GFLOP/s", "BLAS floor ms", "minor faults/step"]
     lines = []
@@ -173,6 +294,9 @@ def render(runs: dict[str, Any]) -> str:
                 rows.append(row + [e["matmul_gflops"], e["floor_ms"], v["minor_faults_per_step"]])
                 ms = ", ".join(f"{x:.1f}" for x in v["per_round_ms"])
                 per_round.append(f"{threads} threads {side} {ms}")
+            if "stats_over_plain" in e:
+                stats_line = f"glassllm-stats / glassllm (paired): {e['stats_over_plain']:.3f}"
+                per_round.append(f"{threads} threads {stats_line}")
         lines += [C.table(headers, rows), "", "Per round, ms: " + "; ".join(per_round) + ".", ""]
     return "\n".join(lines).rstrip()
 

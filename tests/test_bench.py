@@ -18,7 +18,7 @@ BENCH = Path(__file__).resolve().parents[1] / "bench"
 TINY = {
     "train_step": ["--size", "micro", "--rounds", "1", "--steps", "1", "--warmup", "0"]
     + ["--matmul-n", "32"],
-    "memory": ["--size", "micro", "--steps", "10", "--forwards", "10"],
+    "train_step_memory": ["--memory", "--size", "micro", "--steps", "10", "--forwards", "10"],
     "sample": ["--size", "micro", "--block-sizes", "4", "--rounds", "1"],
     "ops": ["--budget", "0", "--only", "add,layer_norm", "--rounds", "1"],
     "shakespeare": [
@@ -31,21 +31,26 @@ TINY = {
         "--eval-iters",
         "1",
     ],
-    "stats_cost": ["--steps", "2", "--rounds", "2"],
+    "train_step_stats": ["--size", "micro", "--rounds", "2", "--steps", "2", "--warmup", "0"]
+    + ["--matmul-n", "32", "--stats-interval", "1", "--no-check"],
     "sample_hf": ["--model", "hf", "--shape", "tiny", "--rounds", "1", "--repeats", "1"]
     + ["--new-tokens", "2"],
 }
 # The sides of each benchmark without PyTorch, and with it.
 SIDES = {
     "train_step": ("glassllm,glassllm-untuned", "glassllm,torch,torch-manual"),
-    "memory": ("glassllm", "glassllm,torch"),
+    "train_step_memory": ("glassllm", "glassllm,torch"),
     "sample": ("glassllm-cache,glassllm-nocache", "glassllm-cache,torch"),
     "ops": ("glassllm", "glassllm,torch"),
     "shakespeare": ("glassllm", "glassllm,torch,nanogpt"),
-    "stats_cost": ("off,on", "on,off"),
+    "train_step_stats": ("glassllm,glassllm-stats", "glassllm-stats,glassllm,torch"),
     "sample_hf": ("glassllm", "glassllm,transformers"),
 }
-MODULE = {"sample_hf": "sample"}  # a configuration of another script
+MODULE = {
+    "sample_hf": "sample",
+    "train_step_memory": "train_step",
+    "train_step_stats": "train_step",
+}
 
 
 @pytest.fixture
@@ -79,6 +84,8 @@ def test_benchmark_runs_and_its_results_render(
     assert runs and all("machine" in run for run in runs.values())
     block = bench(MODULE.get(name, name)).render(runs)
     assert block.count("\n|") >= 3, block  # a table with a header, a rule and rows
+    mode = {"train_step_stats": "glassllm-stats / glassllm (paired)", "train_step_memory": "peak"}
+    assert mode.get(name, "") in block, block  # the mode's own figure
     assert "| " in capsys.readouterr().out  # the parent printed its table too
 
 
