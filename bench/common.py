@@ -1,13 +1,11 @@
-"""What the benchmarks in bench/ share: the entry point (options, worker processes, the result
-file, RESULTS.md), the model sizes, the training step on both sides, and the measuring tools.
+"""What the benchmarks in bench/ share: the entry point, model sizes, both sides' training step,
+the measuring tools and the result files.
 
-Why every measurement is a fresh process: OpenBLAS leaves a worker thread spinning for ~0.1 s after
-each matrix product, which slows a PyTorch step that follows in the same process by 2-3x; and
-NumPy's BLAS thread count is fixed when NumPy is imported. So the parent starts ``python
-bench/<name>.py <its options> --worker SIDE --threads N`` per side and round, thread count set in
-the environment first, sides alternating. Machine speed drifts 10-25% over minutes on a shared
-box, so the headline is the *paired* ratio: the median over rounds of glassllm / torch within one
-round, taken seconds apart. A worker prints one line ``BENCH_JSON {...}``.
+Every measurement is a fresh process (``<script> <options> --worker SIDE --threads N``, thread
+count set in the environment first): OpenBLAS's spinning threads slow a PyTorch step that follows
+in the same process 2-3x, and NumPy fixes its BLAS thread count at import. Machine speed drifts
+over minutes, so the headline is the *paired* ratio: the median over alternating rounds of the
+per-round ratio. A worker prints one line ``BENCH_JSON {...}``.
 """
 
 from __future__ import annotations
@@ -59,10 +57,8 @@ def model_config(size: str, **overrides: int) -> dict[str, int]:
 
 
 def main(bench: ModuleType, argv: Sequence[str] | None = None) -> int:
-    """The command line of the benchmark module ``bench``: its ``SIDES``, ``DEFAULT_SIDES``,
-    ``add_arguments(parser)``, ``worker(args)`` (with ``--worker SIDE``; one thread count),
-    ``parent(args)`` (``{run key: payload}``, stored under the key in its result file) and
-    ``render(runs)`` (its RESULTS.md block)."""
+    """The command line of module ``bench``: its ``SIDES``, ``DEFAULT_SIDES``, ``add_arguments``,
+    ``worker(args)``, ``parent(args)`` (``{run key: payload}``) and ``render(runs)``."""
     script, sides, worker = str(bench.__file__), bench.SIDES, bench.worker
     name = Path(script).stem
     parser = argparse.ArgumentParser(
@@ -272,6 +268,17 @@ def high_water_bytes() -> int:
     return int(status.split("VmHWM:")[1].split()[0]) * 1024
 
 
+def high_water_after(fn: Callable[[], Any]) -> int:
+    """Peak resident bytes while ``fn()`` runs (the lifetime peak where the kernel refuses)."""
+    try:
+        Path("/proc/self/clear_refs").write_text("5")
+    except OSError:
+        fn()
+        return peak_rss_bytes()
+    fn()
+    return high_water_bytes()
+
+
 def minor_faults() -> int:
     return resource.getrusage(resource.RUSAGE_SELF).ru_minflt
 
@@ -303,13 +310,14 @@ def machine_info() -> dict[str, Any]:
     torch_version = importlib.metadata.version("torch") if find_spec("torch") else "not installed"
     git = ["git", "rev-parse", "--short", "HEAD"]
     commit = subprocess.run(git, cwd=REPO_DIR, capture_output=True, text=True).stdout.strip()
-    commit = commit or "unknown"
-    info = dict(cpu=cpu, simd=[f for f in ("avx2", "fma", "avx512f", "avx512_bf16") if f in flags])
-    info |= dict(logical_cpus=os.cpu_count(), usable_cpus=len(os.sched_getaffinity(0)))
-    info |= dict(load_average=[round(x, 2) for x in os.getloadavg()])
-    info |= dict(python=platform.python_version(), numpy=np.__version__, blas=blas_text)
-    info |= dict(torch=torch_version, glassllm_commit=os.environ.get("BENCH_COMMIT") or commit)
-    return info | dict(date=_dt.datetime.now().isoformat(timespec="seconds"))
+    simd = [f for f in ("avx2", "fma", "avx512f", "avx512_bf16") if f in flags]
+    return dict(
+        cpu=cpu, simd=simd, logical_cpus=os.cpu_count(), usable_cpus=len(os.sched_getaffinity(0)),
+        load_average=[round(x, 2) for x in os.getloadavg()], python=platform.python_version(),
+        numpy=np.__version__, blas=blas_text, torch=torch_version,
+        glassllm_commit=os.environ.get("BENCH_COMMIT") or commit or "unknown",
+        date=_dt.datetime.now().isoformat(timespec="seconds"),
+    )  # fmt: skip
 
 
 def machine_line(m: dict[str, Any]) -> str:

@@ -96,17 +96,6 @@ def worker(args: argparse.Namespace) -> dict[str, Any]:
         return {"median_ms": C.median(times) * 1e3, "minor_faults_per_step": faults}
 
 
-def high_water_after(fn: Any) -> int:
-    """Peak resident bytes while ``fn()`` runs (the lifetime peak where the kernel refuses)."""
-    try:
-        Path("/proc/self/clear_refs").write_text("5")
-    except OSError:
-        fn()
-        return C.peak_rss_bytes()
-    fn()
-    return C.high_water_bytes()
-
-
 def memory_use(args: argparse.Namespace, trainer: Any, model: Any, step: Any, rss_imports: int):
     """``--memory``'s worker: resident MiB after imports, model built, step peak, growth."""
     import glassllm
@@ -125,7 +114,7 @@ def memory_use(args: argparse.Namespace, trainer: Any, model: Any, step: Any, rs
     gc.collect()
     rss_model = C.rss_bytes()
     C.time_calls(step, repeats=0, warmup=3)
-    step_peak = high_water_after(step)
+    step_peak = C.high_water_after(step)
     steps, forwards = [], []
     for _ in range(args.steps):
         step()
@@ -156,11 +145,12 @@ def memory_parent(args: argparse.Namespace) -> dict[str, dict[str, Any]]:
 
 
 def render_memory(run: dict[str, Any]) -> str:
-    headers = ["side", "RSS, model built (MiB)", "step peak (MiB)", "step peak over model (MiB)"]
-    headers += ["ru_maxrss (MiB)", "growth over steps (MiB)", "growth over no_grad forwards (MiB)"]
-    headers += ["gc.collect() freed"]
-    keys = ["rss_model_built_mib", "step_peak_mib", "step_over_model_mib", "ru_maxrss_mib"]
-    keys += ["steps_growth_mib", "forwards_growth_mib", "gc_collected"]
+    columns = dict(rss_model_built_mib="RSS, model built", step_peak_mib="step peak")
+    columns |= dict(step_over_model_mib="step peak over model", ru_maxrss_mib="ru_maxrss")
+    columns |= dict(steps_growth_mib="growth over steps")
+    columns |= dict(forwards_growth_mib="growth over no_grad forwards", gc_collected="")
+    headers = ["side", *(f"{h} (MiB)" for h in list(columns.values())[:-1]), "gc.collect() freed"]
+    keys = list(columns)
     first = next(iter(run["sides"].values()))
     lines = [
         C.machine_line(run["machine"]),
