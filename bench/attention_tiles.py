@@ -5,7 +5,7 @@
 
 For each GPT size of issue 13 (batch 12; tiny 4 heads x 32 at T = 64, small 4 x 64 at T = 128,
 mid 6 x 64 at T = 256) it times one ``F.packed_attention(qkv, causal=True)`` forward and backward
-with ``glassllm.functional.attention.CAUSAL_TILE`` set to each candidate, plus ``T`` itself (one
+with ``glassllm.kernels.attention.CAUSAL_TILE`` set to each candidate, plus ``T`` itself (one
 tile: the whole T x T, as before tiling). The candidates alternate call by call and each row is the
 minimum over ``--repeats`` rounds, so a busy machine slows every candidate alike. In-process,
 NumPy only, allocator tuned as the ``glassllm`` command does.
@@ -36,7 +36,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
 
     import glassllm.functional as F
-    import glassllm.functional.attention as attention
+    import glassllm.kernels.attention as attention
     from glassllm import Tensor
     from glassllm.app.allocator import tune_allocator
 
