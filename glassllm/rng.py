@@ -38,3 +38,19 @@ def get_rng(rng: np.random.Generator | None = None) -> np.random.Generator:
     """Return ``rng`` when given, else the default generator (read at call time, so a later
     :func:`manual_seed` applies)."""
     return _default_generator if check_generator("rng", rng) is None else rng
+
+
+def dropout_mask(
+    shape: tuple[int, ...], p: float, dtype: np.dtype, rng: np.random.Generator | None = None
+) -> np.ndarray:
+    """A ``dtype`` array holding ``1/(1-p)`` with probability ``1-p`` and 0 otherwise.
+
+    Drawn as ``u >= p`` for ``u ~ U[0, 1)`` in ``dtype`` (float32 draws for float32, so no
+    float64 temporary); with ``p = 1`` every entry is 0. Shared by `glassllm.functional.dropout`
+    and attention's dropout (its definition and its kernels alike).
+    """
+    draw_dtype = dtype if dtype in (np.float32, np.float64) else np.float32
+    mask = get_rng(rng).random(shape, dtype=draw_dtype)
+    keep = mask >= p
+    np.multiply(keep, 1.0 / (1.0 - p) if p < 1.0 else 0.0, out=mask)
+    return mask if mask.dtype == dtype else mask.astype(dtype)

@@ -223,7 +223,7 @@ def test_gelu_in_chunks_gives_the_bits_of_one_pass_over_the_whole_array(kernel_p
 def test_parallel_ops_split_these_shapes(monkeypatch, kernel_path):
     """The shapes above are large enough that each op really splits its work (else the bitwise
     test above would compare the serial path with itself)."""
-    import glassllm.functional.attention as attention
+    import glassllm.kernels.attention as attention
 
     calls = []
     original = threads.run_blocks

@@ -1,57 +1,31 @@
-"""Scaled dot-product attention with a fused, numerically stable backward."""
+"""Scaled dot-product attention: the definitions, forward and VJP in plain NumPy.
+
+The fast kernels (causal tiles over worker threads, in-place writes into packed heads) are in
+`glassllm.kernels.attention`; `glassllm.kernels.select` picks which one runs.
+"""
 
 from __future__ import annotations
 
 import math
-from functools import lru_cache, partial
 
 import numpy as np
 
+from glassllm import kernels
 from glassllm._checks import check_int, check_probability
 from glassllm.autograd import is_grad_enabled
-from glassllm.functional._common import exp_shift, float_tensor, sum_last
-from glassllm.functional.regularization import dropout_mask
+from glassllm.functional._common import float_tensor
+from glassllm.kernels import attention as fast
+from glassllm.kernels.attention import CAUSAL_TILE, _causal_bias, split_packed_heads
+from glassllm.rng import dropout_mask
 from glassllm.tensor import Tensor, unbroadcast
-from glassllm.threads import row_blocks, run_blocks
 
-# Query rows per tile in causal self-attention (F.packed_attention, training and inference):
-# tile [start, stop) attends over keys [0, stop) only, skipping the fully masked blocks to its
-# right. At T = 256 that is 10/16 of the T x T work.
-CAUSAL_TILE = 64
-
-
-@lru_cache(maxsize=32)
-def _causal_bias(num_queries: int, num_keys: int, dtype: np.dtype) -> np.ndarray:
-    """``(Tq, Tk)``: 0 where query ``i`` may see key ``j <= Tk - Tq + i``, ``-inf`` elsewhere."""
-    bias = np.triu(
-        np.full((num_queries, num_keys), -np.inf, dtype=dtype), k=num_keys - num_queries + 1
-    )
-    bias.flags.writeable = False
-    return bias
-
-
-def split_packed_heads(qkv: np.ndarray, num_heads: int) -> np.ndarray:
-    """A packed ``qkv (B, T, 3E)`` as a ``(3, B, nh, T, hs)`` view: ``q, k, v = heads``, each
-    ``(B, nh, T, hs)``, with ``E = nh hs``; the inverse of merging heads, without a copy.
-
-    >>> split_packed_heads(np.arange(12.0).reshape(1, 1, 12), 2)[:, 0, :, 0].tolist()
-    [[[0.0, 1.0], [2.0, 3.0]], [[4.0, 5.0], [6.0, 7.0]], [[8.0, 9.0], [10.0, 11.0]]]
-    """
-    batch, steps, three_embed = qkv.shape
-    head_size = three_embed // 3 // num_heads
-    return qkv.reshape(batch, steps, 3, num_heads, head_size).transpose(2, 0, 3, 1, 4)
-
-
-def _scaled_keys_t(k: np.ndarray, scale: float, dtype: np.dtype) -> np.ndarray:
-    """``(k / sqrt d)^T``: ``k (..., Tk, d)`` transposed to a C-contiguous ``(..., d, Tk)``,
-    scaled on the way. The scale goes on k, not on q, so the backward can read q where the
-    caller keeps it (a view into qkv) instead of a scaled copy saved per layer."""
-    # why: a contiguous copy: NumPy's stacked matmul is ~2.5x slower on a transposed (..., d, Tk)
-    # view than the copy and a plain product together (300 vs 34 + 117 us at (12, 4, 64, 32),
-    # measured on the 2-core dev box); the scale rides on that copy for free.
-    keys_t = np.empty(k.shape[:-2] + (k.shape[-1], k.shape[-2]), dtype)
-    np.multiply(np.swapaxes(k, -1, -2), scale, out=keys_t, dtype=dtype)  # rounded in dtype
-    return keys_t
+__all__ = [
+    "CAUSAL_TILE",
+    "attention_probabilities",
+    "packed_attention",
+    "scaled_dot_product_attention",
+    "split_packed_heads",
+]
 
 
 def _mask_bias(
@@ -86,11 +60,9 @@ def scaled_dot_product_attention(
     ``dropout_p`` drops attention weights (``glassllm.rng.get_rng(rng)``); pass 0
     when not training.
 
-    Forward: ``S = q (k/sqrt d)^T + M``, ``P = softmax(S)`` with the row maximum subtracted
-    (a fully masked row is shifted by 0 and its zero sum replaced by 1), ``A = P * m_drop``,
-    ``O = A v``. VJP with ``G = dL/dO``: ``dv = A^T G``, ``dP = (G v^T) * m_drop``,
-    ``dS = P * (dP - rowsum(dP * P))``, where ``rowsum(dP * P) = rowsum(G * O)`` is computed
-    on ``(Tq, dv)`` rather than ``(Tq, Tk)``; ``dq = dS k / sqrt d``, ``dk = dS^T q / sqrt d``.
+    Forward ``S = q k^T / sqrt d + M``, ``P = softmax(S)``, ``A = dropout(P)``, ``O = A v``; the
+    definition, with its VJP and derivation, is `_attention_definition`;
+    `glassllm.kernels.attention.attention` runs the same maths faster (to float rounding).
 
     >>> q = k = v = Tensor(np.eye(2, dtype=np.float32)[None])  # (1, 2, 2)
     >>> out = scaled_dot_product_attention(q, k, v, causal=True)
@@ -133,12 +105,11 @@ def scaled_dot_product_attention(
     scale = 1.0 / math.sqrt(head_dim) if head_dim else 1.0
 
     bias = _mask_bias(num_queries, num_keys, causal, mask, dtype)
-    out, residuals = _attention_forward(q.data, k.data, v.data, scale, bias, dropout_p, rng, dtype)
+    attend = kernels.select(_attention_definition, fast.attention)
+    out, vjp = attend(q.data, k.data, v.data, scale, bias, dropout_p, rng, dtype)
 
     def backward(grad: np.ndarray) -> tuple:
-        dq, dk, dv = _attention_backward(
-            grad, residuals, scale, q.requires_grad, k.requires_grad, v.requires_grad
-        )
+        dq, dk, dv = vjp(grad, q.requires_grad, k.requires_grad, v.requires_grad)
         return (
             None if dq is None else unbroadcast(dq, q.shape),
             None if dk is None else unbroadcast(dk, k.shape),
@@ -187,15 +158,8 @@ def attention_probabilities(
     num_queries, head_dim = q_data.shape[-2:]
     scale = 1.0 / math.sqrt(head_dim) if head_dim else 1.0
     bias = _mask_bias(num_queries, k_data.shape[-2], causal, mask, dtype)
-    scores = np.asarray(q_data, dtype=dtype) @ _scaled_keys_t(k_data, scale, dtype)
-    if bias is not None:
-        scores = scores + bias  # (..., Tq, Tk)
-    scores -= exp_shift(scores, (scores.ndim - 1,))  # row max, 0 if fully masked
-    probs = np.exp(scores, out=scores)
-    row_sum = sum_last(probs)
-    row_sum[row_sum == 0] = 1
-    probs *= np.divide(1.0, row_sum)
-    return probs
+    probabilities = kernels.select(_probabilities_definition, fast.attention_probabilities)
+    return probabilities(q_data, k_data, scale, bias, dtype)
 
 
 def packed_attention(
@@ -211,8 +175,9 @@ def packed_attention(
     ``hs = E / num_heads`` features; the output puts the heads' outputs side by side again.
     The same numbers as splitting ``q, k, v`` into ``(B, nh, T, hs)``, calling
     `scaled_dot_product_attention` and merging the heads, but the split is a view and the
-    merge a strided write, so the VJP writes ``dq, dk, dv`` straight into one ``(B, T, 3E)``
-    gradient instead of three zero-filled arrays that the engine then adds up.
+    merge a strided write. The definition is `_packed_definition`; the kernel
+    (`glassllm.kernels.attention.packed_attention`) writes ``dq, dk, dv`` straight into one
+    ``(B, T, 3E)`` gradient and runs causal attention in tiles over the worker threads.
 
     >>> qkv = Tensor(np.ones((2, 5, 12), dtype=np.float32))  # E = 4, two heads of 2
     >>> y = packed_attention(qkv, num_heads=2, causal=True)
@@ -227,178 +192,19 @@ def packed_attention(
             f"{num_heads}, got {qkv.shape}"
         )
     dropout_p = check_probability("attention: dropout_p", dropout_p)
-    batch, steps, three_embed = qkv.shape
-    embed = three_embed // 3
-    head_size = embed // num_heads
-    dtype = qkv.dtype
-    scale = 1.0 / math.sqrt(head_size)
+    head_size = qkv.shape[-1] // 3 // num_heads
     heads = split_packed_heads(qkv.data, num_heads)  # (3, B, nh, T, hs) views
-    merged = np.empty((batch, steps, num_heads, head_size), dtype)  # (B, T, nh, hs)
-    out = merged.transpose(0, 2, 1, 3)  # (B, nh, T, hs) view: the merge is a write into it
-    tracked = is_grad_enabled() and qkv.requires_grad
-    if causal:
-        # (B, nh, T, hs) views into qkv; residuals only when a backward will read them
-        residuals = _causal_forward(
-            heads[0], heads[1], heads[2], scale, dropout_p, rng, out, keep=tracked
-        )
-    else:
-        _, residuals = _attention_forward(
-            heads[0], heads[1], heads[2], scale, None, dropout_p, rng, dtype, out=out
-        )
+    attend = kernels.select(_packed_definition, fast.packed_attention)
+    keep = is_grad_enabled() and qkv.requires_grad  # residuals only when a backward will run
+    out, vjp = attend(heads, 1.0 / math.sqrt(head_size), causal, dropout_p, rng, keep)
 
     def backward(grad: np.ndarray) -> tuple:
-        d_qkv = np.empty((batch, steps, three_embed), dtype)
-        d_heads = split_packed_heads(d_qkv, num_heads)  # (3, B, nh, T, hs) views
-        grad_heads = grad.reshape(batch, steps, num_heads, head_size).transpose(0, 2, 1, 3)
-        if causal:
-            _causal_backward(grad_heads, residuals, scale, *d_heads)
-        else:
-            _attention_backward(
-                grad_heads, residuals, scale, True, True, True, d_heads[0], d_heads[1], d_heads[2]
-            )
-        return (d_qkv,)
+        return (vjp(grad),)
 
-    return Tensor.from_op(merged.reshape(batch, steps, embed), (qkv,), backward).named(
-        "packed_attention"
-    )
+    return Tensor.from_op(out, (qkv,), backward).named("packed_attention")
 
 
-def _causal_tiles(steps: int) -> list[tuple[int, int]]:
-    """``[start, stop)`` query ranges of `CAUSAL_TILE` rows; tile ``[start, stop)`` sees keys
-    ``[0, stop)``."""
-    return [(start, min(start + CAUSAL_TILE, steps)) for start in range(0, steps, CAUSAL_TILE)]
-
-
-def _causal_forward(
-    q: np.ndarray,
-    k: np.ndarray,
-    v: np.ndarray,
-    scale: float,
-    dropout_p: float,
-    rng: np.random.Generator | None,
-    out: np.ndarray,
-    keep: bool,
-) -> list | None:
-    """Causal self-attention of ``(B, nh, T, d)`` views into ``out``: `_causal_forward_block` on
-    blocks of the batch over the worker threads. The dropout mask is drawn for the whole
-    ``(B, nh, T, T)`` at once, the same draw as `_attention_forward`'s. Returns the blocks'
-    ``(rows, residuals)`` for `_causal_backward` when ``keep``, else None."""
-    batch, heads, steps, _ = q.shape
-    drop = None
-    if dropout_p > 0:
-        drop = dropout_mask(q.shape[:-1] + (steps,), dropout_p, out.dtype, rng)  # (B, nh, T, T)
-    blocks = row_blocks(batch, min_rows=-(-_MIN_BLOCK_WORK // max(1, heads * steps * steps)))
-    residuals: list = [None] * len(blocks)
-
-    def run(index: int, rows: slice) -> None:
-        block_drop = None if drop is None else drop[rows]
-        residuals[index] = (
-            rows,
-            _causal_forward_block(scale, keep, q[rows], k[rows], v[rows], block_drop, out[rows]),
-        )
-
-    run_blocks([partial(run, i, rows) for i, rows in enumerate(blocks)], uses_blas=True)
-    return residuals if keep else None
-
-
-def _causal_backward(
-    grad: np.ndarray,
-    residuals: list,
-    scale: float,
-    dq: np.ndarray,
-    dk: np.ndarray,
-    dv: np.ndarray,
-) -> None:
-    """The VJP of `_causal_forward`, block by block as the forward split the batch."""
-    run_blocks(
-        [
-            partial(_causal_backward_block, scale, grad[rows], block, dq[rows], dk[rows], dv[rows])
-            for rows, block in residuals
-        ],
-        uses_blas=True,
-    )
-
-
-# why: a hand-off to a worker thread costs ~20-50 us; below ~64K attention scores per block the
-# split costs more than it saves.
-_MIN_BLOCK_WORK = 1 << 16
-
-
-def _causal_forward_block(
-    scale: float,
-    keep: bool,
-    q: np.ndarray,
-    k: np.ndarray,
-    v: np.ndarray,
-    drop: np.ndarray | None,
-    out: np.ndarray,
-) -> tuple | None:
-    """Causal self-attention ``(..., T, d)`` into ``out``, in tiles of `CAUSAL_TILE` queries.
-
-    Each tile's rows see keys ``[0, stop)``: the same softmax rows as `_attention_forward` with
-    the causal bias (the skipped keys would add ``exp(-inf) = 0``), and only the tile's diagonal
-    block needs the bias; every row sees at least key 0, so no row sum is 0. ``drop``: the
-    ``(..., T, T)`` dropout mask or None. Row sums are ``einsum`` reductions, each over its own
-    row, so a block of the batch gives the same bits as the whole batch.
-    Returns the residuals for `_causal_backward_block` when ``keep``, else None.
-    """
-    # why: skipping the masked blocks right of each tile does 10/16 of the T x T work at
-    # T = 256 (GEMMs and softmax passes alike) and keeps 10/16 of the probabilities: fwd+bwd
-    # 125 -> 66 ms at (12, 6 heads, 256, 64), 15.8 -> 13.5 ms at (12, 4, 128, 64), 1 thread
-    # (bench/attention_tiles.py); tile 32 is within 5-7% of 64 either way.
-    dtype = out.dtype
-    steps = q.shape[-2]
-    keys_t = _scaled_keys_t(k, scale, dtype)  # (..., d, T)
-    tiles = []
-    for start, stop in _causal_tiles(steps):
-        scores = q[..., start:stop, :] @ keys_t[..., :stop]  # (..., t, stop)
-        scores[..., start:] += _causal_bias(stop - start, stop - start, dtype)  # diagonal block
-        scores -= exp_shift(scores, (scores.ndim - 1,))
-        probs = np.exp(scores, out=scores)
-        probs *= np.divide(1.0, np.einsum("...j->...", probs)[..., None])
-        weights = probs if drop is None else probs * drop[..., start:stop, :stop]
-        np.matmul(weights, v[..., :stop, :], out=out[..., start:stop, :])
-        if keep:
-            tiles.append((start, stop, probs, weights))
-    return (q, k, v, tiles, drop, out) if keep else None
-
-
-def _causal_backward_block(
-    scale: float,
-    grad: np.ndarray,
-    residuals: tuple,
-    dq: np.ndarray,
-    dk: np.ndarray,
-    dv: np.ndarray,
-) -> None:
-    """The VJP of `_causal_forward_block`, tile by tile, written into ``dq, dk, dv`` (strided views
-    are fine). Tile ``[start, stop)`` gives ``dq[start:stop]`` and adds to ``dk[:stop]``,
-    ``dv[:stop]``; the last tile, which sees every key, writes them first."""
-    q, k, v, tiles, drop, out = residuals
-    steps = q.shape[-2]
-    values_t = np.ascontiguousarray(np.swapaxes(v, -1, -2), dtype=out.dtype)  # see keys_t
-    for start, stop, probs, weights in reversed(tiles):
-        g = grad[..., start:stop, :]  # (..., t, dv)
-        first = stop == steps
-        part = np.matmul(np.swapaxes(weights, -1, -2), g, out=dv if first else None)
-        if not first:
-            dv[..., :stop, :] += part
-        d_scores = g @ values_t[..., :stop]  # (..., t, stop) dA, then dP, then dS
-        if drop is not None:
-            d_scores *= drop[..., start:stop, :stop]
-        d_scores -= np.einsum("...j,...j->...", g, out[..., start:stop, :])[..., None]
-        d_scores *= probs
-        dq_tile = np.matmul(d_scores, k[..., :stop, :], out=dq[..., start:stop, :])
-        dq_tile *= scale
-        part = np.matmul(
-            np.swapaxes(d_scores, -1, -2), q[..., start:stop, :], out=dk if first else None
-        )
-        if not first:
-            dk[..., :stop, :] += part
-    dk *= scale
-
-
-def _attention_forward(
+def _attention_definition(
     q: np.ndarray,
     k: np.ndarray,
     v: np.ndarray,
@@ -407,69 +213,86 @@ def _attention_forward(
     dropout_p: float,
     rng: np.random.Generator | None,
     dtype: np.dtype,
-    out: np.ndarray | None = None,
-) -> tuple[np.ndarray, tuple]:
-    """``O = dropout(softmax(q k^T scale + bias)) v`` on arrays; returns ``(O, residuals)``.
+) -> tuple:
+    """Attention in plain NumPy: ``(O, vjp)``, ``vjp(G, need_q, need_k, need_v) -> (dq, dk, dv)``.
 
-    ``out`` (optional) receives ``O``: a strided view is fine (the packed op merges heads so).
+    Forward, with ``scale = 1/sqrt(d)`` and ``M`` the additive mask (``bias``)::
+
+        S = q k^T scale + M                  (..., Tq, Tk) scores
+        P = softmax(S)   along each row      (a row allowed no key: P = 0)
+        A = P * D                            D: the dropout mask, 1/(1-p) or 0 (none: A = P)
+        O = A v                              (..., Tq, dv)
+
+    VJP, with ``G = dL/dO``: ``O = A v`` gives ``dv = A^T G`` and ``dA = G v^T``; ``A = P * D``
+    gives ``dP = dA * D``; the softmax's Jacobian ``dP_j/dS_i = P_j ([i = j] - P_i)`` gives
+    ``dS = P * (dP - rowsum(dP * P))``; ``M`` is a constant; ``S = q k^T scale`` gives
+    ``dq = dS k scale`` and ``dk = dS^T q scale``. (``rowsum(dP * P) = rowsum(G * O)``: the
+    kernels take it on ``(Tq, dv)``, not ``(Tq, Tk)``.)
     """
-    keys_t = _scaled_keys_t(k, scale, dtype)  # (..., d, Tk)
-    scores = np.asarray(q, dtype=dtype) @ keys_t  # (..., Tq, Tk)
+    q, k, v = (np.asarray(a, dtype=dtype) for a in (q, k, v))
+    scores = q @ np.swapaxes(k, -1, -2) * scale
     if bias is not None:
-        if np.broadcast_shapes(scores.shape, bias.shape) == scores.shape:
-            scores += bias
-        else:
-            scores = scores + bias  # the mask adds batch axes that q, k lack
-    scores -= exp_shift(scores, (scores.ndim - 1,))  # (..., Tq, 1) row max, 0 if fully masked
-    probs = np.exp(scores, out=scores)  # (..., Tq, Tk)
-    row_sum = sum_last(probs)
-    row_sum[row_sum == 0] = 1
-    np.divide(1.0, row_sum, out=row_sum)
-    probs *= row_sum
+        scores = scores + bias
+    probs = _softmax_rows(scores)
     drop = dropout_mask(probs.shape, dropout_p, dtype, rng) if dropout_p > 0 else None
-    weights = probs if drop is None else probs * drop  # (..., Tq, Tk)
-    out = np.matmul(weights, v, out=out)  # (..., Tq, dv)
-    return out, (q, k, v, probs, drop, weights, out)
+    weights = probs if drop is None else probs * drop
+    out = weights @ v
+
+    def vjp(grad: np.ndarray, need_q: bool, need_k: bool, need_v: bool) -> tuple:
+        dv = np.swapaxes(weights, -1, -2) @ grad
+        d_weights = grad @ np.swapaxes(v, -1, -2)
+        d_probs = d_weights if drop is None else d_weights * drop
+        d_scores = probs * (d_probs - (d_probs * probs).sum(axis=-1, keepdims=True))
+        dq = d_scores @ k * scale
+        dk = np.swapaxes(d_scores, -1, -2) @ q * scale
+        return (dq if need_q else None, dk if need_k else None, dv if need_v else None)
+
+    return out, vjp
 
 
-def _attention_backward(
-    grad: np.ndarray,
-    residuals: tuple,
+def _softmax_rows(scores: np.ndarray) -> np.ndarray:
+    """``exp(S - m) / rowsum(exp(S - m))`` with ``m`` the row maximum (no overflow); a row with
+    no finite score (fully masked) is shifted by 0 and divided by 1, so it is all zeros."""
+    shift = scores.max(axis=-1, keepdims=True, initial=-np.inf)
+    shift[~np.isfinite(shift)] = 0
+    exps = np.exp(scores - shift)
+    total = exps.sum(axis=-1, keepdims=True)
+    total[total == 0] = 1
+    return exps / total
+
+
+def _probabilities_definition(
+    q: np.ndarray, k: np.ndarray, scale: float, bias: np.ndarray | None, dtype: np.dtype
+) -> np.ndarray:
+    """``P = softmax(q k^T scale + M)`` in plain NumPy (see `_attention_definition`)."""
+    q, k = (np.asarray(a, dtype=dtype) for a in (q, k))
+    scores = q @ np.swapaxes(k, -1, -2) * scale
+    return _softmax_rows(scores if bias is None else scores + bias)
+
+
+def _packed_definition(
+    heads: np.ndarray,
     scale: float,
-    need_q: bool,
-    need_k: bool,
-    need_v: bool,
-    dq: np.ndarray | None = None,
-    dk: np.ndarray | None = None,
-    dv: np.ndarray | None = None,
-) -> tuple[np.ndarray | None, np.ndarray | None, np.ndarray | None]:
-    """The VJP of `_attention_forward` (derivation: `scaled_dot_product_attention`).
+    causal: bool,
+    dropout_p: float,
+    rng: np.random.Generator | None,
+    keep: bool,
+) -> tuple:
+    """`packed_attention` in plain NumPy: ``(y, vjp)``, ``vjp(G (B, T, E)) -> dqkv (B, T, 3E)``.
 
-    ``dq``, ``dk``, ``dv`` (optional) receive the gradients, possibly as strided views; the
-    un-needed ones come back None. Shapes are the broadcast batch shape (unbroadcast after).
+    ``heads = split_packed_heads(qkv)``, ``(3, B, nh, T, hs)``: attention per head
+    (`_attention_definition`), the heads' outputs merged side by side ``(B, T, nh hs)``. The VJP
+    splits ``G`` into heads the same way and puts ``dq, dk, dv`` back side by side, ``[dq | dk |
+    dv]`` per position. ``keep`` (whether a backward will run) changes nothing here.
     """
-    q, k, v, probs, drop, weights, out = residuals
-    if need_v:
-        dv = np.matmul(np.swapaxes(weights, -1, -2), grad, out=dv)
-    else:
-        dv = None
-    if not (need_q or need_k):
-        return None, None, dv
-    values_t = np.ascontiguousarray(np.swapaxes(v, -1, -2), dtype=probs.dtype)  # see keys_t
-    d_scores = grad @ values_t  # (..., Tq, Tk) dA, then dP, then dS
-    if drop is not None:
-        d_scores *= drop
-    row_dot = np.einsum("...j,...j->...", grad, out)[..., None]  # rowsum(dP * P)
-    d_scores -= row_dot
-    d_scores *= probs
-    if need_q:
-        dq = np.matmul(d_scores, k, out=dq)
-        dq *= scale
-    else:
-        dq = None
-    if need_k:
-        dk = np.matmul(np.swapaxes(d_scores, -1, -2), q, out=dk)
-        dk *= scale
-    else:
-        dk = None
-    return dq, dk, dv
+    _, batch, num_heads, steps, head_size = heads.shape
+    bias = _mask_bias(steps, steps, causal, None, heads.dtype)
+    out, vjp_heads = _attention_definition(*heads, scale, bias, dropout_p, rng, heads.dtype)
+    embed = num_heads * head_size
+
+    def vjp(grad: np.ndarray) -> np.ndarray:
+        grad_heads = grad.reshape(batch, steps, num_heads, head_size).transpose(0, 2, 1, 3)
+        d_heads = np.stack(vjp_heads(grad_heads, True, True, True))  # (3, B, nh, T, hs)
+        return d_heads.transpose(1, 3, 0, 2, 4).reshape(batch, steps, 3 * embed)
+
+    return out.transpose(0, 2, 1, 3).reshape(batch, steps, embed), vjp

@@ -3,10 +3,11 @@
 `glassllm.functional` holds each fused operation's definition: forward, vector-Jacobian product
 and derivation in plain NumPy, one screen each. This package holds the ways to run the same maths
 fast: row blocks on worker threads, a choice of BLAS or einsum row sums by shape, chunked
-elementwise passes, and numba loops with the ``fast`` extra (`compiled`: that switch is
-``GLASSLLM_NUMBA=0`` / ``compiled.set_enabled``). Each kernel is tested against its definition
-(``tests/test_kernels.py``): the same bits where it does the same operations in the same order,
-equal to float rounding where it adds a sum in another order.
+elementwise passes, causal attention in query tiles (`attention`), and numba loops with the
+``fast`` extra (`compiled`: that switch is ``GLASSLLM_NUMBA=0`` / ``compiled.set_enabled``).
+Each kernel is tested against its definition (``tests/kernels/test_kernels.py``): the same
+bits where it does the same operations in the same order, equal to float rounding where it adds
+a sum in another order.
 
 `select(definition, kernel)` is where an operation takes its implementation: the kernel, or,
 under ``use("reference")`` (or ``GLASSLLM_KERNELS=reference`` in the environment), the plain

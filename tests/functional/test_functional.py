@@ -139,7 +139,7 @@ def test_gradcheck_linear(op_path):
     assert gradcheck(lambda x, w: F.linear(x, w), [leaf((1, 1, 4)), w])
 
 
-def test_gradcheck_attention_plain_and_broadcast_batch():
+def test_gradcheck_attention_plain_and_broadcast_batch(op_path):
     q, k, v = leaf((2, 3, 4)), leaf((2, 5, 4), 1), leaf((2, 5, 3), 2)
     assert gradcheck(F.scaled_dot_product_attention, [q, k, v])
     # one key/value head shared by two query heads: k, v broadcast over the head axis
@@ -149,7 +149,7 @@ def test_gradcheck_attention_plain_and_broadcast_batch():
     )
 
 
-def test_gradcheck_attention_causal_kv_cache_mask_and_dropout():
+def test_gradcheck_attention_causal_kv_cache_mask_and_dropout(op_path):
     q, k, v = leaf((2, 3, 4)), leaf((2, 5, 4), 1), leaf((2, 5, 3), 2)
     sdpa = F.scaled_dot_product_attention
     assert gradcheck(lambda q, k, v: sdpa(q, k, v, causal=True), [q, k, v])  # Tq < Tk

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 import glassllm.functional as F
-import glassllm.functional.attention as attention
+import glassllm.kernels.attention as attention
 from glassllm import Tensor, gradcheck
 
 
@@ -26,7 +26,7 @@ def unfused(qkv: Tensor, num_heads: int, **kwargs) -> Tensor:
 
 
 @pytest.mark.parametrize("causal", [True, False])
-def test_gradcheck(causal):
+def test_gradcheck(causal, op_path):
     qkv = leaf((2, 3, 12))  # E = 4, two heads of 2
     assert gradcheck(lambda t: F.packed_attention(t, 2, causal=causal), [qkv])
 
@@ -81,7 +81,7 @@ def test_causal_tiles_match_the_untiled_attention(steps, dropout_p):
     np.testing.assert_array_equal(untracked.data, y)
 
 
-def test_causal_tiles_gradcheck(monkeypatch):
+def test_causal_tiles_gradcheck(monkeypatch, op_path):
     monkeypatch.setattr(attention, "CAUSAL_TILE", 2)  # 7 steps: tiles of 2, 2, 2 and 1 queries
     qkv = leaf((2, 7, 12))
     assert gradcheck(lambda t: F.packed_attention(t, 2, causal=True), [qkv])

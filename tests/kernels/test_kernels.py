@@ -4,6 +4,8 @@ chooses between them."""
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -12,7 +14,14 @@ from hypothesis import strategies as st
 import glassllm.functional as F
 from glassllm import Tensor, kernels, threads
 from glassllm.functional.activations import _gelu_tanh_definition
+from glassllm.functional.attention import (
+    _attention_definition,
+    _mask_bias,
+    _packed_definition,
+    _probabilities_definition,
+)
 from glassllm.functional.normalization import _layer_norm_definition
+from glassllm.kernels import attention as attention_kernels
 from glassllm.kernels import linear as linear_kernels
 
 DTYPES = [np.float32, np.float64]
@@ -112,6 +121,88 @@ def test_decoding_row_times_matrix_matches_matmul(dtype, count, transposed):
     _close(got, x @ w, dtype)
     # bits independent of the thread count
     np.testing.assert_array_equal(got, kernels.matmul_rows(x, w))
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("count", [1, 2, 3])
+@settings(max_examples=12, deadline=None)
+@given(
+    batch=st.sampled_from([(), (1,), (3,), (2, 3)]),
+    queries=st.integers(1, 9),
+    extra_keys=st.integers(0, 4),
+    head_dim=st.integers(1, 8),
+    causal=st.booleans(),
+    masked=st.booleans(),
+    dropout_p=st.sampled_from([0.0, 0.3]),
+    seed=st.integers(0, 2**16),
+)
+def test_attention_kernel_matches_its_definition(
+    dtype, count, batch, queries, extra_keys, head_dim, causal, masked, dropout_p, seed
+):
+    """`kernels.attention.attention` (scaled keys, reciprocal row sums, rowsum(G * O)) is the
+    definition to rounding, with dropout drawn from the same generator as the same mask."""
+    rng = np.random.default_rng(seed)
+    keys = queries + extra_keys
+    q = (rng.standard_normal(batch + (queries, head_dim)) * 2).astype(dtype)
+    k = (rng.standard_normal(batch + (keys, head_dim)) * 2).astype(dtype)
+    v = rng.standard_normal(batch + (keys, 3)).astype(dtype)
+    g = rng.standard_normal(batch + (queries, 3)).astype(dtype)
+    mask = rng.random((queries, keys)) > 0.3 if masked else None  # some rows fully masked
+    bias = _mask_bias(queries, keys, causal, mask, np.dtype(dtype))
+    scale = 1.0 / math.sqrt(head_dim)  # a Python float, as the op passes
+    want, want_vjp = _attention_definition(
+        q, k, v, scale, bias, dropout_p, np.random.default_rng(1), dtype
+    )
+    out, vjp = _on_threads(
+        count,
+        lambda: attention_kernels.attention(
+            q, k, v, scale, bias, dropout_p, np.random.default_rng(1), dtype
+        ),
+    )
+    _close(out, want, dtype, 10.0)
+    for got, expected in zip(vjp(g, True, True, True), want_vjp(g, True, True, True), strict=True):
+        _close(got, expected, dtype, 10.0 * keys)
+    assert vjp(g, False, True, False)[::2] == (None, None)
+    probabilities = attention_kernels.attention_probabilities(q, k, scale, bias, dtype)
+    _close(probabilities, _probabilities_definition(q, k, scale, bias, dtype), dtype, 10.0)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("count", [1, 2, 3])
+@settings(max_examples=10, deadline=None)
+@given(
+    batch=st.integers(1, 5),
+    steps=st.sampled_from([1, 2, 7, attention_kernels.CAUSAL_TILE + 1, 140]),
+    num_heads=st.integers(1, 3),
+    head_size=st.integers(1, 6),
+    causal=st.booleans(),
+    dropout_p=st.sampled_from([0.0, 0.3]),
+    keep=st.booleans(),
+    seed=st.integers(0, 2**16),
+)
+def test_packed_attention_kernel_matches_its_definition(
+    dtype, count, batch, steps, num_heads, head_size, causal, dropout_p, keep, seed
+):
+    """`kernels.attention.packed_attention` (causal tiles over blocks of the batch on worker
+    threads, heads written in place) is the definition to rounding, the same dropout mask."""
+    rng = np.random.default_rng(seed)
+    embed = num_heads * head_size
+    qkv = (rng.standard_normal((batch, steps, 3 * embed)) * 2).astype(dtype)
+    g = rng.standard_normal((batch, steps, embed)).astype(dtype)
+    heads = F.split_packed_heads(qkv, num_heads)
+    scale = 1.0 / math.sqrt(head_size)
+    want, want_vjp = _packed_definition(
+        heads, scale, causal, dropout_p, np.random.default_rng(1), keep
+    )
+    out, vjp = _on_threads(
+        count,
+        lambda: attention_kernels.packed_attention(
+            heads, scale, causal, dropout_p, np.random.default_rng(1), keep
+        ),
+    )
+    _close(out, want, dtype, 10.0)
+    if keep:
+        _close(_on_threads(count, lambda: vjp(g)), want_vjp(g), dtype, 10.0 * steps)
 
 
 def test_reference_mode_runs_the_definitions_and_comes_back():
