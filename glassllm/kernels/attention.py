@@ -218,7 +218,7 @@ def _causal_forward_block(
     # why: skipping the masked blocks right of each tile does 10/16 of the T x T work at
     # T = 256 (GEMMs and softmax passes alike) and keeps 10/16 of the probabilities: fwd+bwd
     # 125 -> 66 ms at (12, 6 heads, 256, 64), 15.8 -> 13.5 ms at (12, 4, 128, 64), 1 thread
-    # (bench/attention_tiles.py); tile 32 is within 5-7% of 64 either way.
+    # (issue 13, bench/LOG.md); tile 32 is within 5-7% of 64 either way.
     dtype = out.dtype
     steps = q.shape[-2]
     keys_t = _scaled_keys_t(k, scale, dtype)  # (..., d, T)
