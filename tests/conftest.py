@@ -125,3 +125,15 @@ def run_cli(argv: list[object], capsys: pytest.CaptureFixture[str]) -> tuple[int
         status = exit_.code
     captured = capsys.readouterr()
     return status, captured.out, captured.err
+
+
+def on_threads(count: int, fn: Callable):
+    """``fn()`` with glassllm's worker threads set to ``count``, the count before restored."""
+    from glassllm import threads
+
+    before = threads.get_num_threads()
+    threads.set_num_threads(count)
+    try:
+        return fn()
+    finally:
+        threads.set_num_threads(before)

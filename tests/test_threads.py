@@ -11,7 +11,7 @@ import time
 
 import numpy as np
 import pytest
-from conftest import REPO
+from conftest import REPO, on_threads
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -144,15 +144,6 @@ def test_a_blas_region_runs_with_one_blas_thread_and_restores_the_count(num_thre
 # ------------------------------------------------------------------ the same bits on any count
 
 
-def _on_threads(count: int, fn):
-    before = threads.get_num_threads()
-    threads.set_num_threads(count)
-    try:
-        return fn()
-    finally:
-        threads.set_num_threads(before)
-
-
 def _forward_backward(op, *shapes, seed=0):
     """``op``'s output and its inputs' gradients for a fixed random upstream gradient."""
     rng = np.random.default_rng(seed)
@@ -171,9 +162,9 @@ def _forward_backward(op, *shapes, seed=0):
     ],
 )
 def test_parallel_ops_give_the_bits_of_one_thread(name, op, shapes, kernel_path):
-    one = _on_threads(1, lambda: _forward_backward(op, *shapes))
-    two = _on_threads(2, lambda: _forward_backward(op, *shapes))
-    three = _on_threads(3, lambda: _forward_backward(op, *shapes))
+    one = on_threads(1, lambda: _forward_backward(op, *shapes))
+    two = on_threads(2, lambda: _forward_backward(op, *shapes))
+    three = on_threads(3, lambda: _forward_backward(op, *shapes))
     for a, b, c in zip(one, two, three, strict=True):
         np.testing.assert_array_equal(a, b, err_msg=name)
         np.testing.assert_array_equal(a, c, err_msg=name)
@@ -192,7 +183,7 @@ def test_layer_norm_weight_grads_of_a_constant_input_on_the_split_path(kernel_pa
         F.layer_norm(Tensor(x), w, b).backward(dy)
         return w.grad, b.grad
 
-    one, two = _on_threads(1, grads), _on_threads(2, grads)
+    one, two = on_threads(1, grads), on_threads(2, grads)
     for a, b in zip(one, two, strict=True):
         np.testing.assert_array_equal(a, b)
     x64 = x.astype(np.float64)
@@ -234,10 +225,10 @@ def test_parallel_ops_split_these_shapes(monkeypatch, kernel_path):
 
     monkeypatch.setattr(threads, "run_blocks", spy)  # split_rows' (gelu, layer_norm)
     monkeypatch.setattr(attention, "run_blocks", spy)
-    _on_threads(2, lambda: _forward_backward(F.gelu, (768, 512)))
-    _on_threads(2, lambda: _forward_backward(F.layer_norm, (3, 700, 96), (96,), (96,)))
+    on_threads(2, lambda: _forward_backward(F.gelu, (768, 512)))
+    on_threads(2, lambda: _forward_backward(F.layer_norm, (3, 700, 96), (96,), (96,)))
     causal = lambda t: F.packed_attention(t, 4, causal=True)  # noqa: E731
-    _on_threads(2, lambda: _forward_backward(causal, (6, 130, 96)))
+    on_threads(2, lambda: _forward_backward(causal, (6, 130, 96)))
     assert calls == [2] * 6  # gelu, layer_norm, attention: forward and backward each
 
 
@@ -256,7 +247,7 @@ def test_adamw_gives_the_bits_of_one_thread(kernel_path):
                     p.grad = rng.standard_normal(p.shape, dtype=np.float32)
                 opt.step()
 
-        _on_threads(count, steps)
+        on_threads(count, steps)
         return [p.data.copy() for p in params] + [opt.state[n]["exp_avg_sq"] for n in opt.state]
 
     for a, b in zip(train(1), train(2), strict=True):
@@ -325,7 +316,7 @@ def test_gpt_training_steps_give_the_bits_of_one_thread():
                 opt.step()
                 opt.zero_grad()
 
-        _on_threads(count, steps)
+        on_threads(count, steps)
         return [p.data.copy() for p in model.parameters()]
 
     for a, b in zip(train(1), train(2), strict=True):
@@ -345,8 +336,8 @@ def test_one_row_linear_matches_blas_and_gives_the_bits_of_one_thread(layout):
     }[layout]
     x = Tensor(rng.standard_normal((1, 1, 96), dtype=np.float32))
     weight = Tensor(w)
-    one = _on_threads(1, lambda: F.linear(x, weight).data)
-    two = _on_threads(2, lambda: F.linear(x, weight).data)
+    one = on_threads(1, lambda: F.linear(x, weight).data)
+    two = on_threads(2, lambda: F.linear(x, weight).data)
     np.testing.assert_array_equal(one, two)
     assert one.dtype == np.float32 and one.shape == (1, 1, w.shape[1])
     np.testing.assert_allclose(one[0, 0], x.data[0, 0] @ w, rtol=1e-5, atol=1e-5)

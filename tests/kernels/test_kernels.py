@@ -8,11 +8,12 @@ import math
 
 import numpy as np
 import pytest
+from conftest import on_threads
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import glassllm.functional as F
-from glassllm import Tensor, kernels, threads
+from glassllm import Tensor, kernels
 from glassllm.functional.activations import _gelu_tanh_definition
 from glassllm.functional.attention import (
     _attention_definition,
@@ -27,15 +28,6 @@ from glassllm.kernels import linear as linear_kernels
 DTYPES = [np.float32, np.float64]
 # float rounding: the kernels' row sums add in another order than NumPy's pairwise sums
 TOLERANCE = {np.float32: dict(rtol=2e-5, atol=2e-5), np.float64: dict(rtol=1e-12, atol=1e-12)}
-
-
-def _on_threads(count, fn):
-    before = threads.get_num_threads()
-    threads.set_num_threads(count)
-    try:
-        return fn()
-    finally:
-        threads.set_num_threads(before)
 
 
 def _close(got, want, dtype, scale=1.0):
@@ -70,7 +62,7 @@ def test_layer_norm_kernel_matches_its_definition(
         out, vjp = kernels.layer_norm(x, w, b, 1e-5)
         return out, vjp(dy, True, affine, affine)
 
-    out, grads = _on_threads(count, run)
+    out, grads = on_threads(count, run)
     # rstd = 1/std amplifies the rounding of x - mu (up to 1/sqrt(eps) for a constant row)
     rstd = 1.0 / np.sqrt(x.astype(np.float64).var(axis=-1).min() + 1e-5)
     amplified = rstd * rstd * (1.0 if w is None else float(np.abs(w).max()))
@@ -93,9 +85,9 @@ def test_gelu_kernel_matches_its_definition(kernel_path, dtype, count, size, see
     x = (rng.standard_normal(size) * 4).astype(dtype)
     g = rng.standard_normal(size).astype(dtype)
     want, want_vjp = _gelu_tanh_definition(x)
-    out, vjp = _on_threads(count, lambda: kernels.gelu_tanh(x))
+    out, vjp = on_threads(count, lambda: kernels.gelu_tanh(x))
     _close(out, want, dtype)
-    _close(_on_threads(count, lambda: vjp(g)), want_vjp(g), dtype)
+    _close(on_threads(count, lambda: vjp(g)), want_vjp(g), dtype)
 
 
 def test_gelu_definition_keeps_the_far_tails():
@@ -117,7 +109,7 @@ def test_decoding_row_times_matrix_matches_matmul(dtype, count, transposed):
     w = rng.standard_normal((fan_out, fan_in) if transposed else (fan_in, fan_out)).astype(dtype)
     w = w.T if transposed else w
     x = rng.standard_normal((1, fan_in)).astype(dtype)
-    got = _on_threads(count, lambda: kernels.matmul_rows(x, w))
+    got = on_threads(count, lambda: kernels.matmul_rows(x, w))
     _close(got, x @ w, dtype)
     # bits independent of the thread count
     np.testing.assert_array_equal(got, kernels.matmul_rows(x, w))
@@ -153,7 +145,7 @@ def test_attention_kernel_matches_its_definition(
     want, want_vjp = _attention_definition(
         q, k, v, scale, bias, dropout_p, np.random.default_rng(1), dtype
     )
-    out, vjp = _on_threads(
+    out, vjp = on_threads(
         count,
         lambda: attention_kernels.attention(
             q, k, v, scale, bias, dropout_p, np.random.default_rng(1), dtype
@@ -194,7 +186,7 @@ def test_packed_attention_kernel_matches_its_definition(
     want, want_vjp = _packed_definition(
         heads, scale, causal, dropout_p, np.random.default_rng(1), keep
     )
-    out, vjp = _on_threads(
+    out, vjp = on_threads(
         count,
         lambda: attention_kernels.packed_attention(
             heads, scale, causal, dropout_p, np.random.default_rng(1), keep
@@ -202,7 +194,7 @@ def test_packed_attention_kernel_matches_its_definition(
     )
     _close(out, want, dtype, 10.0)
     if keep:
-        _close(_on_threads(count, lambda: vjp(g)), want_vjp(g), dtype, 10.0 * steps)
+        _close(on_threads(count, lambda: vjp(g)), want_vjp(g), dtype, 10.0 * steps)
 
 
 def test_reference_mode_runs_the_definitions_and_comes_back():
