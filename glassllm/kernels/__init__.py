@@ -25,11 +25,24 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import TypeVar
 
+from glassllm.kernels.adam import adam_in_blocks
+from glassllm.kernels.embedding import scatter_add_rows
 from glassllm.kernels.gelu import gelu_tanh
 from glassllm.kernels.layer_norm import layer_norm
 from glassllm.kernels.linear import matmul_rows
+from glassllm.kernels.sums import sum_axes
 
-__all__ = ["gelu_tanh", "layer_norm", "matmul_rows", "reference", "select", "use"]
+__all__ = [
+    "adam_in_blocks",
+    "gelu_tanh",
+    "layer_norm",
+    "matmul_rows",
+    "reference",
+    "scatter_add_rows",
+    "select",
+    "sum_axes",
+    "use",
+]
 
 MODES = ("fast", "reference")
 _reference = os.environ.get("GLASSLLM_KERNELS", "fast") == "reference"
