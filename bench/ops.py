@@ -167,9 +167,5 @@ def render(runs: dict[str, Any]) -> str:
     return f"{machine}\n\n{setup}; microseconds per call.\n\n{C.table(headers, rows)}"
 
 
-def main(argv: list[str] | None = None) -> int:
-    return C.main(sys.modules[__name__], argv)
-
-
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(C.main(sys.modules[__name__]))

@@ -138,13 +138,8 @@ def parent(args: argparse.Namespace) -> dict[str, dict[str, Any]]:
     if args.model == "hf":
         return hf_parent(args)
     results = C.alternate(args, args.threads[0])
-    table: dict[str, dict[str, dict[str, float]]] = {}
-    for side, runs in results.items():
-        for bs in map(str, args.block_sizes):
-            table.setdefault(bs, {})[side] = {
-                regime: C.median([r["tokens_per_s"][bs][regime] for r in runs])
-                for regime in ("fill", "slide")
-            }
+    rates = {side: C.medians(runs)["tokens_per_s"] for side, runs in results.items()}
+    table = {bs: {side: rates[side][bs] for side in rates} for bs in map(str, args.block_sizes)}
     payload = {"config": C.model_config(args.size), "threads": args.threads[0]}
     return {args.size: {**payload, "rounds": args.rounds, "tokens_per_s": table}}
 
@@ -219,9 +214,5 @@ def hf_render(runs: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def main(argv: list[str] | None = None) -> int:
-    return C.main(sys.modules[__name__], argv)
-
-
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(C.main(sys.modules[__name__]))

@@ -81,9 +81,8 @@ def train_torch(args: argparse.Namespace, trainer: Any) -> tuple[Loss, list, lis
         data, T = trainer.corpus.train, cfg.block_size
 
         def next_batch() -> tuple[np.ndarray, np.ndarray]:  # nanoGPT's get_batch
-            offsets = torch.randint(len(data) - T, (cfg.batch_size,)).numpy()[:, None] + np.arange(
-                T
-            )
+            starts = torch.randint(len(data) - T, (cfg.batch_size,)).numpy()
+            offsets = starts[:, None] + np.arange(T)
             return data[offsets].astype(np.int64), data[offsets + 1].astype(np.int64)
 
         step = C.torch_step(trainer, model, next_batch)[1]
@@ -104,25 +103,25 @@ def train_torch(args: argparse.Namespace, trainer: Any) -> tuple[Loss, list, lis
     return loss, evaluations, ends
 
 
+FRAMEWORK = {"glassllm": "glassllm", "nanogpt": "nanoGPT in PyTorch (own RNG)"}
+
+
 def worker(args: argparse.Namespace) -> dict[str, Any]:
     from glassllm import no_grad
 
     with tempfile.TemporaryDirectory() as tmp:
-        options = dict(max_iters=args.max_iters, eval_interval=args.eval_interval)
-        options.update(tokenizer=args.tokenizer, vocab_size=args.vocab_size)
         trainer = C.glassllm_trainer(
             Path(tmp), args.size, args.seed, args.worker == "glassllm", data=args.data,
-            eval_iters=args.eval_iters, **options,
+            max_iters=args.max_iters, eval_interval=args.eval_interval,
+            eval_iters=args.eval_iters, tokenizer=args.tokenizer, vocab_size=args.vocab_size,
         )  # fmt: skip
         start = time.perf_counter()
         if args.worker == "glassllm":
             ends: list[float] = []
-            result = trainer.fit(
-                progress=False, on_step=lambda *_: ends.append(time.perf_counter())
-            )
+            fit = trainer.fit(progress=False, on_step=lambda *_: ends.append(time.perf_counter()))
             evaluations = [
                 {"iter": e["iter"], "train": e["train_loss"], "val": e["val_loss"]}
-                for e in result.evaluations
+                for e in fit.evaluations
             ]
 
             def loss(x: np.ndarray, y: np.ndarray) -> float:
@@ -133,22 +132,26 @@ def worker(args: argparse.Namespace) -> dict[str, Any]:
         wall = time.perf_counter() - start
         val = split_loss(loss, trainer.corpus.val, trainer.config.block_size)
         train = split_loss(loss, trainer.corpus.train, trainer.config.block_size)
-    framework = {
-        "torch": f"torch (gelu {args.torch_gelu})",
-        "nanogpt": "nanoGPT in PyTorch (own RNG)",
-    }
     per_char = trainer.characters_per_token  # bits per character: comparable across tokenizers
-    out = dict(data=args.data, config=trainer.model.config.to_dict(), max_iters=args.max_iters)
-    out |= dict(seed=args.seed, framework=framework.get(args.worker, args.worker))
-    out |= dict(allocator_tuned=args.worker == "glassllm", final_train_loss_full=train)
-    out |= dict(
-        final_val_loss_full=val, tokenizer=f"{args.tokenizer}-{trainer.tokenizer.vocab_size}"
-    )
-    out |= dict(final_train_bpc_full=bits_per_character(train, per_char["train"]))
-    out |= dict(final_val_bpc_full=bits_per_character(val, per_char["val"]))
-    out |= dict(target_val_loss=args.target, reached=val <= args.target, wall_s_training_loop=wall)
-    out |= dict(ms_per_iter=C.median(np.diff([start, *ends])) * 1e3)
-    return out | dict(peak_rss_mib=C.peak_rss_bytes() / 2**20, evals=evaluations)
+    return {
+        "data": args.data,
+        "config": trainer.model.config.to_dict(),
+        "max_iters": args.max_iters,
+        "seed": args.seed,
+        "framework": FRAMEWORK.get(args.worker, f"torch (gelu {args.torch_gelu})"),
+        "allocator_tuned": args.worker == "glassllm",
+        "final_train_loss_full": train,
+        "final_val_loss_full": val,
+        "tokenizer": f"{args.tokenizer}-{trainer.tokenizer.vocab_size}",
+        "final_train_bpc_full": bits_per_character(train, per_char["train"]),
+        "final_val_bpc_full": bits_per_character(val, per_char["val"]),
+        "target_val_loss": args.target,
+        "reached": val <= args.target,
+        "wall_s_training_loop": wall,
+        "ms_per_iter": C.median(np.diff([start, *ends])) * 1e3,
+        "peak_rss_mib": C.peak_rss_bytes() / 2**20,
+        "evals": evaluations,
+    }
 
 
 def parent(args: argparse.Namespace) -> dict[str, dict[str, Any]]:
@@ -190,9 +193,5 @@ def render(runs: dict[str, Any]) -> str:
     )
 
 
-def main(argv: list[str] | None = None) -> int:
-    return C.main(sys.modules[__name__], argv)
-
-
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(C.main(sys.modules[__name__]))

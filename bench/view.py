@@ -1,21 +1,22 @@
 """How fast ``glassllm view`` answers, each figure the median of ``--repeat`` tries after one
-untimed (cache-warming) try; untrained models (speed does not depend on the weights).
+untimed (cache-warming) try, in one process per side; untrained models (speed does not depend on
+the weights).
 
     python bench/view.py                 # 5 repetitions of each
-    python bench/view.py --repeat 1 --no-browser
+    python bench/view.py --repeat 1 --sides api
 
-* page load (Playwright's chromium): navigation start to first contentful paint, and to the
-  header showing the checkpoint (the first API answer drawn);
-* ``/api/inspect`` of 64 tokens on the default model (4x4x128, context 64), inspection cache
-  emptied, JSON encoding included; ``api.generate`` of ``--generate`` tokens;
-* a 6-layer, 6-head, 384-wide model on 256 tokens: ``/api/inspect`` (attention left out: over the
-  inline limit) and one layer's ``/api/attention``, the request the page makes per layer.
+* side ``page``, the page load (Playwright's chromium): navigation start to first contentful
+  paint, and to the header showing the checkpoint (the first API answer drawn);
+* side ``api``: ``/api/inspect`` of 64 tokens on the default model (tiny: 4x4x128, context 64),
+  inspection cache emptied, JSON encoding included; ``api.generate`` of ``--generate`` tokens;
+  then on mid (6 layers, 6 heads, 384 wide) of 256 tokens: ``/api/inspect`` (attention left out:
+  over the inline limit) and one layer's ``/api/attention``, the request the page makes per layer.
+  ``--sizes``: the models (tokens: their context).
 """
 
 from __future__ import annotations
 
 import argparse
-import os
 import shutil
 import sys
 import tempfile
@@ -25,6 +26,15 @@ from pathlib import Path
 from typing import Any
 
 import common as C
+
+SIDES = DEFAULT_SIDES = ("page", "api")
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.set_defaults(rounds=1)
+    parser.add_argument("--repeat", type=int, default=5, help="timed tries per figure")
+    parser.add_argument("--generate", type=int, default=300, help="tokens of api.generate")
+    parser.add_argument("--sizes", nargs="+", default=["tiny", "mid"], choices=list(C.SIZES))
 
 
 def make_checkpoint(workdir: Path, size: str) -> Path:
@@ -107,27 +117,38 @@ def page_load(out_dir: Path, repeat: int) -> list:
         server.shutdown()
         server.server_close()
     return [
-        ("page load to first contentful paint (tiny)", f"{C.median(paints):.0f} ms"),
-        ("page load to checkpoint info shown (tiny)", f"{C.median(ready):.0f} ms"),
+        ("page load to first contentful paint", f"{C.median(paints):.0f} ms"),
+        ("page load to checkpoint info shown", f"{C.median(ready):.0f} ms"),
     ]
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--repeat", type=int, default=5)
-    parser.add_argument("--generate", type=int, default=300)
-    parser.add_argument("--no-browser", action="store_true")
-    args = parser.parse_args(argv)
-    print(f"load average before: {os.getloadavg()[0]:.1f}", flush=True)
+def worker(args: argparse.Namespace) -> dict[str, Any]:
     with tempfile.TemporaryDirectory() as tmp:
-        tiny, mid = (make_checkpoint(Path(tmp), size) for size in ("tiny", "mid"))
-        rows = [] if args.no_browser else page_load(tiny, args.repeat)
-        rows += server_side(tiny, 64, args.repeat, args.generate, "tiny")
-        rows += server_side(mid, 256, args.repeat, 0, "6x384")
-    print(f"load average after: {os.getloadavg()[0]:.1f}")
-    print(C.table(["measurement (median)", "figure"], rows))
-    return 0
+        if args.worker == "page":
+            return {"rows": page_load(make_checkpoint(Path(tmp), args.sizes[0]), args.repeat)}
+        rows = []
+        for i, size in enumerate(args.sizes):
+            tokens = C.SIZES[size]["block_size"]
+            generate = 0 if i else args.generate  # on the first model only
+            rows += server_side(
+                make_checkpoint(Path(tmp), size), tokens, args.repeat, generate, size
+            )
+        return {"rows": rows}
+
+
+def parent(args: argparse.Namespace) -> dict[str, dict[str, Any]]:
+    results = C.alternate(args, args.threads[0])
+    return {
+        side: {"rows": [row for run in runs for row in run["rows"]]}
+        for side, runs in results.items()
+    }
+
+
+def render(runs: dict[str, Any]) -> str:
+    rows = [row for run in runs.values() for row in run["rows"]]
+    machine = C.machine_line(next(iter(runs.values()))["machine"])
+    return f"{machine}\n\n{C.table(['measurement (median)', 'figure'], rows)}"
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(C.main(sys.modules[__name__]))
