@@ -279,18 +279,15 @@ def peak_rss_bytes() -> int:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
 
 
-def high_water_bytes() -> int:
-    """Peak resident set size of this address space (VmHWM; ``ru_maxrss`` survives exec)."""
+def high_water_bytes(during: Callable[[], Any] | None = None) -> int:
+    """Peak resident set size of this address space (VmHWM; ``ru_maxrss`` survives exec); with
+    ``during``, the peak while it runs (the lifetime peak where the kernel refuses the reset)."""
+    if during is not None:
+        with contextlib.suppress(OSError):
+            Path("/proc/self/clear_refs").write_text("5")
+        during()
     status = Path("/proc/self/status").read_text()
     return int(status.split("VmHWM:")[1].split()[0]) * 1024
-
-
-def high_water_after(fn: Callable[[], Any]) -> int:
-    """Peak resident bytes while ``fn()`` runs (the lifetime peak where the kernel refuses)."""
-    with contextlib.suppress(OSError):
-        Path("/proc/self/clear_refs").write_text("5")  # resets VmHWM
-    fn()
-    return high_water_bytes()
 
 
 def minor_faults() -> int:

@@ -2,17 +2,14 @@
 
     python bench/distributed.py                          # tiny GPT, N = 1 and 2, 20 steps
     python bench/distributed.py --size mid --steps 4 --warmup 1 --batch-size 4 --ranks 1
-    python bench/distributed.py --sides allreduce        # Allreduce of both gradient sizes
 
 On common.py's harness; the one special case: the worker of N > 1 ranks is ``mpiexec -n N`` of
 this file (the ranks of one run are one measurement, and rank 0 reports the slowest rank's
 figures). ``--threads``: BLAS threads per rank; ``--rounds``: the rank counts alternate.
 
-Side ``steps``: the global batch, forward+backward on this rank's rows,
-``DataParallel.sync_gradients`` (timed as the arrival check, where a rank waits for the slower
-one, and the Allreduce), clip, AdamW; reported per N: ms per step, tokens/s, Allreduce ms and
-share, arrival wait. Side ``allreduce``: the tiny and mid models' gradients (float32) reduced
-alone on the largest N, and the arrival check alone, for the cost model in bench/LOG.md.
+A step: the global batch, forward+backward on this rank's rows, ``DataParallel.sync_gradients``
+(timed as the arrival check, where a rank waits for the slower one, and the Allreduce), clip,
+AdamW; reported per N: ms per step, tokens/s, Allreduce ms and share of the step, arrival wait.
 """
 
 from __future__ import annotations
@@ -28,8 +25,7 @@ from typing import Any
 import common as C
 import numpy as np
 
-SIDES = ("steps", "allreduce")
-DEFAULT_SIDES = ("steps",)
+SIDES = DEFAULT_SIDES = ("steps",)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -46,28 +42,6 @@ def slowest_ms(world: Any, seconds: list[float]) -> float:
     return 1e3 * max(world.allgather_object(median(seconds)))
 
 
-def allreduce_alone(args: argparse.Namespace, world: Any) -> dict[str, Any]:
-    """The in-place Allreduce of each model's gradient, and the arrival check, each alone."""
-    from mpi4py import MPI
-
-    from glassllm.models import GPT, GPTConfig
-
-    report = {}
-    for size in ("tiny", "mid"):
-        model = GPT(GPTConfig(**C.model_config(size)), rng=np.random.default_rng(0))
-        buffer = np.ones(model.num_parameters(), dtype=np.float32)
-        times = []
-        for _ in range(args.steps):
-            world.barrier()
-            started = time.perf_counter()
-            world._comm.Allreduce(MPI.IN_PLACE, buffer)  # the data transfer without the check
-            times.append(time.perf_counter() - started)
-        report[size] = {"floats": buffer.size, "ms": slowest_ms(world, times)}
-    arrival = C.time_calls(world.barrier, repeats=args.steps)
-    report["arrival check alone"] = {"ms": slowest_ms(world, arrival)}
-    return {"ranks": world.size, "allreduce": report}
-
-
 def worker(args: argparse.Namespace) -> dict[str, Any] | None:
     from glassllm import distributed
     from glassllm.data import get_batch, tokenize_corpus
@@ -75,9 +49,6 @@ def worker(args: argparse.Namespace) -> dict[str, Any] | None:
     from glassllm.nn.utils import clip_grad_norm_
 
     world = distributed.init(timeout_s=600, blas_threads=args.threads)
-    if args.worker == "allreduce":
-        report = allreduce_alone(args, world)
-        return report if world.is_main else None
     block_size = C.SIZES[args.size]["block_size"]
     corpus = tokenize_corpus("builtin", "char", block_size, None)
     config = C.model_config(args.size, vocab_size=corpus.tokenizer.vocab_size)
@@ -126,37 +97,26 @@ def worker(args: argparse.Namespace) -> dict[str, Any] | None:
 def parent(args: argparse.Namespace) -> dict[str, dict[str, Any]]:
     beside = Path(sys.executable).parent / "mpiexec"  # a venv's MPI wheel puts its launcher here
     mpiexec = str(beside) if beside.exists() else shutil.which("mpiexec") or "mpiexec"
-    rounds: dict[str, list[dict[str, Any]]] = {}
+    rounds: dict[str, list[dict[str, Any]]] = {f"{ranks} ranks": [] for ranks in args.ranks}
     for _ in range(args.rounds):
-        for side in args.sides:
-            for ranks in args.ranks if side == "steps" else [max(args.ranks)]:
-                launcher = [mpiexec, "-n", str(ranks)] if ranks > 1 else []
-                run = C.run_side(args, side, args.threads[0], launcher=launcher)
-                print(f"  {side}, {ranks} ranks: {C.fmt_dict(run)}", flush=True)
-                rounds.setdefault(f"{side}, {ranks} ranks", []).append(run)
+        for ranks in args.ranks:
+            launcher = [mpiexec, "-n", str(ranks)] if ranks > 1 else []
+            run = C.run_side(args, "steps", args.threads[0], launcher=launcher)
+            print(f"  {ranks} ranks: {C.fmt_dict(run)}", flush=True)
+            rounds[f"{ranks} ranks"].append(run)
     return {key: C.medians(runs) for key, runs in rounds.items()}
 
 
+COLUMNS = {"ranks": "ranks", "blas_threads": "BLAS threads", "ms_per_step": "ms / step"}
+COLUMNS |= {"tokens_per_s": "tokens/s", "allreduce_ms": "Allreduce ms"}
+COLUMNS |= {"allreduce_share": "share of step", "wait_ms": "wait ms"}
+
+
 def render(runs: dict[str, Any]) -> str:
-    """Per rank count, the slowest rank's step; and the Allreduce alone."""
-    headers = ["ranks", "BLAS threads", "ms / step", "tokens/s", "Allreduce ms", "share of step"]
-    headers += ["wait ms"]
-    steps = [
-        [r["ranks"], r["blas_threads"], r["ms_per_step"], r["tokens_per_s"], r["allreduce_ms"]]
-        + [r["allreduce_share"], r["wait_ms"]]
-        for r in runs.values()
-        if "ms_per_step" in r
-    ]
-    alone = [
-        [f"{name} ({r['ranks']} ranks)", v.get("floats", "-"), v["ms"]]
-        for r in runs.values()
-        if "allreduce" in r
-        for name, v in r["allreduce"].items()
-    ]
-    tables = [C.table(headers, steps)] if steps else []
-    tables += [C.table(["Allreduce alone", "floats", "ms"], alone)] if alone else []
+    """Per rank count, the slowest rank's step."""
+    rows = [[run[key] for key in COLUMNS] for run in runs.values()]
     machine = C.machine_line(next(iter(runs.values()))["machine"])
-    return "\n\n".join([machine, *tables])
+    return f"{machine}\n\n{C.table(list(COLUMNS.values()), rows)}"
 
 
 if __name__ == "__main__":

@@ -4,16 +4,12 @@
     python bench/sample.py --size mid --block-sizes 256 --rounds 5
     python bench/sample.py --model hf --threads 1 2    # GPT-2 small vs transformers
 
---model nanogpt (sides glassllm-cache, glassllm-nocache, torch): tokens per second of sampling
-(temperature 1) from a one-token prompt, against PyTorch the nanoGPT way (no cache: the whole
-cropped context through the model for every token), in two regimes: *fill*, the first block_size
-- 1 tokens (the cache's home ground), and *slide*, the next block_size with the context cropped
-(learned positions shift, so the cache is refilled from the whole window each token).
-
---model hf (sides glassllm, transformers): one Hugging Face directory made here (GPT-2 small's
-shape, or --shape tiny), loaded by ``glassllm.hf.load_model`` and by transformers, greedy with
-their key/value caches; tokens per second, resident memory after loading, peak, and whether both
-produced the same ids. The order flips every round.
+--model nanogpt (sides glassllm-cache, glassllm-nocache, torch): tokens per second sampling from a
+one-token prompt, against nanoGPT's generate (no cache), while the context fills (*fill*) and once
+it slides (*slide*; render says more). --model hf (sides glassllm, transformers): a Hugging Face
+directory of GPT-2 small's shape (or --shape tiny) loaded by ``glassllm.hf.load_model`` and by
+transformers, greedy with their key/value caches: tokens per second, RSS after loading, peak, and
+whether both produced the same ids; the order flips every round.
 """
 
 from __future__ import annotations
@@ -76,7 +72,7 @@ def token_times(args: argparse.Namespace, block_size: int) -> list[float]:
             pass
         stream = model.generate_stream(prompt, 2 * block_size - 1, rng=rng, use_cache=use_cache)
         tokens = [time.perf_counter()] + [time.perf_counter() for _ in stream]
-    return [b - a for a, b in zip(tokens, tokens[1:], strict=False)]
+    return np.diff(tokens).tolist()
 
 
 def hf_worker(args: argparse.Namespace) -> dict[str, Any]:

@@ -3,19 +3,15 @@
     python bench/train_step.py                          # tiny size, threads 2 and 1, 5 rounds
     python bench/train_step.py --size tiny small mid --threads 2 --sides glassllm,torch,torch-manual
 
-A step is ``Trainer.train_step`` (what ``glassllm train`` takes: batch, scheduled learning rate,
-forward, backward, clip to 1.0, AdamW, zero grad); the PyTorch side takes it in nanoGPT's model on
-the same data (common.torch_step). Sides: ``glassllm`` (allocator tuned, as the command does),
+A step is ``Trainer.train_step`` (batch, scheduled learning rate, forward, backward, clip, AdamW);
+PyTorch takes it in nanoGPT's model on the same data (common.torch_step). Sides: ``glassllm``,
 ``glassllm-numpy`` (without the ``fast`` extra's kernels), ``glassllm-stats`` (writing stats.jsonl
-every ``--stats-interval`` steps; reported as the paired ratio to ``glassllm``), ``torch`` (fused
-attention), ``torch-manual`` (attention written out). Also reported: the step's matmul GFLOP/s
-against one large np.matmul, and the "BLAS floor" (the step's matrix products alone,
-preallocated). First, one process checks that both models compute the same loss and gradients
-from the same weights and batch.
+every ``--stats-interval`` steps), ``torch`` (fused attention), ``torch-manual`` (attention written
+out). Also: the step's matmul GFLOP/s against one large np.matmul, the "BLAS floor" (the step's
+matrix products alone), and first a check that both models give the same loss and gradients.
 
-``--memory`` (result file memory.json): per side, one process reports resident memory instead: the
-high-water mark of one step after 3 warm-up ones (reset via /proc/self/clear_refs) minus the RSS
-once the model was built (PyTorch and numba counted there), ``ru_maxrss``, and the growth over
+``--memory`` (memory.json): resident memory instead, one process per side: the peak of one step
+after 3 warm-up ones over the RSS once the model was built, ``ru_maxrss``, and the growth over
 ``--steps`` steps and ``--forwards`` no_grad forwards from the 10th on.
 """
 
@@ -53,10 +49,8 @@ def worker(args: argparse.Namespace) -> dict[str, Any]:
     size = args.size[0]
     if args.worker == "matmul":
         return matmul_rates(C.model_config(size), args.matmul_n)
-    import glassllm.data  # noqa: F401  (counted with the imports, as bench/memory.py counted it)
     from glassllm.kernels import compiled
 
-    rss_imports = C.rss_bytes()
     with tempfile.TemporaryDirectory() as tmp:
         if args.worker == "glassllm-numpy":  # without the compiled kernels of the fast extra
             compiled.set_enabled(False)
@@ -75,7 +69,7 @@ def worker(args: argparse.Namespace) -> dict[str, Any]:
             compiled.load()  # numba's runtime, when installed, is counted with the model
             model, step = trainer.model, trainer.train_step
         if args.memory:
-            return memory_use(args, trainer, model, step, rss_imports)
+            return memory_use(args, trainer, model, step)
         C.time_calls(step, repeats=0, warmup=args.warmup)
         faults = C.minor_faults()
         times = C.time_calls(step, repeats=args.steps)
@@ -83,8 +77,8 @@ def worker(args: argparse.Namespace) -> dict[str, Any]:
         return {"median_ms": C.median(times) * 1e3, "minor_faults_per_step": faults}
 
 
-def memory_use(args: argparse.Namespace, trainer: Any, model: Any, step: Any, rss_imports: int):
-    """``--memory``'s worker: resident MiB after imports, model built, step peak, growth."""
+def memory_use(args: argparse.Namespace, trainer: Any, model: Any, step: Any) -> dict[str, Any]:
+    """``--memory``'s worker: resident MiB once the model is built, step peak, growth."""
     import glassllm
     from glassllm.data import get_batch
 
@@ -101,7 +95,7 @@ def memory_use(args: argparse.Namespace, trainer: Any, model: Any, step: Any, rs
     gc.collect()
     rss_model = C.rss_bytes()
     C.time_calls(step, repeats=0, warmup=3)
-    step_peak = C.high_water_after(step)
+    step_peak = C.high_water_bytes(during=step)
     steps, forwards = [], []
     for _ in range(args.steps):
         step()
@@ -112,7 +106,6 @@ def memory_use(args: argparse.Namespace, trainer: Any, model: Any, step: Any, rs
             forwards.append(C.rss_bytes())
     live = sum(issubclass(type(o), glassllm.Tensor) for o in gc.get_objects())
     out = {
-        "rss_after_imports_mib": rss_imports / MIB,
         "rss_model_built_mib": rss_model / MIB,
         "step_peak_mib": step_peak / MIB,
         "step_over_model_mib": (step_peak - rss_model) / MIB,
@@ -122,7 +115,6 @@ def memory_use(args: argparse.Namespace, trainer: Any, model: Any, step: Any, rs
         "steps_growth_mib": (steps[-1] - steps[9]) / MIB,
         "forwards_growth_mib": (forwards[-1] - forwards[9]) / MIB,
         "gc_collected": gc.collect(),
-        "numpy": np.__version__,
     }
     return out if args.worker.startswith("torch") else out | {"live_tensors": live}
 

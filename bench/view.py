@@ -1,17 +1,14 @@
-"""How fast ``glassllm view`` answers, each figure the median of ``--repeat`` tries after one
-untimed (cache-warming) try, in one process per side; untrained models (speed does not depend on
-the weights).
+"""How fast ``glassllm view`` answers on untrained models: each figure the median of ``--repeat``
+tries after one untimed (cache-warming) try, one process per side.
 
     python bench/view.py                 # 5 repetitions of each
     python bench/view.py --repeat 1 --sides api
 
 * side ``page``, the page load (Playwright's chromium): navigation start to first contentful
   paint, and to the header showing the checkpoint (the first API answer drawn);
-* side ``api``: ``/api/inspect`` of 64 tokens on the default model (tiny: 4x4x128, context 64),
-  inspection cache emptied, JSON encoding included; ``api.generate`` of ``--generate`` tokens;
-  then on mid (6 layers, 6 heads, 384 wide) of 256 tokens: ``/api/inspect`` (attention left out:
-  over the inline limit) and one layer's ``/api/attention``, the request the page makes per layer.
-  ``--sizes``: the models (tokens: their context).
+* side ``api``: per ``--sizes`` model, ``/api/inspect`` of a full context (inspection cache
+  emptied, JSON included; attention left out over the inline limit, then one layer's
+  ``/api/attention``, the page's request per layer); on the first, ``api.generate``.
 """
 
 from __future__ import annotations
