@@ -98,17 +98,18 @@ def main(bench: ModuleType, argv: Sequence[str] | None = None) -> int:
         return 0
     args.script = Path(bench.__file__).resolve()
     args.run_inline = lambda argv: json.loads(json.dumps(bench.worker(parse(argv))))
-    payloads = bench.parent(args)
+    machine = machine_info()
+    runs = {key: {"machine": machine, **payload} for key, payload in bench.parent(args).items()}
+    runs = json.loads(json.dumps(runs))  # as a result file gives them back
     # why: a quick one-side check must not replace a full run's entries in the result file.
     stored = getattr(args, "result_name", name)  # a mode may store in another file
     out = args.out or (RESULTS_DIR / f"{stored}.json" if args.write_results else None)
-    if out is None:
-        runs = {key: {"machine": machine_info(), **payload} for key, payload in payloads.items()}
-        print(bench.render(json.loads(json.dumps(runs))), "\n(not stored: --write-results)")
-        return 0
-    keys = [write_result(out, key, payload) for key, payload in payloads.items()]
-    runs = json.loads(out.read_text())["runs"]
-    print(bench.render({key: runs[key] for key in keys}), f"\nwrote {out} {keys}", sep="\n")
+    if out is not None:  # merged into the file's other runs
+        before = json.loads(out.read_text())["runs"] if out.is_file() else {}
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(json.dumps({"runs": before | runs}, indent=2) + "\n")
+    stored = f"wrote {out} {list(runs)}" if out else "(not stored: --write-results)"
+    print(bench.render(runs), stored, sep="\n\n")
     if args.write_results:
         import report
 
@@ -279,6 +280,10 @@ def peak_rss_bytes() -> int:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
 
 
+def minor_faults() -> int:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+
+
 def high_water_bytes(during: Callable[[], Any] | None = None) -> int:
     """Peak resident set size of this address space (VmHWM; ``ru_maxrss`` survives exec); with
     ``during``, the peak while it runs (the lifetime peak where the kernel refuses the reset)."""
@@ -288,10 +293,6 @@ def high_water_bytes(during: Callable[[], Any] | None = None) -> int:
         during()
     status = Path("/proc/self/status").read_text()
     return int(status.split("VmHWM:")[1].split()[0]) * 1024
-
-
-def minor_faults() -> int:
-    return resource.getrusage(resource.RUSAGE_SELF).ru_minflt
 
 
 # ----------------------------------------------------------------------------- results
@@ -329,15 +330,6 @@ def machine_line(m: dict[str, Any]) -> str:
         f"{m['python']}, NumPy {m['numpy']} with {m['blas']}, PyTorch {m['torch']}; glassllm "
         f"{m['glassllm_commit']}; {m['date']}."
     )
-
-
-def write_result(path: Path, key: str, payload: dict[str, Any]) -> str:
-    """Store ``payload`` (with the machine description) as run ``key`` of the result file."""
-    runs = json.loads(path.read_text())["runs"] if path.is_file() else {}
-    runs[key] = {"machine": machine_info(), **payload}
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps({"runs": runs}, indent=2) + "\n")
-    return key
 
 
 def fmt(value: Any) -> str:
