@@ -18,8 +18,7 @@ from typing import Any
 import common as C
 import numpy as np
 
-SIDES = ("glassllm", "torch")
-DEFAULT_SIDES = ("glassllm", "torch")
+SIDES = DEFAULT_SIDES = ("glassllm", "torch")
 
 B, T, E, NH, V = 12, 64, 128, 4, 65
 HS = E // NH

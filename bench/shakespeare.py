@@ -4,12 +4,10 @@
     python bench/shakespeare.py --sides glassllm,nanogpt --seed 1
     python bench/shakespeare.py --data path/to/input.txt --max-iters 2000
 
-Sides: ``glassllm``, ``glassllm train``'s defaults (nanoGPT's recipe with its CPU overrides) in the
-shipped Trainer; ``torch``, the control: bench/torch_gpt.py on the Trainer's initial weights,
-batches and schedule, so only the arithmetic differs (``--torch-gelu none``: exact GELU);
-``nanogpt``: nanoGPT's own RNG, initialisation, exact GELU and batches, where the recipe lands for
-a seed. Reported per side and seed: final train and val loss over the *whole* split (block_size
-windows), the eval_iters-batch estimates during training, wall time, ms per step, peak RSS.
+Sides: ``glassllm``, ``glassllm train``'s defaults in the shipped Trainer; ``torch``, the control:
+bench/torch_gpt.py on the Trainer's initial weights, batches and schedule (``--torch-gelu none``:
+exact GELU); ``nanogpt``: nanoGPT's own RNG, initialisation, exact GELU and batches. Reported:
+train and val loss over the *whole* splits, the eval_iters-batch estimates, wall time, ms/step.
 """
 
 from __future__ import annotations
@@ -49,13 +47,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def estimate(loss: Loss, trainer: Any) -> dict[str, float]:
     """``Trainer.evaluate`` for any model: the mean loss of the same eval_iters batches."""
-    cfg, splits = trainer.config, (trainer.corpus.train, trainer.corpus.val)
-    out = {}
-    for index, (split, data) in enumerate(zip(("train", "val"), splits, strict=True)):
-        rng = np.random.default_rng([cfg.seed, 2, index])
-        batches = (
+    cfg, out = trainer.config, {}
+    for index, split in enumerate(("train", "val")):
+        data, rng = getattr(trainer.corpus, split), np.random.default_rng([cfg.seed, 2, index])
+        batches = [
             get_batch(data, cfg.block_size, cfg.batch_size, rng) for _ in range(cfg.eval_iters)
-        )
+        ]
         out[split] = sum(loss(x, y) for x, y in batches) / cfg.eval_iters
     return out
 
@@ -181,15 +178,11 @@ def render(runs: dict[str, Any]) -> str:
     ]
     first = next(iter(runs.values()))
     evals = ", ".join(f"{e['iter']}: {e['val']:.3f}" for e in first["evals"])
-    return "\n".join(
-        [
-            f"{first['max_iters']} iterations each; target: val loss over the whole split <= "
-            f"{first['target_val_loss']}. First row: {C.machine_line(first['machine'])}",
-            "",
-            C.table(headers, rows),
-            "",
-            f"First run's val loss, 20-batch estimate during training (iteration: loss): {evals}.",
-        ]
+    return (
+        f"{first['max_iters']} iterations each; target: val loss over the whole split <= "
+        f"{first['target_val_loss']}. First row: {C.machine_line(first['machine'])}\n\n"
+        f"{C.table(headers, rows)}\n\n"
+        f"First run's val loss, 20-batch estimate during training (iteration: loss): {evals}."
     )
 
 
