@@ -182,5 +182,7 @@ def twin(glassllm_model: Any, **choices: Any) -> TorchGPT:
     with torch.no_grad():
         for name, target in targets.items():
             array = np.ascontiguousarray(to_torch_layout(name, state[name]))
+            if array.shape != tuple(target.shape):  # copy_ would broadcast
+                raise ValueError(f"{name}: {array.shape} does not fit {tuple(target.shape)}")
             target.copy_(torch.from_numpy(array).to(target.dtype))
     return model
