@@ -11,6 +11,7 @@ per-round ratio. A worker prints one line ``BENCH_JSON {...}``.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import datetime as _dt
 import importlib.metadata
 import json
@@ -58,9 +59,9 @@ def model_config(size: str, **overrides: int) -> dict[str, int]:
 
 def main(bench: ModuleType, argv: Sequence[str] | None = None) -> int:
     """The command line of module ``bench``: its ``SIDES``, ``DEFAULT_SIDES``, ``add_arguments``,
-    ``worker(args)``, ``parent(args)`` (``{run key: payload}``) and ``render(runs)``."""
-    script, sides, worker = str(bench.__file__), bench.SIDES, bench.worker
-    name = Path(script).stem
+    ``worker(args)`` (a payload; None on an MPI rank that does not report), ``parent(args)``
+    (``{run key: payload}``) and ``render(runs)``."""
+    name = Path(bench.__file__).stem
     parser = argparse.ArgumentParser(
         prog=f"bench/{name}.py",
         description=bench.__doc__,
@@ -68,11 +69,13 @@ def main(bench: ModuleType, argv: Sequence[str] | None = None) -> int:
     )
     parser.add_argument("--threads", type=int, nargs="+", default=[2], help="BLAS/torch threads")
     parser.add_argument("--rounds", type=int, default=3, help="alternating rounds of the sides")
-    parser.add_argument("--sides", default=",".join(bench.DEFAULT_SIDES), help=", ".join(sides))
+    parser.add_argument(
+        "--sides", default=",".join(bench.DEFAULT_SIDES), help=", ".join(bench.SIDES)
+    )
     parser.add_argument("--out", type=Path, metavar="JSON", help="store the runs here")
     stored = f"store the runs in bench/results/{name}.json, then regenerate bench/RESULTS.md"
     parser.add_argument("--write-results", action="store_true", help=stored)
-    parser.add_argument("--worker", choices=sides, help=argparse.SUPPRESS)
+    parser.add_argument("--worker", choices=bench.SIDES, help=argparse.SUPPRESS)
     # Smoke tests: the workers run in this process, so without their own thread counts.
     parser.add_argument("--inline", action="store_true", help=argparse.SUPPRESS)
     bench.add_arguments(parser)
@@ -80,8 +83,8 @@ def main(bench: ModuleType, argv: Sequence[str] | None = None) -> int:
     def parse(argv: Sequence[str] | None) -> argparse.Namespace:
         args = parser.parse_args(argv)
         args.sides = args.sides.split(",")
-        if not set(args.sides) <= set(sides) or args.rounds < 1:
-            parser.error(f"--sides takes a comma list of {', '.join(sides)}; --rounds at least 1")
+        if not set(args.sides) <= set(bench.SIDES) or args.rounds < 1:
+            parser.error(f"--sides takes a comma list of {', '.join(bench.SIDES)}; --rounds >= 1")
         args.argv = list(sys.argv[1:] if argv is None else argv)
         if args.worker:
             args.threads = args.threads[0]
@@ -89,21 +92,24 @@ def main(bench: ModuleType, argv: Sequence[str] | None = None) -> int:
 
     args = parse(argv)
     if args.worker:
-        print(JSON_MARKER + json.dumps(worker(args)), flush=True)
+        payload = bench.worker(args)
+        if payload is not None:
+            print(JSON_MARKER + json.dumps(payload), flush=True)
         return 0
-    args.script = Path(script).resolve()
-    args.run_inline = lambda argv: json.loads(json.dumps(worker(parse(argv))))
-    payloads = bench.parent(args)
+    args.script = Path(bench.__file__).resolve()
+    args.run_inline = lambda argv: json.loads(json.dumps(bench.worker(parse(argv))))
+    machine = machine_info()
+    runs = {key: {"machine": machine, **payload} for key, payload in bench.parent(args).items()}
+    runs = json.loads(json.dumps(runs))  # as a result file gives them back
     # why: a quick one-side check must not replace a full run's entries in the result file.
     stored = getattr(args, "result_name", name)  # a mode may store in another file
     out = args.out or (RESULTS_DIR / f"{stored}.json" if args.write_results else None)
-    if out is None:
-        runs = {key: {"machine": machine_info(), **payload} for key, payload in payloads.items()}
-        print(bench.render(json.loads(json.dumps(runs))), "\n(not stored: --write-results)")
-        return 0
-    keys = [write_result(out, key, payload) for key, payload in payloads.items()]
-    runs = json.loads(out.read_text())["runs"]
-    print(bench.render({key: runs[key] for key in keys}), f"\nwrote {out} {keys}", sep="\n")
+    if out is not None:  # merged into the file's other runs
+        before = json.loads(out.read_text())["runs"] if out.is_file() else {}
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(json.dumps({"runs": before | runs}, indent=2) + "\n")
+    stored = f"wrote {out} {list(runs)}" if out else "(not stored: --write-results)"
+    print(bench.render(runs), stored, sep="\n\n")
     if args.write_results:
         import report
 
@@ -111,12 +117,15 @@ def main(bench: ModuleType, argv: Sequence[str] | None = None) -> int:
     return 0
 
 
-def run_side(args: argparse.Namespace, side: str, threads: int, *extra: str) -> dict[str, Any]:
-    """One worker process for ``side``: the parent's own options plus ``--worker side``."""
+def run_side(
+    args: argparse.Namespace, side: str, threads: int, *extra: str, launcher: Sequence[str] = ()
+) -> dict[str, Any]:
+    """One worker process for ``side``: the parent's own options plus ``--worker side``, started
+    by ``launcher`` (``mpiexec -n N``) when given."""
     options = [*args.argv, *extra, "--worker", side, "--threads", str(threads)]
     if args.inline:
         return args.run_inline(options)
-    command = [sys.executable, str(args.script), *options]
+    command = [*launcher, sys.executable, str(args.script), *options]
     env = dict(os.environ, PYTHONHASHSEED="0", **dict.fromkeys(THREAD_VARIABLES, str(threads)))
     env.setdefault("OPENBLAS_THREAD_TIMEOUT", "16")  # what `import glassllm` sets before NumPy
     done = subprocess.run(command, env=env, cwd=REPO_DIR, capture_output=True, text=True)
@@ -163,10 +172,8 @@ def set_torch_threads(threads: int) -> None:
     import torch
 
     torch.set_num_threads(threads)
-    try:
+    with contextlib.suppress(RuntimeError):  # already set (workers run inline by a smoke test)
         torch.set_num_interop_threads(1)
-    except RuntimeError:  # already set (workers run inline by a smoke test)
-        pass
 
 
 # ----------------------------------------------------------------------------- training steps
@@ -234,6 +241,17 @@ def median(values: Sequence[float]) -> float:
     return float(statistics.median(values))
 
 
+def medians(payloads: Sequence[Any]) -> Any:
+    """One payload from a round's each: a number that differs between them is their median,
+    nested dicts key by key, anything else the first's (``{"ranks": 2, "ms": 1.5}``)."""
+    first = payloads[0]
+    if isinstance(first, dict):
+        return {key: medians([p[key] for p in payloads]) for key in first}
+    if isinstance(first, (int, float)) and any(p != first for p in payloads):
+        return median(payloads)
+    return first
+
+
 def paired_ratio(numerators: Sequence[float], denominators: Sequence[float]) -> float:
     """Median of per-round ratios: drift between rounds cancels within each pair."""
     return median([a / b for a, b in zip(numerators, denominators, strict=True)])
@@ -262,34 +280,19 @@ def peak_rss_bytes() -> int:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
 
 
-def high_water_bytes() -> int:
-    """Peak resident set size of this address space (VmHWM; ``ru_maxrss`` survives exec)."""
-    status = Path("/proc/self/status").read_text()
-    return int(status.split("VmHWM:")[1].split()[0]) * 1024
-
-
-def high_water_after(fn: Callable[[], Any]) -> int:
-    """Peak resident bytes while ``fn()`` runs (the lifetime peak where the kernel refuses)."""
-    try:
-        Path("/proc/self/clear_refs").write_text("5")
-    except OSError:
-        fn()
-        return peak_rss_bytes()
-    fn()
-    return high_water_bytes()
-
-
 def minor_faults() -> int:
     return resource.getrusage(resource.RUSAGE_SELF).ru_minflt
 
 
-def gpt_matmul_flops_per_step(
-    batch_size: int, block_size: int, n_layer: int, n_embd: int, vocab_size: int, **_: Any
-) -> float:
-    """Matrix-multiply FLOPs of one training step: per token and layer 24·E² (qkv, projection,
-    MLP) + 4·T·E (scores and weighted sum over the full T x T square); head 2·E·V; backward 2x."""
-    T, E, L, V = block_size, n_embd, n_layer, vocab_size
-    return 3.0 * batch_size * T * (L * (24 * E * E + 4 * T * E) + 2 * E * V)
+def high_water_bytes(during: Callable[[], Any] | None = None) -> int:
+    """Peak resident set size of this address space (VmHWM; ``ru_maxrss`` survives exec); with
+    ``during``, the peak while it runs (the lifetime peak where the kernel refuses the reset)."""
+    if during is not None:
+        with contextlib.suppress(OSError):
+            Path("/proc/self/clear_refs").write_text("5")
+        during()
+    status = Path("/proc/self/status").read_text()
+    return int(status.split("VmHWM:")[1].split()[0]) * 1024
 
 
 # ----------------------------------------------------------------------------- results
@@ -327,15 +330,6 @@ def machine_line(m: dict[str, Any]) -> str:
         f"{m['python']}, NumPy {m['numpy']} with {m['blas']}, PyTorch {m['torch']}; glassllm "
         f"{m['glassllm_commit']}; {m['date']}."
     )
-
-
-def write_result(path: Path, key: str, payload: dict[str, Any]) -> str:
-    """Store ``payload`` (with the machine description) as run ``key`` of the result file."""
-    runs = json.loads(path.read_text())["runs"] if path.is_file() else {}
-    runs[key] = {"machine": machine_info(), **payload}
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps({"runs": runs}, indent=2) + "\n")
-    return key
 
 
 def fmt(value: Any) -> str:

@@ -18,8 +18,7 @@ from typing import Any
 import common as C
 import numpy as np
 
-SIDES = ("glassllm", "torch")
-DEFAULT_SIDES = ("glassllm", "torch")
+SIDES = DEFAULT_SIDES = ("glassllm", "torch")
 
 B, T, E, NH, V = 12, 64, 128, 4, 65
 HS = E // NH
@@ -167,9 +166,5 @@ def render(runs: dict[str, Any]) -> str:
     return f"{machine}\n\n{setup}; microseconds per call.\n\n{C.table(headers, rows)}"
 
 
-def main(argv: list[str] | None = None) -> int:
-    return C.main(sys.modules[__name__], argv)
-
-
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(C.main(sys.modules[__name__]))

@@ -4,16 +4,12 @@
     python bench/sample.py --size mid --block-sizes 256 --rounds 5
     python bench/sample.py --model hf --threads 1 2    # GPT-2 small vs transformers
 
---model nanogpt (sides glassllm-cache, glassllm-nocache, torch): tokens per second of sampling
-(temperature 1) from a one-token prompt, against PyTorch the nanoGPT way (no cache: the whole
-cropped context through the model for every token), in two regimes: *fill*, the first block_size
-- 1 tokens (the cache's home ground), and *slide*, the next block_size with the context cropped
-(learned positions shift, so the cache is refilled from the whole window each token).
-
---model hf (sides glassllm, transformers): one Hugging Face directory made here (GPT-2 small's
-shape, or --shape tiny), loaded by ``glassllm.hf.load_model`` and by transformers, greedy with
-their key/value caches; tokens per second, resident memory after loading, peak, and whether both
-produced the same ids. The order flips every round.
+--model nanogpt (sides glassllm-cache, glassllm-nocache, torch): tokens per second sampling from a
+one-token prompt, against nanoGPT's generate (no cache), while the context fills (*fill*) and once
+it slides (*slide*; render says more). --model hf (sides glassllm, transformers): a Hugging Face
+directory of GPT-2 small's shape (or --shape tiny) loaded by ``glassllm.hf.load_model`` and by
+transformers, greedy with their key/value caches: tokens per second, RSS after loading, peak, and
+whether both produced the same ids; the order flips every round.
 """
 
 from __future__ import annotations
@@ -35,31 +31,30 @@ SHAPES = {
     "gpt2": dict(vocab_size=50257, block_size=1024, n_layer=12, n_head=12, n_embd=768),
     "tiny": dict(vocab_size=512, block_size=128, n_layer=2, n_head=2, n_embd=64),
 }
-MB = 2**20
+PROMPT_TOKENS, SEED, MB = 16, 0, 2**20
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--model", choices=sorted(MODEL_SIDES), default="nanogpt")
     parser.add_argument("--size", default="tiny", choices=list(C.SIZES), help="nanogpt's")
     parser.add_argument("--block-sizes", type=int, nargs="+", default=[64, 256], help="nanogpt's")
-    parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--shape", choices=sorted(SHAPES), default="gpt2", help="hf's")
     parser.add_argument("--new-tokens", type=int, default=64, help="hf's")
-    parser.add_argument("--prompt-tokens", type=int, default=16, help="hf's")
     parser.add_argument("--repeats", type=int, default=3, help="hf's timed runs per process")
     parser.add_argument("--model-dir", help=argparse.SUPPRESS)
 
 
-def token_times(args: argparse.Namespace, block_size: int) -> list[float]:
-    """Seconds of each of 2 * block_size - 1 tokens, after an untimed warm-up of 8 tokens."""
+def token_rates(args: argparse.Namespace, block_size: int) -> dict[str, float]:
+    """Tokens per second sampling 2 * block_size - 1 tokens after an untimed warm-up of 8: over
+    the first block_size - 1 (*fill*) and the rest (*slide*)."""
     config = C.model_config(args.size, block_size=block_size)
     if args.worker == "torch":
         import torch
         from torch_gpt import TorchGPT, TorchGPTConfig
 
-        torch.manual_seed(args.seed)
+        torch.manual_seed(SEED)
         model = TorchGPT(TorchGPTConfig(**config)).eval()
-        generator = torch.Generator().manual_seed(args.seed)
+        generator = torch.Generator().manual_seed(SEED)
         idx = torch.zeros((1, 1), dtype=torch.long)
         model.generate(idx, 8, generator=generator)
         tokens = [time.perf_counter()]
@@ -69,18 +64,19 @@ def token_times(args: argparse.Namespace, block_size: int) -> list[float]:
     else:
         from glassllm.models import GPT, GPTConfig
 
-        model = GPT(GPTConfig(**config), rng=np.random.default_rng(args.seed))
-        rng, use_cache = np.random.default_rng(args.seed), args.worker == "glassllm-cache"
+        model = GPT(GPTConfig(**config), rng=np.random.default_rng(SEED))
+        rng, use_cache = np.random.default_rng(SEED), args.worker == "glassllm-cache"
         prompt = np.zeros((1, 1), dtype=np.int64)
         for _ in model.generate_stream(prompt, 8, rng=rng, use_cache=use_cache):
             pass
         stream = model.generate_stream(prompt, 2 * block_size - 1, rng=rng, use_cache=use_cache)
         tokens = [time.perf_counter()] + [time.perf_counter() for _ in stream]
-    return [b - a for a, b in zip(tokens, tokens[1:], strict=False)]
+    fill, slide = np.diff(tokens[:block_size]), np.diff(tokens[block_size - 1 :])
+    return {"fill": len(fill) / fill.sum(), "slide": len(slide) / slide.sum()}
 
 
 def hf_worker(args: argparse.Namespace) -> dict[str, Any]:
-    prompt = np.random.default_rng(0).integers(0, 512, size=(1, args.prompt_tokens))
+    prompt = np.random.default_rng(0).integers(0, 512, size=(1, PROMPT_TOKENS))
     before, start = C.rss_bytes(), time.perf_counter()
     if args.worker == "glassllm":
         from glassllm.hf import load_model
@@ -93,6 +89,7 @@ def hf_worker(args: argparse.Namespace) -> dict[str, Any]:
         import torch
         import transformers
 
+        C.set_torch_threads(args.threads)
         model = transformers.GPT2LMHeadModel.from_pretrained(args.model_dir).eval()
         ids = torch.from_numpy(prompt)
 
@@ -118,16 +115,9 @@ def hf_worker(args: argparse.Namespace) -> dict[str, Any]:
 
 def worker(args: argparse.Namespace) -> dict[str, Any]:
     if args.model == "hf":
-        if args.worker == "transformers":
-            C.set_torch_threads(args.threads)
         return hf_worker(args)
     C.prepare_worker(args)
-    out = {}
-    for block_size in args.block_sizes:
-        times = token_times(args, block_size)
-        fill, slide = times[: block_size - 1], times[block_size - 1 :]
-        out[str(block_size)] = {"fill": len(fill) / sum(fill), "slide": len(slide) / sum(slide)}
-    return {"tokens_per_s": out}
+    return {"tokens_per_s": {str(bs): token_rates(args, bs) for bs in args.block_sizes}}
 
 
 def parent(args: argparse.Namespace) -> dict[str, dict[str, Any]]:
@@ -138,13 +128,8 @@ def parent(args: argparse.Namespace) -> dict[str, dict[str, Any]]:
     if args.model == "hf":
         return hf_parent(args)
     results = C.alternate(args, args.threads[0])
-    table: dict[str, dict[str, dict[str, float]]] = {}
-    for side, runs in results.items():
-        for bs in map(str, args.block_sizes):
-            table.setdefault(bs, {})[side] = {
-                regime: C.median([r["tokens_per_s"][bs][regime] for r in runs])
-                for regime in ("fill", "slide")
-            }
+    rates = {side: C.medians(runs)["tokens_per_s"] for side, runs in results.items()}
+    table = {bs: {side: rates[side][bs] for side in rates} for bs in map(str, args.block_sizes)}
     payload = {"config": C.model_config(args.size), "threads": args.threads[0]}
     return {args.size: {**payload, "rounds": args.rounds, "tokens_per_s": table}}
 
@@ -162,17 +147,13 @@ def hf_parent(args: argparse.Namespace) -> dict[str, dict[str, Any]]:
         for threads in args.threads:
             results = C.alternate(args, threads, "--model-dir", model_dir, flip=True)
             by_threads[str(threads)] = {
-                side: {
-                    "tok_s": C.median([s for r in runs for s in r["tok_s"]]),
-                    "rss_after_load_mb": C.median([r["rss_after_load_mb"] for r in runs]),
-                    "peak_mb": max(r["peak_mb"] for r in runs),
-                    "load_s": C.median([r["load_s"] for r in runs]),
-                    "ids": [r["ids"] for r in runs],
-                }
+                side: C.medians(runs)
+                | {"tok_s": C.median([s for r in runs for s in r["tok_s"]])}
+                | {"peak_mb": max(r["peak_mb"] for r in runs), "ids": [r["ids"] for r in runs]}
                 for side, runs in results.items()
             }
     ids = {tuple(i) for sides in by_threads.values() for s in sides.values() for i in s["ids"]}
-    payload = {"shape": SHAPES[args.shape], "prompt_tokens": args.prompt_tokens}
+    payload = {"shape": SHAPES[args.shape], "prompt_tokens": PROMPT_TOKENS}
     payload |= {"new_tokens": args.new_tokens, "same_ids": len(ids) == 1}
     return {f"hf {args.shape}": {**payload, "by_threads": by_threads}}
 
@@ -202,26 +183,20 @@ def render(runs: dict[str, Any]) -> str:
 
 def hf_render(runs: dict[str, Any]) -> str:
     headers = ["threads", "engine", "median tok/s", "RSS after load MB", "peak MB", "load s"]
-    lines = []
+    blocks = []
     for name, run in runs.items():
         rows = [
             [t, side, v["tok_s"], v["rss_after_load_mb"], v["peak_mb"], v["load_s"]]
             for t, sides in run["by_threads"].items()
             for side, v in sides.items()
         ]
-        lines += [
-            C.machine_line(run["machine"]),
-            f"\n{name}: {run['prompt_tokens']}-token prompt, {run['new_tokens']} new tokens, "
-            "greedy\n",
-            C.table(headers, rows),
-            f"\nsame greedy ids across engines and runs: {run['same_ids']}",
-        ]
-    return "\n".join(lines)
-
-
-def main(argv: list[str] | None = None) -> int:
-    return C.main(sys.modules[__name__], argv)
+        blocks.append(
+            f"{C.machine_line(run['machine'])}\n\n{name}: {run['prompt_tokens']}-token prompt, "
+            f"{run['new_tokens']} new tokens, greedy\n\n{C.table(headers, rows)}\n\n"
+            f"same greedy ids across engines and runs: {run['same_ids']}"
+        )
+    return "\n".join(blocks)
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(C.main(sys.modules[__name__]))

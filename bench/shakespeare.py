@@ -4,12 +4,10 @@
     python bench/shakespeare.py --sides glassllm,nanogpt --seed 1
     python bench/shakespeare.py --data path/to/input.txt --max-iters 2000
 
-Sides: ``glassllm``, ``glassllm train``'s defaults (nanoGPT's recipe with its CPU overrides) in the
-shipped Trainer; ``torch``, the control: bench/torch_gpt.py on the Trainer's initial weights,
-batches and schedule, so only the arithmetic differs (``--torch-gelu none``: exact GELU);
-``nanogpt``: nanoGPT's own RNG, initialisation, exact GELU and batches, where the recipe lands for
-a seed. Reported per side and seed: final train and val loss over the *whole* split (block_size
-windows), the eval_iters-batch estimates during training, wall time, ms per step, peak RSS.
+Sides: ``glassllm``, ``glassllm train``'s defaults in the shipped Trainer; ``torch``, the control:
+bench/torch_gpt.py on the Trainer's initial weights, batches and schedule (``--torch-gelu none``:
+exact GELU); ``nanogpt``: nanoGPT's own RNG, initialisation, exact GELU and batches. Reported:
+train and val loss over the *whole* splits, the eval_iters-batch estimates, wall time, ms/step.
 """
 
 from __future__ import annotations
@@ -49,13 +47,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def estimate(loss: Loss, trainer: Any) -> dict[str, float]:
     """``Trainer.evaluate`` for any model: the mean loss of the same eval_iters batches."""
-    cfg, splits = trainer.config, (trainer.corpus.train, trainer.corpus.val)
-    out = {}
-    for index, (split, data) in enumerate(zip(("train", "val"), splits, strict=True)):
-        rng = np.random.default_rng([cfg.seed, 2, index])
-        batches = (
+    cfg, out = trainer.config, {}
+    for index, split in enumerate(("train", "val")):
+        data, rng = getattr(trainer.corpus, split), np.random.default_rng([cfg.seed, 2, index])
+        batches = [
             get_batch(data, cfg.block_size, cfg.batch_size, rng) for _ in range(cfg.eval_iters)
-        )
+        ]
         out[split] = sum(loss(x, y) for x, y in batches) / cfg.eval_iters
     return out
 
@@ -81,9 +78,8 @@ def train_torch(args: argparse.Namespace, trainer: Any) -> tuple[Loss, list, lis
         data, T = trainer.corpus.train, cfg.block_size
 
         def next_batch() -> tuple[np.ndarray, np.ndarray]:  # nanoGPT's get_batch
-            offsets = torch.randint(len(data) - T, (cfg.batch_size,)).numpy()[:, None] + np.arange(
-                T
-            )
+            starts = torch.randint(len(data) - T, (cfg.batch_size,)).numpy()
+            offsets = starts[:, None] + np.arange(T)
             return data[offsets].astype(np.int64), data[offsets + 1].astype(np.int64)
 
         step = C.torch_step(trainer, model, next_batch)[1]
@@ -104,25 +100,25 @@ def train_torch(args: argparse.Namespace, trainer: Any) -> tuple[Loss, list, lis
     return loss, evaluations, ends
 
 
+FRAMEWORK = {"glassllm": "glassllm", "nanogpt": "nanoGPT in PyTorch (own RNG)"}
+
+
 def worker(args: argparse.Namespace) -> dict[str, Any]:
     from glassllm import no_grad
 
     with tempfile.TemporaryDirectory() as tmp:
-        options = dict(max_iters=args.max_iters, eval_interval=args.eval_interval)
-        options.update(tokenizer=args.tokenizer, vocab_size=args.vocab_size)
         trainer = C.glassllm_trainer(
             Path(tmp), args.size, args.seed, args.worker == "glassllm", data=args.data,
-            eval_iters=args.eval_iters, **options,
+            max_iters=args.max_iters, eval_interval=args.eval_interval,
+            eval_iters=args.eval_iters, tokenizer=args.tokenizer, vocab_size=args.vocab_size,
         )  # fmt: skip
         start = time.perf_counter()
         if args.worker == "glassllm":
             ends: list[float] = []
-            result = trainer.fit(
-                progress=False, on_step=lambda *_: ends.append(time.perf_counter())
-            )
+            fit = trainer.fit(progress=False, on_step=lambda *_: ends.append(time.perf_counter()))
             evaluations = [
                 {"iter": e["iter"], "train": e["train_loss"], "val": e["val_loss"]}
-                for e in result.evaluations
+                for e in fit.evaluations
             ]
 
             def loss(x: np.ndarray, y: np.ndarray) -> float:
@@ -133,22 +129,26 @@ def worker(args: argparse.Namespace) -> dict[str, Any]:
         wall = time.perf_counter() - start
         val = split_loss(loss, trainer.corpus.val, trainer.config.block_size)
         train = split_loss(loss, trainer.corpus.train, trainer.config.block_size)
-    framework = {
-        "torch": f"torch (gelu {args.torch_gelu})",
-        "nanogpt": "nanoGPT in PyTorch (own RNG)",
-    }
     per_char = trainer.characters_per_token  # bits per character: comparable across tokenizers
-    out = dict(data=args.data, config=trainer.model.config.to_dict(), max_iters=args.max_iters)
-    out |= dict(seed=args.seed, framework=framework.get(args.worker, args.worker))
-    out |= dict(allocator_tuned=args.worker == "glassllm", final_train_loss_full=train)
-    out |= dict(
-        final_val_loss_full=val, tokenizer=f"{args.tokenizer}-{trainer.tokenizer.vocab_size}"
-    )
-    out |= dict(final_train_bpc_full=bits_per_character(train, per_char["train"]))
-    out |= dict(final_val_bpc_full=bits_per_character(val, per_char["val"]))
-    out |= dict(target_val_loss=args.target, reached=val <= args.target, wall_s_training_loop=wall)
-    out |= dict(ms_per_iter=C.median(np.diff([start, *ends])) * 1e3)
-    return out | dict(peak_rss_mib=C.peak_rss_bytes() / 2**20, evals=evaluations)
+    return {
+        "data": args.data,
+        "config": trainer.model.config.to_dict(),
+        "max_iters": args.max_iters,
+        "seed": args.seed,
+        "framework": FRAMEWORK.get(args.worker, f"torch (gelu {args.torch_gelu})"),
+        "allocator_tuned": args.worker == "glassllm",
+        "final_train_loss_full": train,
+        "final_val_loss_full": val,
+        "tokenizer": f"{args.tokenizer}-{trainer.tokenizer.vocab_size}",
+        "final_train_bpc_full": bits_per_character(train, per_char["train"]),
+        "final_val_bpc_full": bits_per_character(val, per_char["val"]),
+        "target_val_loss": args.target,
+        "reached": val <= args.target,
+        "wall_s_training_loop": wall,
+        "ms_per_iter": C.median(np.diff([start, *ends])) * 1e3,
+        "peak_rss_mib": C.peak_rss_bytes() / 2**20,
+        "evals": evaluations,
+    }
 
 
 def parent(args: argparse.Namespace) -> dict[str, dict[str, Any]]:
@@ -178,21 +178,13 @@ def render(runs: dict[str, Any]) -> str:
     ]
     first = next(iter(runs.values()))
     evals = ", ".join(f"{e['iter']}: {e['val']:.3f}" for e in first["evals"])
-    return "\n".join(
-        [
-            f"{first['max_iters']} iterations each; target: val loss over the whole split <= "
-            f"{first['target_val_loss']}. First row: {C.machine_line(first['machine'])}",
-            "",
-            C.table(headers, rows),
-            "",
-            f"First run's val loss, 20-batch estimate during training (iteration: loss): {evals}.",
-        ]
+    return (
+        f"{first['max_iters']} iterations each; target: val loss over the whole split <= "
+        f"{first['target_val_loss']}. First row: {C.machine_line(first['machine'])}\n\n"
+        f"{C.table(headers, rows)}\n\n"
+        f"First run's val loss, 20-batch estimate during training (iteration: loss): {evals}."
     )
 
 
-def main(argv: list[str] | None = None) -> int:
-    return C.main(sys.modules[__name__], argv)
-
-
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(C.main(sys.modules[__name__]))

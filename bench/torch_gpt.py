@@ -32,17 +32,14 @@ class TorchGPTConfig:
 
     @classmethod
     def like(cls, config: Any, **choices: Any) -> TorchGPTConfig:
-        """The twin of a glassllm ``GPTConfig`` (or of a dict with its fields)."""
-        fields = config if isinstance(config, dict) else config.to_dict()
+        """The twin of a glassllm ``GPTConfig``."""
         names = ("vocab_size", "block_size", "n_layer", "n_head", "n_embd", "bias")
-        return cls(**{k: fields[k] for k in names if k in fields}, **choices)
+        return cls(**{name: getattr(config, name) for name in names}, **choices)
 
 
 class CausalSelfAttention(nn.Module):
     def __init__(self, config: TorchGPTConfig) -> None:
         super().__init__()
-        if config.attention not in ("sdpa", "manual"):
-            raise ValueError(f"attention must be 'sdpa' or 'manual', not {config.attention!r}")
         self.c_attn = nn.Linear(config.n_embd, 3 * config.n_embd, bias=config.bias)
         self.c_proj = nn.Linear(config.n_embd, config.n_embd, bias=config.bias)
         self.n_head, self.n_embd, self.attention = config.n_head, config.n_embd, config.attention
@@ -172,27 +169,20 @@ def to_torch_layout(name: str, array: np.ndarray) -> np.ndarray:
     return array.T if name.endswith(_LINEAR_WEIGHTS) else array
 
 
-def copy_from_glassllm(model: TorchGPT, glassllm_state: dict[str, np.ndarray]) -> None:
-    """Load glassllm GPT weights (``{name: ndarray}``) into ``model``, which must have every one
-    of them and no other parameter."""
-    ours = dict(model.named_parameters())
-    names = {torch_name(name): name for name in glassllm_state}
-    if set(names) != set(ours):
-        raise KeyError(f"parameters differ: {sorted(set(names) ^ set(ours))}")
-    with torch.no_grad():
-        for name, target in ours.items():
-            array = to_torch_layout(name, np.asarray(glassllm_state[names[name]]))
-            if tuple(array.shape) != tuple(target.shape):
-                raise ValueError(f"{names[name]} {array.shape} does not fit {name} {target.shape}")
-            target.copy_(torch.from_numpy(np.ascontiguousarray(array)).to(target.dtype))
-
-
 def twin(glassllm_model: Any, **choices: Any) -> TorchGPT:
     """A TorchGPT with the glassllm GPT's configuration and weights (dtype: float32, or float64
     when the glassllm model is float64). ``choices``: ``attention``, ``gelu``."""
-    state = {name: p.data for name, p in glassllm_model.named_parameters()}
     model = TorchGPT(TorchGPTConfig.like(glassllm_model.config, **choices))
+    state = {torch_name(name): p.data for name, p in glassllm_model.named_parameters()}
     if next(iter(state.values())).dtype == np.float64:
         model = model.double()
-    copy_from_glassllm(model, state)
+    targets = dict(model.named_parameters())
+    if set(state) != set(targets):  # the tied head is named once on both sides
+        raise KeyError(f"parameters differ: {sorted(set(state) ^ set(targets))}")
+    with torch.no_grad():
+        for name, target in targets.items():
+            array = np.ascontiguousarray(to_torch_layout(name, state[name]))
+            if array.shape != tuple(target.shape):  # copy_ would broadcast
+                raise ValueError(f"{name}: {array.shape} does not fit {tuple(target.shape)}")
+            target.copy_(torch.from_numpy(array).to(target.dtype))
     return model

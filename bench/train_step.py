@@ -3,21 +3,15 @@
     python bench/train_step.py                          # tiny size, threads 2 and 1, 5 rounds
     python bench/train_step.py --size tiny small mid --threads 2 --sides glassllm,torch,torch-manual
 
-A step is ``Trainer.train_step`` (what ``glassllm train`` takes: batch, scheduled learning rate,
-forward, backward, clip to 1.0, AdamW, zero grad); the PyTorch side takes it in nanoGPT's model on
-the same data (common.torch_step). Sides: ``glassllm`` (allocator tuned, as the command does),
-``glassllm-numpy`` (without the ``fast`` extra's kernels), ``glassllm-untuned`` (glibc's
-allocator defaults), ``torch`` (fused attention), ``torch-manual`` (attention written out). Also
-reported: the step's matmul GFLOP/s against one large np.matmul, and the "BLAS floor" (the step's
-matrix products alone, preallocated). First, one process checks that both models compute the
-same loss and gradients from the same weights and batch.
+A step is ``Trainer.train_step`` (batch, scheduled learning rate, forward, backward, clip, AdamW);
+PyTorch takes it in nanoGPT's model on the same data (common.torch_step). Sides: ``glassllm``,
+``glassllm-numpy`` (without the ``fast`` extra's kernels), ``glassllm-stats`` (writing stats.jsonl
+every ``--stats-interval`` steps), ``torch`` (fused attention), ``torch-manual`` (attention written
+out). Also: the step's matmul GFLOP/s against one large np.matmul, the "BLAS floor" (the step's
+matrix products alone), and first a check that both models give the same loss and gradients.
 
-``glassllm-stats``: the ``glassllm`` side writing stats.jsonl every ``--stats-interval`` steps (what
-``glassllm train --stats-interval`` costs; reported as the paired ratio to ``glassllm``).
-
-``--memory`` (result file memory.json): per side, one process reports resident memory instead: the
-high-water mark of one step after 3 warm-up ones (reset via /proc/self/clear_refs) minus the RSS
-once the model was built (PyTorch and numba counted there), ``ru_maxrss``, and the growth over
+``--memory`` (memory.json): resident memory instead, one process per side: the peak of one step
+after 3 warm-up ones over the RSS once the model was built, ``ru_maxrss``, and the growth over
 ``--steps`` steps and ``--forwards`` no_grad forwards from the 10th on.
 """
 
@@ -33,16 +27,8 @@ from typing import Any
 import common as C
 import numpy as np
 
-SIDES = (
-    "glassllm",
-    "glassllm-numpy",
-    "glassllm-untuned",
-    "glassllm-stats",
-    "torch",
-    "torch-manual",
-)
-SIDES += ("matmul",)
-SIDES += ("check",)  # run_side's helpers: the GFLOP/s probe and the equivalence check
+# "matmul" and "check": the parent's helpers, the GFLOP/s probe and the equivalence check.
+SIDES = ("glassllm", "glassllm-numpy", "glassllm-stats", "torch", "torch-manual", "matmul", "check")
 DEFAULT_SIDES = ("glassllm", "torch")
 MIB = 2**20
 
@@ -63,16 +49,13 @@ def worker(args: argparse.Namespace) -> dict[str, Any]:
     size = args.size[0]
     if args.worker == "matmul":
         return matmul_rates(C.model_config(size), args.matmul_n)
-    import glassllm.data  # noqa: F401  (counted with the imports, as bench/memory.py counted it)
+    from glassllm.kernels import compiled
 
-    rss_imports = C.rss_bytes()
     with tempfile.TemporaryDirectory() as tmp:
         if args.worker == "glassllm-numpy":  # without the compiled kernels of the fast extra
-            from glassllm.functional import compiled
-
             compiled.set_enabled(False)
-        tuned = args.worker in ("glassllm", "glassllm-numpy", "glassllm-stats")
         interval = args.stats_interval if args.worker == "glassllm-stats" else 0
+        tuned = args.worker.startswith("glassllm")
         trainer = C.glassllm_trainer(Path(tmp), size, tuned=tuned, stats_interval=interval)
         trainer.stats.path.parent.mkdir(parents=True, exist_ok=True)
         trainer.stats.start(None)
@@ -83,12 +66,10 @@ def worker(args: argparse.Namespace) -> dict[str, Any]:
             attention = "manual" if args.worker == "torch-manual" else "sdpa"
             model, step = C.torch_step(trainer, attention=attention)
         else:
-            from glassllm.functional import compiled
-
             compiled.load()  # numba's runtime, when installed, is counted with the model
             model, step = trainer.model, trainer.train_step
         if args.memory:
-            return memory_use(args, trainer, model, step, rss_imports)
+            return memory_use(args, trainer, model, step)
         C.time_calls(step, repeats=0, warmup=args.warmup)
         faults = C.minor_faults()
         times = C.time_calls(step, repeats=args.steps)
@@ -96,8 +77,8 @@ def worker(args: argparse.Namespace) -> dict[str, Any]:
         return {"median_ms": C.median(times) * 1e3, "minor_faults_per_step": faults}
 
 
-def memory_use(args: argparse.Namespace, trainer: Any, model: Any, step: Any, rss_imports: int):
-    """``--memory``'s worker: resident MiB after imports, model built, step peak, growth."""
+def memory_use(args: argparse.Namespace, trainer: Any, model: Any, step: Any) -> dict[str, Any]:
+    """``--memory``'s worker: resident MiB once the model is built, step peak, growth."""
     import glassllm
     from glassllm.data import get_batch
 
@@ -114,7 +95,7 @@ def memory_use(args: argparse.Namespace, trainer: Any, model: Any, step: Any, rs
     gc.collect()
     rss_model = C.rss_bytes()
     C.time_calls(step, repeats=0, warmup=3)
-    step_peak = C.high_water_after(step)
+    step_peak = C.high_water_bytes(during=step)
     steps, forwards = [], []
     for _ in range(args.steps):
         step()
@@ -124,48 +105,45 @@ def memory_use(args: argparse.Namespace, trainer: Any, model: Any, step: Any, rs
             model(*batch)
             forwards.append(C.rss_bytes())
     live = sum(issubclass(type(o), glassllm.Tensor) for o in gc.get_objects())
-    out = dict(rss_after_imports_mib=rss_imports / MIB, rss_model_built_mib=rss_model / MIB)
-    out |= dict(step_peak_mib=step_peak / MIB, step_over_model_mib=(step_peak - rss_model) / MIB)
-    out |= dict(ru_maxrss_mib=C.peak_rss_bytes() / MIB, steps=args.steps, forwards=args.forwards)
-    out |= dict(steps_growth_mib=(steps[-1] - steps[9]) / MIB)
-    out |= dict(forwards_growth_mib=(forwards[-1] - forwards[9]) / MIB)
-    out |= dict(gc_collected=gc.collect(), numpy=np.__version__)
+    out = {
+        "rss_model_built_mib": rss_model / MIB,
+        "step_peak_mib": step_peak / MIB,
+        "step_over_model_mib": (step_peak - rss_model) / MIB,
+        "ru_maxrss_mib": C.peak_rss_bytes() / MIB,
+        "steps": args.steps,
+        "forwards": args.forwards,
+        "steps_growth_mib": (steps[-1] - steps[9]) / MIB,
+        "forwards_growth_mib": (forwards[-1] - forwards[9]) / MIB,
+        "gc_collected": gc.collect(),
+    }
     return out if args.worker.startswith("torch") else out | {"live_tensors": live}
 
 
-def memory_parent(args: argparse.Namespace) -> dict[str, dict[str, Any]]:
-    size, args.result_name = args.size[0], "memory"
-    results = {side: C.run_side(args, side, args.threads[0]) for side in args.sides}
-    payload: dict[str, Any] = {"config": {**C.model_config(size), "batch_size": C.BATCH_SIZE}}
-    payload |= {"threads": args.threads[0], "sides": results}
-    if "glassllm" in results and results.get("torch", {}).get("step_over_model_mib", 0) > 0:
-        mine, theirs = results["glassllm"]["step_over_model_mib"], results["torch"]
-        payload["step_over_model_ratio"] = mine / theirs["step_over_model_mib"]
-    return {size: payload}
+MEMORY_COLUMNS = {
+    "rss_model_built_mib": "RSS, model built (MiB)",
+    "step_peak_mib": "step peak (MiB)",
+    "step_over_model_mib": "step peak over model (MiB)",
+    "ru_maxrss_mib": "ru_maxrss (MiB)",
+    "steps_growth_mib": "growth over steps (MiB)",
+    "forwards_growth_mib": "growth over no_grad forwards (MiB)",
+    "gc_collected": "gc.collect() freed",
+}
 
 
 def render_memory(run: dict[str, Any]) -> str:
-    columns = dict(rss_model_built_mib="RSS, model built", step_peak_mib="step peak")
-    columns |= dict(step_over_model_mib="step peak over model", ru_maxrss_mib="ru_maxrss")
-    columns |= dict(steps_growth_mib="growth over steps")
-    columns |= dict(forwards_growth_mib="growth over no_grad forwards", gc_collected="")
-    headers = ["side", *(f"{h} (MiB)" for h in list(columns.values())[:-1]), "gc.collect() freed"]
-    keys = list(columns)
-    first = next(iter(run["sides"].values()))
-    lines = [
-        C.machine_line(run["machine"]),
-        "",
-        f"Growth over {first['steps']} training steps and {first['forwards']} no_grad forwards, "
-        "from the 10th on.",
-        "",
-        C.table(headers, [[side, *(r[k] for k in keys)] for side, r in run["sides"].items()]),
-    ]
+    sides, first = run["sides"], next(iter(run["sides"].values()))
+    rows = [[side, *(r[k] for k in MEMORY_COLUMNS)] for side, r in sides.items()]
+    text = (
+        f"{C.machine_line(run['machine'])}\n\nGrowth over {first['steps']} training steps and "
+        f"{first['forwards']} no_grad forwards, from the 10th on.\n\n"
+        + C.table(["side", *MEMORY_COLUMNS.values()], rows)
+    )
     if "step_over_model_ratio" in run:
         ratio = run["step_over_model_ratio"]
-        lines += ["", f"Training-step peak over the built model, glassllm/torch: **{ratio:.2f}x**."]
-    if "live_tensors" in run["sides"].get("glassllm", {}):
-        lines.append(f"glassllm: {run['sides']['glassllm']['live_tensors']} live Tensor objects.")
-    return "\n".join(lines)
+        text += f"\n\nTraining-step peak over the built model, glassllm/torch: **{ratio:.2f}x**."
+    if "live_tensors" in sides.get("glassllm", {}):
+        text += f"\nglassllm: {sides['glassllm']['live_tensors']} live Tensor objects."
+    return text
 
 
 def equivalence(trainer: Any) -> dict[str, Any]:
@@ -217,39 +195,51 @@ def matmul_rates(config: dict[str, int], n: int) -> dict[str, float]:
     return {"matmul_gflops": rate, "floor_ms": floor * 1e3}
 
 
+def matmul_flops_per_step(batch_size: int, block_size: int, n_layer: int, n_embd: int, **_: Any):
+    """Matrix-multiply FLOPs of one training step: per token and layer 24·E² (qkv, projection,
+    MLP) + 4·T·E (scores and weighted sum over the full T x T square); head 2·E·V; backward 2x."""
+    T, E, L, V = block_size, n_embd, n_layer, C.VOCAB_SIZE
+    return 3.0 * batch_size * T * (L * (24 * E * E + 4 * T * E) + 2 * E * V)
+
+
 def parent(args: argparse.Namespace) -> dict[str, dict[str, Any]]:
-    if args.memory:
-        return memory_parent(args)
+    if args.memory:  # one process per side, stored in memory.json
+        size, args.result_name = args.size[0], "memory"
+        sides = {side: C.run_side(args, side, args.threads[0]) for side in args.sides}
+        config = {**C.model_config(size), "batch_size": C.BATCH_SIZE}
+        run = {"config": config, "threads": args.threads[0], "sides": sides}
+        if "glassllm" in sides and sides.get("torch", {}).get("step_over_model_mib", 0) > 0:
+            mine, theirs = (sides[s]["step_over_model_mib"] for s in ("glassllm", "torch"))
+            run["step_over_model_ratio"] = mine / theirs
+        return {size: run}
     runs = {}
     for size in args.size:
-        config = C.model_config(size)
-        flops = C.gpt_matmul_flops_per_step(C.BATCH_SIZE, **config)
-        payload: dict[str, Any] = {"config": {**config, "batch_size": C.BATCH_SIZE}}
-        payload |= dict(flops_per_step=flops, rounds=args.rounds, steps=args.steps, by_threads={})
+        config = {**C.model_config(size), "batch_size": C.BATCH_SIZE}
+        flops = matmul_flops_per_step(**config)
+        run: dict[str, Any] = dict(config=config, flops_per_step=flops, rounds=args.rounds)
+        run |= dict(steps=args.steps, by_threads={})
         if not args.no_check and any(s.startswith("torch") for s in args.sides):
-            payload["equivalence"] = C.run_side(args, "check", 1, "--size", size)
-            print(f"{size}: same weights and batch: {C.fmt_dict(payload['equivalence'])}")
+            run["equivalence"] = C.run_side(args, "check", 1, "--size", size)
+            print(f"{size}: same weights and batch: {C.fmt_dict(run['equivalence'])}")
         for threads in args.threads:
             print(f"{size}, {threads} threads", flush=True)
-            rates = [C.run_side(args, "matmul", threads, "--size", size)]
+            probe = [C.run_side(args, "matmul", threads, "--size", size)]
             results = C.alternate(args, threads, "--size", size)
-            rates.append(C.run_side(args, "matmul", threads, "--size", size))
-            entry: dict[str, Any] = {"matmul_gflops": max(r["matmul_gflops"] for r in rates)}
-            entry |= {"floor_ms": min(r["floor_ms"] for r in rates), "sides": {}, "ratios": {}}
+            probe.append(C.run_side(args, "matmul", threads, "--size", size))
+            ms = {side: [r["median_ms"] for r in rounds] for side, rounds in results.items()}
+            entry: dict[str, Any] = {"matmul_gflops": max(r["matmul_gflops"] for r in probe)}
+            entry |= {"floor_ms": min(r["floor_ms"] for r in probe), "sides": {}, "ratios": {}}
             for side, rounds in results.items():
-                ms = [r["median_ms"] for r in rounds]
                 faults = C.median([r["minor_faults_per_step"] for r in rounds])
-                entry["sides"][side] = dict(median_ms=C.median(ms), per_round_ms=ms)
-                entry["sides"][side] |= dict(gflops=flops / (C.median(ms) / 1e3) / 1e9)
+                entry["sides"][side] = dict(median_ms=C.median(ms[side]), per_round_ms=ms[side])
+                entry["sides"][side] |= dict(gflops=flops / (C.median(ms[side]) / 1e3) / 1e9)
                 entry["sides"][side]["minor_faults_per_step"] = faults
-            for side in (s for s in results if s.startswith("torch") and "glassllm" in results):
-                ms = [entry["sides"][s]["per_round_ms"] for s in ("glassllm", side)]
-                entry["ratios"][side] = C.paired_ratio(*ms)
-            if {"glassllm", "glassllm-stats"} <= set(results):
-                ms = [entry["sides"][s]["per_round_ms"] for s in ("glassllm-stats", "glassllm")]
-                entry["stats_over_plain"] = C.paired_ratio(*ms)
-            payload["by_threads"][str(threads)] = entry
-        runs[size] = payload
+                if side.startswith("torch") and "glassllm" in ms:
+                    entry["ratios"][side] = C.paired_ratio(ms["glassllm"], ms[side])
+            if {"glassllm", "glassllm-stats"} <= set(ms):
+                entry["stats_over_plain"] = C.paired_ratio(ms["glassllm-stats"], ms["glassllm"])
+            run["by_threads"][str(threads)] = entry
+        runs[size] = run
     return runs
 
 
@@ -259,24 +249,20 @@ def render(runs: dict[str, Any]) -> str:
         return render_memory(next(iter(runs.values())))
     headers = ["threads", "side", "ms/step", "glassllm / side (paired)", "GFLOP/s"]
     headers += ["np.matmul n³ GFLOP/s", "BLAS floor ms", "minor faults/step"]
-    lines = []
+    blocks = []
     for size, run in runs.items():
-        lines += [
-            C.machine_line(run["machine"]),
-            "",
-            f"Size {size} ({C.fmt_dict(run['config'])}): {run['rounds']} alternating rounds x "
-            f"{run['steps']} timed steps per process; matmul FLOPs per step "
-            f"{run['flops_per_step'] / 1e9:.3f} GFLOP.",
-            "",
-        ]
+        text = (
+            f"{C.machine_line(run['machine'])}\n\nSize {size} ({C.fmt_dict(run['config'])}): "
+            f"{run['rounds']} alternating rounds x {run['steps']} timed steps per process; "
+            f"matmul FLOPs per step {run['flops_per_step'] / 1e9:.3f} GFLOP.\n\n"
+        )
         if "equivalence" in run:
             eq = run["equivalence"]
-            lines += [
+            text += (
                 f"Same weights, same batch: loss {eq['loss_glassllm']:.6f} (glassllm) vs "
                 f"{eq['loss_torch']:.6f} (torch), worst gradient difference "
-                f"{eq['grad_max_rel_diff']:.1e} of the largest entry.",
-                "",
-            ]
+                f"{eq['grad_max_rel_diff']:.1e} of the largest entry.\n\n"
+            )
         rows, per_round = [], []
         for threads, e in run["by_threads"].items():
             for side, v in e["sides"].items():
@@ -285,15 +271,13 @@ def render(runs: dict[str, Any]) -> str:
                 ms = ", ".join(f"{x:.1f}" for x in v["per_round_ms"])
                 per_round.append(f"{threads} threads {side} {ms}")
             if "stats_over_plain" in e:
-                stats_line = f"glassllm-stats / glassllm (paired): {e['stats_over_plain']:.3f}"
-                per_round.append(f"{threads} threads {stats_line}")
-        lines += [C.table(headers, rows), "", "Per round, ms: " + "; ".join(per_round) + ".", ""]
-    return "\n".join(lines).rstrip()
-
-
-def main(argv: list[str] | None = None) -> int:
-    return C.main(sys.modules[__name__], argv)
+                ratio = e["stats_over_plain"]
+                per_round.append(
+                    f"{threads} threads glassllm-stats / glassllm (paired): {ratio:.3f}"
+                )
+        blocks.append(f"{text}{C.table(headers, rows)}\n\nPer round, ms: {'; '.join(per_round)}.")
+    return "\n\n".join(blocks)
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(C.main(sys.modules[__name__]))

@@ -1,21 +1,19 @@
-"""How fast ``glassllm view`` answers, each figure the median of ``--repeat`` tries after one
-untimed (cache-warming) try; untrained models (speed does not depend on the weights).
+"""How fast ``glassllm view`` answers on untrained models: each figure the median of ``--repeat``
+tries after one untimed (cache-warming) try, one process per side.
 
     python bench/view.py                 # 5 repetitions of each
-    python bench/view.py --repeat 1 --no-browser
+    python bench/view.py --repeat 1 --sides api
 
-* page load (Playwright's chromium): navigation start to first contentful paint, and to the
-  header showing the checkpoint (the first API answer drawn);
-* ``/api/inspect`` of 64 tokens on the default model (4x4x128, context 64), inspection cache
-  emptied, JSON encoding included; ``api.generate`` of ``--generate`` tokens;
-* a 6-layer, 6-head, 384-wide model on 256 tokens: ``/api/inspect`` (attention left out: over the
-  inline limit) and one layer's ``/api/attention``, the request the page makes per layer.
+* side ``page``, the page load (Playwright's chromium): navigation start to first contentful
+  paint, and to the header showing the checkpoint (the first API answer drawn);
+* side ``api``: per ``--sizes`` model, ``/api/inspect`` of a full context (inspection cache
+  emptied, JSON included; attention left out over the inline limit, then one layer's
+  ``/api/attention``, the page's request per layer); on the first, ``api.generate``.
 """
 
 from __future__ import annotations
 
 import argparse
-import os
 import shutil
 import sys
 import tempfile
@@ -26,14 +24,22 @@ from typing import Any
 
 import common as C
 
+SIDES = DEFAULT_SIDES = ("page", "api")
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.set_defaults(rounds=1)
+    parser.add_argument("--repeat", type=int, default=5, help="timed tries per figure")
+    parser.add_argument("--generate", type=int, default=300, help="tokens of api.generate")
+    parser.add_argument("--sizes", nargs="+", default=["tiny", "mid"], choices=list(C.SIZES))
+
 
 def make_checkpoint(workdir: Path, size: str) -> Path:
     """A run directory holding an untrained checkpoint of ``size`` and a one-line log."""
     trainer = C.glassllm_trainer(workdir / size, size, max_iters=0)
     trainer.save_checkpoint()
-    (trainer.out_dir / "log.jsonl").write_text(
-        '{"iter": 0, "train_loss": 4.2, "val_loss": 4.2, "lr": 0.001}\n'
-    )
+    log = '{"iter": 0, "train_loss": 4.2, "val_loss": 4.2, "lr": 0.001}\n'
+    (trainer.out_dir / "log.jsonl").write_text(log)
     return trainer.out_dir
 
 
@@ -42,38 +48,41 @@ def timed(fn: Callable[[], Any], repeat: int) -> tuple[float, Any]:
     return C.median(C.time_calls(fn, repeat, warmup=1)), fn()
 
 
-def server_side(out_dir: Path, tokens: int, repeat: int, generate: int, label: str) -> list:
-    """Rows (measurement, figure) of the API's answers, timed in this process."""
+def api_rows(out_dir: Path, repeat: int, generate: int, size: str) -> list[tuple[str, str]]:
+    """(measurement, figure) of the API's answers on a full context, timed in this process."""
     from glassllm.app.view import api
     from glassllm.app.view.run import Run
     from glassllm.app.view.server import encode_json
 
-    run = Run(out_dir)
-    ids = [int(i) for i in (list(range(run.model.config.vocab_size)) * 10)[:tokens]]
-    config = run.model.config
-    big = config.n_layer * config.n_head * tokens * tokens > api.ATTENTION_INLINE
+    run, config = Run(out_dir), C.SIZES[size]
+    tokens = config["block_size"]
+    ids = [i % C.VOCAB_SIZE for i in range(tokens)]
+    big = config["n_layer"] * config["n_head"] * tokens * tokens > api.ATTENTION_INLINE
 
-    def inspect():
+    def inspect() -> bytes:
         run._inspections.clear()  # a new text each time: no cached trace
         return encode_json(api.inspect(run, {"ids": ids}))
 
-    def attention():
+    def attention() -> bytes:
         return encode_json(api.attention(run, {"ids": ids, "layer": 0}))
 
     rows = []
+    without = " without attention" if big else ""
     for name, fn in [("inspect", inspect), ("attention of one layer", attention)][: 1 + big]:
-        seconds, body = timed(fn, repeat)
-        without = " without attention" if big and fn is inspect else ""
+        seconds, body = timed(fn, repeat)  # attention: the page's request per layer
         figure = f"{1e3 * seconds:.0f} ms ({len(body) / 1024:.0f} KiB)"
-        rows.append((f"{name}, {tokens} tokens{without}, server time incl. JSON ({label})", figure))
+        what = f"{tokens} tokens{without if fn is inspect else ''}, server time incl. JSON"
+        rows.append((f"{name}, {what} ({size})", figure))
     if generate:
         request = {"prompt": "0", "max_new_tokens": generate, "seed": 1}
         seconds, body = timed(lambda: api.generate(run, request), repeat)
-        rows.append((f"generate {len(body['tokens'])} tokens ({label})", f"{seconds:.2f} s"))
+        rows.append((f"generate {len(body['tokens'])} tokens ({size})", f"{seconds:.2f} s"))
     return rows
 
 
-def page_load(out_dir: Path, repeat: int) -> list:
+def page_rows(out_dir: Path, repeat: int) -> list[tuple[str, str]]:
+    """Milliseconds from navigation start to the first contentful paint and to the checkpoint's
+    description shown, median of ``repeat`` loads after one that warms the caches."""
     from playwright.sync_api import expect, sync_playwright
 
     from glassllm.app.view import make_server
@@ -81,53 +90,53 @@ def page_load(out_dir: Path, repeat: int) -> list:
     server = make_server(out_dir, port=0)
     threading.Thread(target=server.serve_forever, daemon=True).start()
     executable = shutil.which("chromium") or shutil.which("chromium-browser")
+    paint = "performance.getEntriesByName('first-contentful-paint')[0]?.startTime ?? null"
     paints, ready = [], []
     try:
         with sync_playwright() as playwright:
-            browser = playwright.chromium.launch(
-                executable_path=executable, args=["--headless", "--no-sandbox", "--disable-gpu"]
-            )
-            for attempt in range(repeat + 1):
+            options = ["--headless", "--no-sandbox", "--disable-gpu"]
+            browser = playwright.chromium.launch(executable_path=executable, args=options)
+            for _ in range(repeat + 1):
                 context = browser.new_context(viewport={"width": 1280, "height": 900})
                 page = context.new_page()
                 page.goto(f"http://127.0.0.1:{server.port}/")
                 expect(page.locator("#info")).to_contain_text("step")
-                shown = page.evaluate("performance.now()")
-                paint = page.evaluate(
-                    """() => { const p = performance.getEntriesByType('paint')
-                         .find(e => e.name === 'first-contentful-paint');
-                         return p ? p.startTime : null; }"""
-                )
-                if attempt:  # the first load warms the browser's and the server's caches
-                    paints.append(paint)
-                    ready.append(shown)
+                ready.append(page.evaluate("performance.now()"))
+                paints.append(page.evaluate(paint))
                 context.close()
             browser.close()
     finally:
         server.shutdown()
         server.server_close()
     return [
-        ("page load to first contentful paint (tiny)", f"{C.median(paints):.0f} ms"),
-        ("page load to checkpoint info shown (tiny)", f"{C.median(ready):.0f} ms"),
+        ("page load to first contentful paint", f"{C.median(paints[1:]):.0f} ms"),
+        ("page load to checkpoint info shown", f"{C.median(ready[1:]):.0f} ms"),
     ]
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--repeat", type=int, default=5)
-    parser.add_argument("--generate", type=int, default=300)
-    parser.add_argument("--no-browser", action="store_true")
-    args = parser.parse_args(argv)
-    print(f"load average before: {os.getloadavg()[0]:.1f}", flush=True)
+def worker(args: argparse.Namespace) -> dict[str, Any]:
     with tempfile.TemporaryDirectory() as tmp:
-        tiny, mid = (make_checkpoint(Path(tmp), size) for size in ("tiny", "mid"))
-        rows = [] if args.no_browser else page_load(tiny, args.repeat)
-        rows += server_side(tiny, 64, args.repeat, args.generate, "tiny")
-        rows += server_side(mid, 256, args.repeat, 0, "6x384")
-    print(f"load average after: {os.getloadavg()[0]:.1f}")
-    print(C.table(["measurement (median)", "figure"], rows))
-    return 0
+        if args.worker == "page":
+            return {"rows": page_rows(make_checkpoint(Path(tmp), args.sizes[0]), args.repeat)}
+        rows = []
+        for size in args.sizes:
+            generate = args.generate if size == args.sizes[0] else 0  # on the first model only
+            rows += api_rows(make_checkpoint(Path(tmp), size), args.repeat, generate, size)
+        return {"rows": rows}
+
+
+def parent(args: argparse.Namespace) -> dict[str, dict[str, Any]]:
+    results = C.alternate(args, args.threads[0])
+    return {
+        side: {"rows": sum((run["rows"] for run in runs), [])} for side, runs in results.items()
+    }
+
+
+def render(runs: dict[str, Any]) -> str:
+    rows = [row for run in runs.values() for row in run["rows"]]
+    machine = C.machine_line(next(iter(runs.values()))["machine"])
+    return f"{machine}\n\n{C.table(['measurement (median)', 'figure'], rows)}"
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(C.main(sys.modules[__name__]))

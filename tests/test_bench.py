@@ -35,17 +35,23 @@ TINY = {
     + ["--matmul-n", "32", "--stats-interval", "1", "--no-check"],
     "sample_hf": ["--model", "hf", "--shape", "tiny", "--rounds", "1", "--repeats", "1"]
     + ["--new-tokens", "2"],
+    "view": ["--sizes", "micro", "--repeat", "1", "--generate", "2"],
+    "distributed": ["--size", "micro", "--steps", "1", "--warmup", "0", "--ranks", "1"]
+    + ["--batch-size", "2"],
 }
-# The sides of each benchmark without PyTorch, and with it.
+# The sides of each benchmark without its optional packages, and with them (None: it has none).
 SIDES = {
-    "train_step": ("glassllm,glassllm-untuned", "glassllm,torch,torch-manual"),
+    "train_step": ("glassllm,glassllm-numpy", "glassllm,torch,torch-manual"),
     "train_step_memory": ("glassllm", "glassllm,torch"),
     "sample": ("glassllm-cache,glassllm-nocache", "glassllm-cache,torch"),
     "ops": ("glassllm", "glassllm,torch"),
     "shakespeare": ("glassllm", "glassllm,torch,nanogpt"),
     "train_step_stats": ("glassllm,glassllm-stats", "glassllm-stats,glassllm,torch"),
     "sample_hf": ("glassllm", "glassllm,transformers"),
+    "view": ("api", "page,api"),
+    "distributed": ("steps", None),  # more ranks: tests/distributed runs mpiexec
 }
+OPTIONAL = {"sample_hf": ["torch", "transformers"], "view": ["playwright"]}
 MODULE = {
     "sample_hf": "sample",
     "train_step_memory": "train_step",
@@ -65,21 +71,22 @@ def bench(monkeypatch):
         torch.set_num_threads(threads)
 
 
-@pytest.mark.parametrize("with_torch", [False, True], ids=["glassllm", "torch"])
+@pytest.mark.parametrize("with_optional", [False, True], ids=["glassllm", "optional"])
 @pytest.mark.parametrize("name", list(TINY))
 def test_benchmark_runs_and_its_results_render(
-    name, with_torch, bench, tmp_path, text_file, request, capsys
+    name, with_optional, bench, tmp_path, text_file, capsys
 ):
-    if with_torch:
-        request.getfixturevalue("torch")  # skips without PyTorch (fails under CI=true)
-        if name == "sample_hf":
-            optional("transformers")
+    if with_optional:
+        if SIDES[name][1] is None:
+            pytest.skip(f"{name} has no side with optional packages")
+        for package in OPTIONAL.get(name, ["torch"]):
+            optional(package)  # skips without it (fails under CI=true)
     out = tmp_path / f"{name}.json"
-    argv = [*TINY[name], "--sides", SIDES[name][with_torch], "--out", str(out), "--inline"]
+    argv = [*TINY[name], "--sides", SIDES[name][with_optional], "--out", str(out), "--inline"]
     argv += ["--threads", "1"]  # PyTorch's spinning threads crawl on a busy machine
     if name == "shakespeare":
         argv += ["--data", str(text_file)]
-    assert bench(MODULE.get(name, name)).main(argv) == 0
+    assert bench("common").main(bench(MODULE.get(name, name)), argv) == 0
     runs = json.loads(out.read_text())["runs"]
     assert runs and all("machine" in run for run in runs.values())
     block = bench(MODULE.get(name, name)).render(runs)
@@ -99,7 +106,7 @@ def test_a_run_without_a_result_file_prints_its_table_and_stores_nothing(
     argv = [*TINY[name], "--sides", SIDES[name][False], "--inline", "--threads", "1"]
     if name == "shakespeare":
         argv += ["--data", str(text_file)]
-    assert bench(MODULE.get(name, name)).main(argv) == 0
+    assert bench("common").main(bench(MODULE.get(name, name)), argv) == 0
     printed = capsys.readouterr().out
     assert "| " in printed and "(not stored: --write-results)" in printed
     assert not results.exists()
@@ -134,4 +141,4 @@ def test_a_missing_data_file_is_one_line_and_no_worker_starts(bench, tmp_path):
     """The README's command with a path the reader lacks: one line naming it, no traceback."""
     missing = tmp_path / "no" / "input.txt"
     with pytest.raises(SystemExit, match=f"--data {missing}: no such file"):
-        bench("shakespeare").main(["--data", str(missing), "--inline"])
+        bench("common").main(bench("shakespeare"), ["--data", str(missing), "--inline"])
