@@ -32,9 +32,11 @@ class Malformed(AssertionError):
     """The server's bytes are not a well-formed HTTP/1.1 answer."""
 
 
-def parse_answers(data: bytes, head_only: bool = False) -> list[Answer]:
+def parse_answers(data: bytes, head_only: bool | None = False) -> list[Answer]:
     """Every answer in ``data`` (a connection's whole output), interim 100s dropped; raises
-    `Malformed` for bytes that are not well-formed answers (a truncated one included)."""
+    `Malformed` for bytes that are not well-formed answers (a truncated one included).
+    ``head_only``: answers to HEAD (no bodies); None: either, each answer followed by its next
+    or by the end being one without its body (a pipeline mixing HEAD and other requests)."""
     answers = []
     while data:
         head, sep, rest = data.partition(b"\r\n\r\n")
@@ -58,6 +60,8 @@ def parse_answers(data: bytes, head_only: bool = False) -> list[Answer]:
         if length is None or not length.isascii() or not length.isdigit():
             raise Malformed(f"an answer without a Content-Length: {lines}")
         size = 0 if head_only else int(length)
+        if head_only is None and (rest == b"" or rest.startswith(b"HTTP/1.1 ")):
+            size = 0
         if len(rest) < size:
             raise Malformed(f"a body of {len(rest)} bytes where {size} were announced")
         answer.body, data = rest[:size], rest[size:]
