@@ -1,5 +1,6 @@
-"""One connection's edges for the viewer's server: how long a client may take, how a request's
-body is framed, what every answer's headers are, and how a connection ends.
+"""The viewer's HTTP edges: how many connections are served (`ConnectionServer`), how long a
+client may take, how a request's body is framed, what every answer's headers are, and how a
+connection ends. The viewer's own rules (hosts, origins, routes) are in server.py.
 
 The rules (each tested over real sockets in tests/app/view/test_view_http.py):
 
@@ -9,6 +10,8 @@ The rules (each tested over real sockets in tests/app/view/test_view_http.py):
 * a body is framed by exactly one ``Content-Length`` of ASCII digits (RFC 9112 section 6.3);
   ``Transfer-Encoding`` is refused (411 for chunked, 501 otherwise), and with it any ambiguity
   of where a request ends (request smuggling);
+* at most ``max_connections`` connections at a time, each on its thread; one more is answered
+  503 at once; the listen backlog holds a burst of new connections (1024, not the stdlib's 5);
 * a refused connection is closed gracefully: the answer, then a bounded drain of what the client
   still sends, so that the client reads the answer instead of a reset.
 """
@@ -18,8 +21,12 @@ from __future__ import annotations
 import io
 import re
 import socket
+import sys
+import threading
 import time
 from email.message import Message
+from http.server import ThreadingHTTPServer
+from typing import Any
 
 from glassllm._text import shown
 
@@ -58,8 +65,9 @@ def answer_headers(
     return headers
 
 
-def busy_answer(body: bytes) -> bytes:
-    """A whole ``503`` answer, written by the accepting thread when every slot is taken."""
+def busy_answer() -> bytes:
+    """A whole ``503`` answer, for a connection beyond the server's limit."""
+    body = b'{"error":"too many connections; retry"}'
     headers = [*answer_headers(JSON_TYPE, len(body), close=True), ("Retry-After", "1")]
     head = "".join(f"{name}: {value}\r\n" for name, value in headers)
     return f"HTTP/1.1 503 Service Unavailable\r\n{head}\r\n".encode("latin-1") + body
@@ -147,3 +155,67 @@ def close_gracefully(sock: socket.socket) -> None:
     except OSError:  # the client is gone already, or slow to go
         pass
     sock.close()
+
+
+class ConnectionServer(ThreadingHTTPServer):
+    """The standard library's threaded HTTP server with this module's rules: IPv4 or IPv6 by
+    the host's form, a listen backlog for bursts, at most ``max_connections`` connections served
+    at a time (a 503 beyond), graceful closes, and no traceback for a client that left."""
+
+    daemon_threads = True
+    request_queue_size = 1024  # the listen backlog (5 reset ~1% of 50 concurrent clients' calls)
+    max_connections = 128  # a browser opens six per site
+    idle_timeout = IDLE_SECONDS  # read by the handler for each connection
+    request_timeout = REQUEST_SECONDS
+
+    def __init__(self, address: tuple[str, int], handler: type) -> None:
+        self.address_family = socket.AF_INET6 if ":" in address[0] else socket.AF_INET
+        self._open = self._refusing = 0  # connections being served, refused; under _open_lock
+        self._open_lock = threading.Lock()
+        super().__init__(address, handler)
+
+    def process_request(self, request: Any, client_address: Any) -> None:
+        with self._open_lock:
+            busy = self._open >= self.max_connections
+            refused = busy and self._refusing < self.max_connections
+            self._open += not busy
+            self._refusing += refused
+        if refused:  # answered 503 on a thread of its own: a graceful close takes a moment
+            threading.Thread(target=self._refuse, args=(request,), daemon=True).start()
+        elif busy:  # a flood: closed at once
+            self.close_request(request)
+        else:
+            try:
+                super().process_request(request, client_address)
+            except BaseException:
+                self._closed_one()
+                raise
+
+    def _refuse(self, request: Any) -> None:
+        try:
+            request.settimeout(self.idle_timeout)
+            request.sendall(busy_answer())
+        except OSError:
+            pass
+        finally:
+            close_gracefully(request)
+            with self._open_lock:
+                self._refusing -= 1
+
+    def process_request_thread(self, request: Any, client_address: Any) -> None:
+        try:
+            super().process_request_thread(request, client_address)
+        finally:
+            self._closed_one()
+
+    def _closed_one(self) -> None:
+        with self._open_lock:
+            self._open -= 1
+
+    def shutdown_request(self, request: Any) -> None:
+        close_gracefully(request)
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        if isinstance(sys.exc_info()[1], (ConnectionError, TimeoutError)):
+            return  # the client left or stalled: nothing to report
+        super().handle_error(request, client_address)  # a bug: its traceback on the terminal

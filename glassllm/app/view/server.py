@@ -28,13 +28,12 @@ import io
 import ipaddress
 import json
 import os
-import socket
 import sys
 import threading
 import traceback
 import webbrowser
 from http import HTTPStatus
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -44,22 +43,18 @@ from glassllm._text import finite_for_json
 
 from . import api
 from .connection import (
-    IDLE_SECONDS,
     JSON_TYPE,
-    REQUEST_SECONDS,
     SECURITY_HEADERS,
+    ConnectionServer,
     DeadlineReader,
     answer_headers,
     body_length,
-    busy_answer,
-    close_gracefully,
 )
 from .fields import ApiError
 from .run import Run
 
 MAX_BODY = 64 * 1024
 LOOPBACK = ("127.0.0.1", "localhost", "::1")
-MAX_CONNECTIONS = 128  # a browser opens six per site; threads beyond wait for nothing
 # URL path -> (package, file, content type): the only files ever served.
 STATIC = {
     "/": ("glassllm.app.view.static", "index.html", "text/html; charset=utf-8"),
@@ -98,21 +93,12 @@ def encode_json(value: Any) -> bytes:
     return text.encode("utf-8")
 
 
-class ViewServer(ThreadingHTTPServer):
+class ViewServer(ConnectionServer):
     """One run's viewer; `allowed_hosts` are the Host header values it answers."""
-
-    daemon_threads = True
-    request_queue_size = 1024  # the listen backlog (5 reset ~1% of 50 concurrent clients' calls)
-    max_connections = MAX_CONNECTIONS
-    idle_timeout = IDLE_SECONDS
-    request_timeout = REQUEST_SECONDS
 
     def __init__(self, run: Run, host: str, port: int) -> None:
         self.run = run
         self.static = _static_files()
-        self.address_family = socket.AF_INET6 if ":" in host else socket.AF_INET
-        self._open = self._refusing = 0  # connections being served, refused; under _open_lock
-        self._open_lock = threading.Lock()
         super().__init__((host, port), Handler)
         self.port = self.server_address[1]
         names = {host, *LOOPBACK} if host in LOOPBACK else {host}
@@ -143,54 +129,6 @@ class ViewServer(ThreadingHTTPServer):
         if host in ("0.0.0.0", "::"):
             host = "127.0.0.1"
         return f"http://{host if ':' not in host else f'[{host}]'}:{self.port}/"
-
-    # ---- connections: counted, each on its thread, closed gracefully
-
-    def process_request(self, request: Any, client_address: Any) -> None:
-        with self._open_lock:
-            busy = self._open >= self.max_connections
-            refused = busy and self._refusing < self.max_connections
-            self._open += not busy
-            self._refusing += refused
-        if refused:  # answered 503 on a thread of its own: a graceful close takes a moment
-            threading.Thread(target=self._refuse, args=(request,), daemon=True).start()
-        elif busy:  # a flood: closed at once
-            self.close_request(request)
-        else:
-            try:
-                super().process_request(request, client_address)
-            except BaseException:
-                self._closed_one()
-                raise
-
-    def _refuse(self, request: Any) -> None:
-        try:
-            request.settimeout(self.idle_timeout)
-            request.sendall(busy_answer(encode_json({"error": "too many connections; retry"})))
-        except OSError:
-            pass
-        finally:
-            close_gracefully(request)
-            with self._open_lock:
-                self._refusing -= 1
-
-    def process_request_thread(self, request: Any, client_address: Any) -> None:
-        try:
-            super().process_request_thread(request, client_address)
-        finally:
-            self._closed_one()
-
-    def _closed_one(self) -> None:
-        with self._open_lock:
-            self._open -= 1
-
-    def shutdown_request(self, request: Any) -> None:
-        close_gracefully(request)
-
-    def handle_error(self, request: Any, client_address: Any) -> None:
-        if isinstance(sys.exc_info()[1], (ConnectionError, TimeoutError)):
-            return  # the client left or stalled: nothing to report
-        super().handle_error(request, client_address)  # a bug: its traceback on the terminal
 
 
 class Handler(BaseHTTPRequestHandler):

@@ -174,23 +174,25 @@ def run_case(port: int, case: dict) -> str:
 
 
 class ServedProcess:
-    """``python -m glassllm view`` on a free port, its stderr in a file."""
+    """``python -m glassllm view ARGS`` on a free port, its stderr in a file."""
 
-    def __init__(self, out_dir: Path) -> None:
+    def __init__(self, out_dir: Path, *args: str) -> None:
         self.stderr = tempfile.TemporaryFile("w+")
         path = os.pathsep.join(p for p in (str(REPO), os.environ.get("PYTHONPATH", "")) if p)
+        command = [sys.executable, "-m", "glassllm", "view", "--no-browser", "--port", "0"]
         self.process = subprocess.Popen(
-            [sys.executable, "-m", "glassllm", "view", "--no-browser", "--port", "0",
-             "--out-dir", str(out_dir)],
-            stdout=subprocess.PIPE, stderr=self.stderr, text=True,
+            [*command, "--out-dir", str(out_dir), *args],
+            stdout=subprocess.PIPE,
+            stderr=self.stderr,
+            text=True,
             env={**os.environ, "PYTHONPATH": path, "PYTHONWARNINGS": "ignore"},
-        )  # fmt: skip
+        )
         line = self.process.stdout.readline()
-        match = re.search(r"http://127\.0\.0\.1:(\d+)/", line)
+        match = re.search(r"(http://(?:127\.0\.0\.1|\[::1\]):(\d+)/)", line)
         if match is None:
             self.process.kill()
             raise AssertionError(f"no URL in {line!r}")
-        self.port = int(match.group(1))
+        self.url, self.port = match.group(1), int(match.group(2))
 
     def stop(self) -> str:
         self.process.send_signal(signal.SIGINT)

@@ -474,3 +474,19 @@ def test_check_answer_catches_what_it_should():
         check_answer(parse_answers(html)[0])
     with pytest.raises(AssertionError):
         parse_answers(b"<html>no status line</html>\r\n\r\n")
+
+
+@pytest.mark.skipif(not ipv6_loopback(), reason="this machine has no IPv6 loopback")
+def test_glassllm_view_listens_on_ipv6_loopback(out_dir):
+    from test_view_fuzz import ServedProcess
+
+    served = ServedProcess(out_dir, "--host", "::1")
+    try:
+        assert served.url == f"http://[::1]:{served.port}/"
+        data = request_bytes("GET", "/api/info?brief=1", served.port)
+        data = data.replace(b"Host: 127.0.0.1", b"Host: [::1]")
+        answers = answers_to(served.port, data, family=socket.AF_INET6, host="::1")
+        assert [a.status for a in answers] == [200]
+    finally:
+        err = served.stop()
+    assert "Traceback" not in err and "warning" not in err, err  # loopback: no warning
