@@ -351,14 +351,18 @@ def make_server(
     port: int = 8000,
 ) -> ViewServer:
     """A viewer of ``out_dir`` bound to ``host:port`` (not yet serving). Raises ValueError with a
-    one-line message: nothing to show, not a glassllm checkpoint, or the port in use."""
+    one-line message: nothing to show, not a glassllm checkpoint, or the port in use. An IPv6
+    ``host`` may come bracketed as in a URL (``[::1]``)."""
+    if host.startswith("[") and host.endswith("]"):
+        host = host[1:-1]
     run = Run(out_dir, checkpoint)
     try:
         return ViewServer(run, host, port)
     except OSError as err:
         if err.errno == errno.EADDRINUSE:
             raise ValueError(f"port {port} is in use; pass --port 0 for any free port") from None
-        raise ValueError(f"cannot listen on {host}:{port}: {err.strerror or err}") from None
+        where = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+        raise ValueError(f"cannot listen on {where}: {err.strerror or err}") from None
 
 
 def serve(
@@ -370,7 +374,7 @@ def serve(
 ) -> None:
     """Serve the viewer until Ctrl-C: print its URL, open a browser when asked and possible."""
     server = make_server(out_dir, checkpoint, host, port)
-    if host not in LOOPBACK:
+    if not server.loopback_only:
         print(
             f"glassllm: warning: listening on {host}: anyone who can reach this machine can "
             "read the model and its training logs",

@@ -399,8 +399,8 @@ def test_many_concurrent_clients_are_all_answered(server):
     url = f"http://127.0.0.1:{server.port}/api/info?brief=1"
 
     def client():
-        start.wait()
         for _ in range(requests_each):
+            start.wait()  # every round a burst of new connections at once
             try:
                 with urllib.request.urlopen(url, timeout=60) as response:
                     statuses.append(response.status)
@@ -490,3 +490,16 @@ def test_glassllm_view_listens_on_ipv6_loopback(out_dir):
     finally:
         err = served.stop()
     assert "Traceback" not in err and "warning" not in err, err  # loopback: no warning
+
+
+def test_a_bracketed_ipv6_host_and_an_unknown_host(out_dir):
+    from glassllm.app.view import make_server
+
+    with pytest.raises(ValueError, match=r"^cannot listen on no-such-host\.invalid:0: "):
+        make_server(out_dir, host="no-such-host.invalid", port=0)
+    if ipv6_loopback():
+        server = make_server(out_dir, host="[::1]", port=0)
+        try:
+            assert server.url == f"http://[::1]:{server.port}/" and server.loopback_only
+        finally:
+            server.server_close()
