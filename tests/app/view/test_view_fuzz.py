@@ -5,7 +5,7 @@ over real sockets against a real ``python -m glassllm view`` process, from a fix
 Every exchange must end in well-formed HTTP/1.1 answers (JSON errors with the security headers,
 view_http.check_answer) or a clean close, within a bounded wait; the server's stderr must hold
 no traceback; and the server must answer afterwards. ``fuzz(out_dir, cases, seed)`` is the whole
-run (bench/LOG.md's reliability section reports a longer one).
+run; a longer one: ``python tests/app/view/test_view_fuzz.py 5000 7`` (cases, seed).
 """
 
 from __future__ import annotations
