@@ -115,6 +115,8 @@ def info(run: Run, query: dict[str, Any]) -> dict[str, Any]:
 def log(run: Run, query: dict[str, Any]) -> dict[str, Any]:
     """Records of log.jsonl and stats.jsonl after iteration ``since`` (query, default -1)."""
     since = query.get("since", "-1")
+    if isinstance(since, int) and not isinstance(since, bool):
+        since = str(since)
     if not isinstance(since, str) or not re.fullmatch(r"-?[0-9]{1,18}", since):
         raise bad(f"since must be an integer, got {shown(since)}")  # "\u0665" is int() 5
     return run.read_log(int(since))
