@@ -8,7 +8,9 @@ Security for a local tool that reads model files (each rule is tested):
   is 404, so no request ever names a file (``/../etc/passwd``, ``/%2e%2e/...``);
 * POST needs ``Content-Type: application/json`` (415; a cross-site page then needs a CORS
   preflight, which is never granted), an ``Origin`` equal to this server's own when the browser
-  sends one (403), and a body of at most 64 KiB (413) holding a JSON object (400);
+  sends one (403), and a body of at most 64 KiB (413) holding a JSON object (400); every body,
+  of any method, framed by one Content-Length of ASCII digits (400; none on a POST 411;
+  Transfer-Encoding 411 or 501: `connection.body_length`) and read whole before the answer;
 * no CORS headers; ``Content-Security-Policy: default-src 'self'`` (no inline script, no
   other site) and ``X-Content-Type-Options: nosniff`` on every answer;
 * every error is JSON ``{"error": message}``, the standard library's own refusals included
