@@ -8,6 +8,7 @@ time under ``run.lock``; tests call them directly.
 
 from __future__ import annotations
 
+import re
 import shlex
 from collections.abc import Callable
 from typing import Any
@@ -15,6 +16,7 @@ from typing import Any
 import numpy as np
 
 import glassllm
+from glassllm._text import shown
 from glassllm.app.sample import EXPLAIN_TOP, generate_explained
 from glassllm.autograd import no_grad
 from glassllm.graph.examples import EXAMPLES, run_example
@@ -113,11 +115,11 @@ def info(run: Run, query: dict[str, Any]) -> dict[str, Any]:
 def log(run: Run, query: dict[str, Any]) -> dict[str, Any]:
     """Records of log.jsonl and stats.jsonl after iteration ``since`` (query, default -1)."""
     since = query.get("since", "-1")
-    try:
-        since = int(since)
-    except (TypeError, ValueError):
-        raise bad(f"since must be an integer, got {since!r}") from None
-    return run.read_log(since)
+    if isinstance(since, int) and not isinstance(since, bool):
+        since = str(since)
+    if not isinstance(since, str) or not re.fullmatch(r"-?[0-9]{1,18}", since):
+        raise bad(f"since must be an integer, got {shown(since)}")  # "\u0665" is int() 5
+    return run.read_log(int(since))
 
 
 # ---------------------------------------------------------------------- sampling

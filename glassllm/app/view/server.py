@@ -8,16 +8,25 @@ Security for a local tool that reads model files (each rule is tested):
   is 404, so no request ever names a file (``/../etc/passwd``, ``/%2e%2e/...``);
 * POST needs ``Content-Type: application/json`` (415; a cross-site page then needs a CORS
   preflight, which is never granted), an ``Origin`` equal to this server's own when the browser
-  sends one (403), and a body of at most 64 KiB (413) holding a JSON object (400);
+  sends one (403), and a body of at most 64 KiB (413) holding a JSON object (400); every body,
+  of any method, framed by one Content-Length of ASCII digits (400; none on a POST 411;
+  Transfer-Encoding 411 or 501: `connection.body_length`) and read whole before the answer;
 * no CORS headers; ``Content-Security-Policy: default-src 'self'`` (no inline script, no
   other site) and ``X-Content-Type-Options: nosniff`` on every answer;
-* every error is JSON ``{"error": message}``; an unexpected exception is a 500 whose traceback
-  goes to the terminal only, and the server keeps serving.
+* every error is JSON ``{"error": message}``, the standard library's own refusals included
+  (unknown methods 501, a long URL 414, long or many headers 431, a bad request line 400, HTTP/0.9
+  400); an unexpected exception is a 500 whose traceback goes to the terminal only, and the
+  server keeps serving; a client that leaves early is no error at all (nothing printed);
+* IPv4 or IPv6 (``--host ::1``); each connection on its own thread, at most
+  ``max_connections`` at a time (503 beyond), each read bounded in time and each request as a
+  whole (`connection.DeadlineReader`), its body read before the model lock is taken: a slow or
+  dead client never holds the lock or another client's turn.
 """
 
 from __future__ import annotations
 
 import errno
+import io
 import ipaddress
 import json
 import os
@@ -26,7 +35,7 @@ import threading
 import traceback
 import webbrowser
 from http import HTTPStatus
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -35,20 +44,19 @@ from urllib.parse import parse_qs, urlsplit
 from glassllm._text import finite_for_json
 
 from . import api
+from .connection import (
+    JSON_TYPE,
+    SECURITY_HEADERS,
+    ConnectionServer,
+    DeadlineReader,
+    answer_headers,
+    body_length,
+)
 from .fields import ApiError
 from .run import Run
 
 MAX_BODY = 64 * 1024
 LOOPBACK = ("127.0.0.1", "localhost", "::1")
-SECURITY_HEADERS = {
-    "Content-Security-Policy": (
-        "default-src 'self'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'"
-    ),
-    "X-Content-Type-Options": "nosniff",
-    "Referrer-Policy": "no-referrer",
-    "Cross-Origin-Opener-Policy": "same-origin",
-    "Cross-Origin-Resource-Policy": "same-origin",
-}
 # URL path -> (package, file, content type): the only files ever served.
 STATIC = {
     "/": ("glassllm.app.view.static", "index.html", "text/html; charset=utf-8"),
@@ -87,10 +95,8 @@ def encode_json(value: Any) -> bytes:
     return text.encode("utf-8")
 
 
-class ViewServer(ThreadingHTTPServer):
+class ViewServer(ConnectionServer):
     """One run's viewer; `allowed_hosts` are the Host header values it answers."""
-
-    daemon_threads = True
 
     def __init__(self, run: Run, host: str, port: int) -> None:
         self.run = run
@@ -133,24 +139,73 @@ class Handler(BaseHTTPRequestHandler):
     server_version = "glassllm-view"
     sys_version = ""
 
+    def setup(self) -> None:
+        super().setup()
+        self.rfile.close()  # the standard library's reader: ours bounds the time of each read
+        self.reader = DeadlineReader(
+            self.connection, self.server.idle_timeout, self.server.request_timeout
+        )
+        self.rfile = io.BufferedReader(self.reader)
+        self.connection.settimeout(self.server.idle_timeout)
+
+    def handle_one_request(self) -> None:
+        self.reader.start_request()
+        try:
+            super().handle_one_request()  # a TimeoutError closes the connection quietly there
+        except ConnectionError:  # the client left: nobody to answer, nothing to print
+            self.close_connection = True
+
+    def parse_request(self) -> bool:
+        self.requestline = str(self.raw_requestline, "iso-8859-1").rstrip("\r\n")
+        if len(self.requestline.split()) == 2:  # "GET /": HTTP/0.9, answered without headers
+            self.command, self.request_version = None, "HTTP/1.1"
+            self.close_connection = True
+            self.send_error(400, "HTTP/0.9 is not supported; send an HTTP/1.1 request")
+            return False
+        return super().parse_request()
+
+    def handle_expect_100(self) -> bool:
+        """``Expect: 100-continue``: a body the server would refuse is refused before it comes."""
+        try:
+            body_length(self.headers, MAX_BODY)
+        except ApiError as err:
+            self.close_connection = True
+            self._error(err.status, err.message)
+            return False
+        return super().handle_expect_100()
+
     # ---- answers
 
-    def _send(self, status: int, body: bytes, content_type: str, cache: bool = False) -> None:
+    def _send(
+        self,
+        status: int,
+        body: bytes,
+        content_type: str,
+        cache: bool = False,
+        extra: tuple[tuple[str, str], ...] = (),
+    ) -> None:
         self.send_response(status)
-        self.send_header("Content-Type", content_type)
-        self.send_header("Content-Length", str(len(body)))
-        self.send_header("Cache-Control", "no-cache" if cache else "no-store")
-        for name, value in SECURITY_HEADERS.items():
+        headers = answer_headers(content_type, len(body), cache=cache, close=self.close_connection)
+        for name, value in [*headers, *extra]:
             self.send_header(name, value)
         self.end_headers()
         if self.command != "HEAD":
             self.wfile.write(body)
 
-    def _json(self, status: int, value: Any) -> None:
-        self._send(status, encode_json(value), "application/json; charset=utf-8")
+    def _json(self, status: int, value: Any, extra: tuple[tuple[str, str], ...] = ()) -> None:
+        self._send(status, encode_json(value), JSON_TYPE, extra=extra)
 
-    def _error(self, status: int, message: str) -> None:
-        self._json(status, {"error": message})
+    def _error(self, status: int, message: str, extra: tuple[tuple[str, str], ...] = ()) -> None:
+        self._json(status, {"error": message}, extra)
+
+    def send_error(self, code: int, message: str | None = None, explain: str | None = None) -> None:
+        """The standard library's own refusals (bad request line, 414, 431, 501, ...) as every
+        other error: JSON with the security headers, and the connection closed."""
+        if self.request_version == "HTTP/0.9":  # a request line refused before its version
+            self.request_version = "HTTP/1.1"  # was read: still a status line and headers
+        self.close_connection = True
+        text = message or self.responses.get(code, ("error",))[0]
+        self._error(code, text if len(text) <= 200 else text[:197] + "...")
 
     def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 (the stdlib's name)
         pass  # quiet: the terminal shows the URL and errors only
@@ -167,36 +222,57 @@ class Handler(BaseHTTPRequestHandler):
         self._handle("POST")
 
     def do_PUT(self) -> None:
-        self._method_not_allowed()
+        self._handle(None)
 
     do_DELETE = do_PATCH = do_OPTIONS = do_PUT
 
-    def _method_not_allowed(self) -> None:
-        self.close_connection = True
-        self._error(405, f"method {self.command} is not allowed")
-
-    def _handle(self, method: str) -> None:
+    def _handle(self, method: str | None) -> None:
         try:
-            self._route(method)
+            raw = self._read_body()  # first: whatever the answer, the request is read whole
+            if method is None:
+                raise ApiError(405, f"method {self.command} is not allowed")
+            self._route(method, raw)
         except ApiError as err:
-            self._error(err.status, err.message)
+            allow = {405: (("Allow", _allowed(self.path)),)}.get(err.status, ())
+            self._error(err.status, err.message, allow)
+        except (ConnectionError, TimeoutError):  # the client left or stalled: nobody to answer
+            self.close_connection = True
+            raise
         except Exception:  # a bug: the terminal gets the traceback, the page a short message
             traceback.print_exc(file=sys.stderr)
             self.close_connection = True
             self._error(500, "internal error (see the terminal)")
 
-    def _route(self, method: str) -> None:
-        if not self.server.host_allowed(self.headers.get("Host", "")):
+    def _read_body(self) -> bytes:
+        """The request's body, framed by its one Content-Length, read before anything else (and
+        so before the model lock); a framing error closes the connection."""
+        try:
+            length = body_length(self.headers, MAX_BODY)
+        except ApiError:
+            self.close_connection = True
+            raise
+        raw = self.rfile.read(length) if length else b""
+        self.reader.end_request()
+        if len(raw) < length:
+            self.close_connection = True
+            raise ApiError(400, f"the body ended after {len(raw)} of {length} bytes")
+        return raw
+
+    def _route(self, method: str, raw: bytes) -> None:
+        hosts = self.headers.get_all("Host") or [""]
+        if len(hosts) > 1:
+            self.close_connection = True
+            raise ApiError(400, "more than one Host header")
+        if not self.server.host_allowed(hosts[0]):
             self.close_connection = True
             raise ApiError(403, "unexpected Host header; open the address the viewer printed")
         if self.headers.get("Sec-Fetch-Site") == "cross-site":
             raise ApiError(403, "cross-site requests are refused")
-        parts = urlsplit(self.path)
-        path = parts.path
+        path, query = self._target()
         if method == "POST":
-            body = self._read_json_body()
+            body = self._json_body(raw)
         else:
-            body = {k: v[-1] for k, v in parse_qs(parts.query).items()}
+            body = {k: v[-1] for k, v in parse_qs(query).items()}
         route = api.ROUTES.get((method, path))
         if route is None:
             if method == "GET" and path in self.server.static:
@@ -206,7 +282,8 @@ class Handler(BaseHTTPRequestHandler):
             other = "POST" if method == "GET" else "GET"
             if (other, path) in api.ROUTES:
                 raise ApiError(405, f"{path} takes {other}")
-            raise ApiError(404, f"no such page: {path}")
+            shown_path = path if len(path) <= 100 else path[:97] + "..."
+            raise ApiError(404, f"no such page: {shown_path}")
         function, locked = route
         run = self.server.run
         if locked:
@@ -216,7 +293,22 @@ class Handler(BaseHTTPRequestHandler):
             answer = function(run, body)
         self._json(200, answer)
 
-    def _read_json_body(self) -> dict[str, Any]:
+    def _target(self) -> tuple[str, str]:
+        """The path and query of the request target; an absolute URL (RFC 9112 section 3.2.2)
+        must name this server as its Host header would."""
+        try:
+            parts = urlsplit(self.path)
+        except ValueError:  # an unclosed "[" of an IPv6 address, a bad port
+            raise ApiError(400, "the request target is not a valid URL") from None
+        if parts.scheme or parts.netloc:
+            if parts.scheme.lower() != "http":
+                raise ApiError(400, "the request target must be a path or an http:// URL")
+            if not self.server.host_allowed(parts.netloc):
+                self.close_connection = True
+                raise ApiError(403, "the request names another server")
+        return parts.path, parts.query
+
+    def _json_body(self, raw: bytes) -> dict[str, Any]:
         origin = self.headers.get("Origin")
         if origin is not None and origin not in {
             f"http://{self.headers.get('Host', '')}",
@@ -227,15 +319,9 @@ class Handler(BaseHTTPRequestHandler):
         if content_type != "application/json":
             self.close_connection = True
             raise ApiError(415, "the body must be application/json")
-        length_text = self.headers.get("Content-Length")
-        if length_text is None or not length_text.isdigit():
-            self.close_connection = True
+        if self.headers.get("Content-Length") is None:
+            self.close_connection = True  # a body may follow all the same, of unknown length
             raise ApiError(411, "a Content-Length is required")
-        length = int(length_text)
-        if length > MAX_BODY:
-            self.close_connection = True  # the unread body must not be taken for a request
-            raise ApiError(413, f"the body is larger than {MAX_BODY // 1024} KiB")
-        raw = self.rfile.read(length)
         try:
             body = json.loads(raw.decode("utf-8"), parse_constant=_reject_constant)
         except (UnicodeDecodeError, ValueError) as err:
@@ -245,6 +331,15 @@ class Handler(BaseHTTPRequestHandler):
         if not isinstance(body, dict):
             raise ApiError(400, "the body must be a JSON object")
         return body
+
+
+def _allowed(target: str) -> str:
+    """The Allow header of a 405 for ``target``: POST for the POST endpoints, else GET."""
+    path = target.split("?", 1)[0]
+    methods = {method for method, route_path in api.ROUTES if route_path == path}
+    if methods == {"POST"}:
+        return "POST"
+    return "GET, HEAD"  # an API GET, a file of the page, or no page at all
 
 
 def _reject_constant(name: str) -> None:
@@ -258,14 +353,18 @@ def make_server(
     port: int = 8000,
 ) -> ViewServer:
     """A viewer of ``out_dir`` bound to ``host:port`` (not yet serving). Raises ValueError with a
-    one-line message: nothing to show, not a glassllm checkpoint, or the port in use."""
+    one-line message: nothing to show, not a glassllm checkpoint, or the port in use. An IPv6
+    ``host`` may come bracketed as in a URL (``[::1]``)."""
+    if host.startswith("[") and host.endswith("]"):
+        host = host[1:-1]
     run = Run(out_dir, checkpoint)
     try:
         return ViewServer(run, host, port)
     except OSError as err:
         if err.errno == errno.EADDRINUSE:
             raise ValueError(f"port {port} is in use; pass --port 0 for any free port") from None
-        raise ValueError(f"cannot listen on {host}:{port}: {err.strerror or err}") from None
+        where = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+        raise ValueError(f"cannot listen on {where}: {err.strerror or err}") from None
 
 
 def serve(
@@ -277,7 +376,7 @@ def serve(
 ) -> None:
     """Serve the viewer until Ctrl-C: print its URL, open a browser when asked and possible."""
     server = make_server(out_dir, checkpoint, host, port)
-    if host not in LOOPBACK:
+    if not server.loopback_only:
         print(
             f"glassllm: warning: listening on {host}: anyone who can reach this machine can "
             "read the model and its training logs",
@@ -314,4 +413,4 @@ def _open(url: str) -> None:
         pass
 
 
-__all__ = ["HTTPStatus", "ViewServer", "make_server", "serve"]
+__all__ = ["SECURITY_HEADERS", "HTTPStatus", "ViewServer", "make_server", "serve"]
