@@ -9,16 +9,18 @@ type for: a bfloat16 is the top 16 bits of a float32. A malformed file raises `S
 (a ValueError); an OSError (a file that cannot be opened or read) passes through. Only a
 regular file is opened, never waiting on a FIFO (`glassllm._files`).
 
-Writing goes through the safetensors library (`serialize`, `write_file`) behind the boundary of
-`glassllm._foreign`: whatever the library raises, a panic included, is a `SafetensorsWriteError`
-(a ValueError), and the bytes reach the disk through Python's own file, so a full disk is an
-OSError naming the file (errno ENOSPC), never the library's own exception type.
+Writing goes through the safetensors library behind the boundary of `glassllm._foreign`:
+`serialize` (bytes in memory) turns whatever the library raises, a panic included, into a
+`SafetensorsWriteError` (a ValueError); `write_file` (straight to a file) into an OSError naming
+the file, so a full disk is errno ENOSPC, never the library's own exception type.
 """
 
 from __future__ import annotations
 
+import contextlib
 import math
 import os
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import BinaryIO
@@ -273,19 +275,30 @@ def write_file(
     tensors: Mapping[str, np.ndarray],
     metadata: Mapping[str, str] | None = None,
 ) -> None:
-    """Write ``tensors`` and ``metadata`` to ``path`` as a new safetensors file (`serialize`),
-    flushed to disk, with ordinary permissions (0o666 minus the umask; the library's own
-    ``save_file`` leaves 0o600). A write that fails (a full disk: ENOSPC) raises OSError naming
-    ``path`` and removes what it had written; callers that must never show a half-written file
-    write into a temporary path (as `glassllm.atomic_file` and ``glassllm.hf`` do)."""
-    data = serialize(tensors, metadata)
+    """Write ``tensors`` and ``metadata`` to ``path`` with the library's ``save_file`` (which
+    streams the tensors to the file and leaves it mode 0o600). Whatever it raises, a panic
+    included, is an OSError naming ``path`` (a full disk keeps its errno, ENOSPC), and a file it
+    left half written is removed; callers that must never show a half-written file write into a
+    temporary path (as ``glassllm.hf`` does)."""
+    import safetensors.numpy
+
     path = os.fspath(path)
     try:
-        with open(path, "xb") as handle:
-            handle.write(data)
-            handle.flush()
-            os.fsync(handle.fileno())
-    except OSError as err:
-        if os.path.isfile(path):
-            os.unlink(path)
-        raise OSError(err.errno, err.strerror or str(err), path) from None
+        with foreign_call(lambda why: _write_error(path, why)):
+            safetensors.numpy.save_file(
+                dict(tensors), path, metadata=None if metadata is None else dict(metadata)
+            )
+    except OSError:
+        with contextlib.suppress(OSError):
+            if os.path.isfile(path):
+                os.unlink(path)
+        raise
+
+
+def _write_error(path: str, why: str) -> OSError:
+    """An OSError for the library's failure ``why``, with the OS error number it names
+    (``... (os error 28)``) when it names one."""
+    found = re.search(r"(?:\bcode: |os error |\[Errno )(\d+)", why)
+    if found is None:
+        return OSError(f"cannot write {path!r} ({why})")
+    return OSError(int(found.group(1)), f"cannot write ({why})", path)

@@ -73,6 +73,8 @@ def save_pretrained(
         _write_json(temporary / CONFIG, config_to_hf(config, bos_token_id=eos, eos_token_id=eos))
         # through glassllm's boundary: a full disk is an OSError, not the library's own error
         write_file(temporary / WEIGHTS, tensors, metadata={"format": "pt"})
+        # safetensors creates its file 0o600; give it the mode open() gave config.json (umask).
+        os.chmod(temporary / WEIGHTS, (temporary / CONFIG).stat().st_mode & 0o777)
         if hf_tokenizer is not None:
             _write_tokenizer(hf_tokenizer, eos, config.block_size, temporary)
         for file in temporary.iterdir():

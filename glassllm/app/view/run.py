@@ -175,10 +175,12 @@ class Run:
         """Records of ``log.jsonl`` and ``stats.jsonl`` with ``iter > since``, read by the same
         readers as training and resume (`glassllm.app.run_log.read_log`,
         `glassllm.app.stats.read_stats`): a bad line is skipped and counted, the last line
-        left out while a run is still writing it. ``skipped`` says, per file, how many lines
-        were skipped and why (``{"count", "reasons"}``), or why the file cannot be read at all
-        (``{"count": 0, "error": ...}``, e.g. a FIFO, which is never waited on)."""
-        answer: dict[str, Any] = {"skipped": {}}
+        left out while a run is still writing it. ``skipped``, there only when a line was
+        skipped or a file cannot be read, says per file how many lines and why (``{"count",
+        "reasons"}``), or why the file cannot be read at all (``{"count": 0, "error": ...}``,
+        e.g. a FIFO, which is never waited on)."""
+        answer: dict[str, Any] = {}
+        skipped: dict[str, Any] = {}
         for key, name, path, read in (
             ("evals", "log", self.log_path, read_log),
             ("stats", "stats", self.stats_path, read_stats),
@@ -187,11 +189,13 @@ class Run:
                 lines = read(path, live=True)
             except (ValueError, OSError) as err:  # FileProblem: not a regular file, unreadable
                 answer[key] = []
-                answer["skipped"][name] = {"count": 0, "error": str(err)}
+                skipped[name] = {"count": 0, "error": str(err)}
                 continue
             answer[key] = [line.value for line in lines.records if line.value["iter"] > since]
             if lines.skipped:
-                answer["skipped"][name] = {"count": lines.skipped, "reasons": lines.reasons}
+                skipped[name] = {"count": lines.skipped, "reasons": lines.reasons}
+        if skipped:
+            answer["skipped"] = skipped
         return answer
 
 
