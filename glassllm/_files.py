@@ -1,11 +1,13 @@
 """Opening files the program did not make: regular files only, never blocking, reads bounded.
 
-The one rule for every file glassllm opens to read or append (a corpus, a run's logs, a
-checkpoint, a Hugging Face directory's files): it must be a regular file (a symlink is followed
-to one). A FIFO, device, socket or directory is refused with `FileProblem` naming what it is,
-and nothing waits on it: the file is opened with ``O_NONBLOCK`` (``open`` of a FIFO without a
-writer blocks otherwise) and its type checked on the open descriptor with ``fstat``, so a file
-swapped for a FIFO between a check and the open is refused too. Reads stop at a limit given by
+The one rule for every file glassllm opens to read (a corpus, a run's logs, a checkpoint, a
+Hugging Face directory's files): it must be a regular file (a symlink is followed to one). A
+FIFO, device, socket or directory is refused with `FileProblem` naming what it is. A file
+written in place (a run's logs) may also be a character device (``/dev/null``), never a FIFO,
+socket, directory or block device. Nothing waits on a file: each is opened with
+``O_NONBLOCK`` (``open`` of a FIFO without a writer blocks otherwise) and its type checked on the
+open descriptor with ``fstat``, so a file swapped for a FIFO between a check and the open is
+refused too. Reads stop at a limit given by
 the caller, so a file that grows, or claims no size (``/proc``), costs no more than the limit.
 
 >>> import os, tempfile
@@ -60,6 +62,21 @@ def _refuse(label: str, info: os.stat_result) -> None:
         raise FileProblem(label, f"is {kind}, not a regular file")
 
 
+def not_writable_kind(mode: int) -> str | None:
+    """What a file of mode ``mode`` is when the program must not write to it: a FIFO (a write
+    waits for a reader), a socket, a directory or a block device; else None. A character device
+    is written as any file (``/dev/null`` discards a log; ``/dev/full`` answers ENOSPC)."""
+    if stat.S_ISREG(mode) or stat.S_ISCHR(mode):
+        return None
+    return not_regular(mode)
+
+
+def _refuse_for_writing(label: str, info: os.stat_result) -> None:
+    kind = not_writable_kind(info.st_mode)
+    if kind is not None:
+        raise FileProblem(label, f"is {kind}, not a regular file")
+
+
 def _unreadable(label: str, err: OSError) -> FileProblem:
     if isinstance(err, FileNotFoundError):
         return FileProblem(label, "not found")
@@ -67,29 +84,36 @@ def _unreadable(label: str, err: OSError) -> FileProblem:
     return FileProblem(label, f"cannot be read ({reason})", f"cannot read {label}: {reason}")
 
 
-def open_regular(path: str | os.PathLike[str], label: str, append: bool = False) -> BinaryIO:
-    """``path`` opened in binary mode, for reading (or, with ``append``, for appending, created if
-    absent), when it is a regular file; else `FileProblem` (missing, unreadable, or not a regular
-    file). Never blocks on a FIFO."""
-    flags = (os.O_WRONLY | os.O_APPEND | os.O_CREAT) if append else os.O_RDONLY
+def open_regular(path: str | os.PathLike[str], label: str, mode: str = "read") -> BinaryIO:
+    """``path`` opened in binary mode to ``"read"`` (a regular file only), or to ``"write"``
+    (truncated) or ``"append"``, created if absent (a regular file or a character device:
+    `not_writable_kind`); else `FileProblem` (missing, unreadable, or a kind refused). Never
+    blocks on a FIFO."""
+    flags = {
+        "read": os.O_RDONLY,
+        "write": os.O_WRONLY | os.O_CREAT | os.O_TRUNC,
+        "append": os.O_WRONLY | os.O_CREAT | os.O_APPEND,
+    }[mode]
+    refuse = _refuse if mode == "read" else _refuse_for_writing
     try:
         descriptor = os.open(path, flags | _NONBLOCK | _BINARY, 0o666)
-    except OSError as err:  # a FIFO opened to append without a reader: ENXIO
+    except OSError as err:  # a FIFO opened to write without a reader: ENXIO
         with contextlib.suppress(OSError):
-            _refuse(label, os.stat(path))
+            refuse(label, os.stat(path))
+        if mode != "read":
+            raise  # a write's own error (permissions, a full disk) as it is
         raise _unreadable(label, err) from None
     try:
-        _refuse(label, os.fstat(descriptor))
+        refuse(label, os.fstat(descriptor))
         if _NONBLOCK:  # a regular file ignores it; cleared all the same, for plain semantics
             import fcntl
 
-            fcntl.fcntl(
-                descriptor, fcntl.F_SETFL, fcntl.fcntl(descriptor, fcntl.F_GETFL) & ~_NONBLOCK
-            )
+            flags = fcntl.fcntl(descriptor, fcntl.F_GETFL)
+            fcntl.fcntl(descriptor, fcntl.F_SETFL, flags & ~_NONBLOCK)
     except BaseException:
         os.close(descriptor)
         raise
-    return os.fdopen(descriptor, "ab" if append else "rb")
+    return os.fdopen(descriptor, {"read": "rb", "write": "wb", "append": "ab"}[mode])
 
 
 def read_regular(path: str | os.PathLike[str], limit: int, label: str, hint: str = "") -> bytes:

@@ -21,7 +21,6 @@ from glassllm.app import jsonl
 from glassllm.app.config import MAX_STEPS
 from glassllm.app.jsonl import JsonLines, integer, number, number_or_null, read_json_lines
 from glassllm.app.options import field_problems, option
-from glassllm.atomic_file import write_bytes_atomically
 
 # Keys of a record that a checkpoint written before they were logged lacks.
 OPTIONAL_KEYS = ("train_bpc", "val_bpc")
@@ -128,15 +127,16 @@ class RunLog:
     def __init__(self, path: str | os.PathLike[str], kept: str) -> None:
         self.path = Path(path)
         self._head: str | None = kept
+        self._label = f"log {str(self.path)!r}"
 
     def append(self, record: EvalRecord) -> None:
-        """Add ``record``'s line. The first one replaces the file atomically (a file that is
-        not a regular file is refused, never replaced); later ones are appended, to a regular
-        file only (a FIFO put there meanwhile is refused, not waited on)."""
+        """Add ``record``'s line: the first one rewrites the file, later ones are appended. A
+        FIFO (or a socket, a directory) there is refused, never waited on (`glassllm._files`)."""
         line = record.to_line()
         if self._head is not None:  # the run's first evaluation: start the log
-            write_bytes_atomically(self.path, (self._head + line).encode("utf-8"))
+            with open_regular(self.path, self._label, "write") as log:
+                log.write((self._head + line).encode("utf-8"))
             self._head = None
         else:
-            with open_regular(self.path, f"log {str(self.path)!r}", append=True) as log:
+            with open_regular(self.path, self._label, "append") as log:
                 log.write(line.encode("utf-8"))

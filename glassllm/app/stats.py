@@ -60,7 +60,6 @@ from glassllm._text import finite_for_json
 from glassllm.app import jsonl
 from glassllm.app.config import STATS_NAME  # the file in out_dir: one record per line
 from glassllm.app.jsonl import JsonLines, read_json_lines
-from glassllm.atomic_file import write_bytes_atomically
 from glassllm.tensor import Tensor
 
 __all__ = [
@@ -213,11 +212,12 @@ class StatsLog:
         """Begin the file: a fresh run (``kept_until`` None) empties it; a resumed run keeps the
         lines with ``iter <= kept_until`` (the checkpoint's iteration) and drops later ones and
         bad ones (``warn`` is told how many), as ``log.jsonl`` is kept. Without stats and
-        without a file, nothing. The file is replaced atomically, and only a regular file."""
+        without a file, nothing. A FIFO there is refused, never waited on (`glassllm._files`)."""
         if self.interval == 0 and not os.path.lexists(self.path):
             return
         kept = "" if kept_until is None else kept_lines(self.path, kept_until, warn)
-        write_bytes_atomically(self.path, kept.encode("utf-8"))
+        with open_regular(self.path, f"stats {str(self.path)!r}", "write") as file:
+            file.write(kept.encode("utf-8"))
 
     def before_update(self, iteration: int, grad_norm: float | None, evaluated: bool) -> None:
         """Copy the weights and measure the gradients when step ``iteration + 1`` is logged."""
@@ -248,7 +248,7 @@ class StatsLog:
         if hist is not None:
             record["hist"] = hist
         line = json.dumps(record, allow_nan=False, separators=(",", ":")) + "\n"
-        with open_regular(self.path, f"stats {str(self.path)!r}", append=True) as file:
+        with open_regular(self.path, f"stats {str(self.path)!r}", "append") as file:
             file.write(line.encode("utf-8"))  # a FIFO put there meanwhile: refused, not waited on
         return record
 
