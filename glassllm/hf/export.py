@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from glassllm._foreign import foreign_call
-from glassllm._text import parse_json
+from glassllm._text import parse_json, utf8_problem
 from glassllm.atomic_file import fsync_path
 from glassllm.data.bpe import END_OF_TEXT, BPETokenizer, byte_level_alphabet, import_tokenizers
 from glassllm.data.tokenizers import ByteTokenizer, CharTokenizer
@@ -95,7 +95,11 @@ def hf_tokenizer_of(tokenizer: CharTokenizer | ByteTokenizer | BPETokenizer) -> 
     from tokenizers import decoders, models, pre_tokenizers
 
     if isinstance(tokenizer, CharTokenizer):
-        hf = tokenizers.Tokenizer(models.BPE(vocab=dict(tokenizer.stoi), merges=[]))
+        problem = utf8_problem("".join(tokenizer.chars))  # a checkpoint's JSON can hold one
+        if problem is not None:
+            raise HFFormatError("cannot export", [f"the character vocabulary: {problem}"])
+        with foreign_call(lambda why: HFFormatError("cannot export", [f"the tokenizer ({why})"])):
+            hf = tokenizers.Tokenizer(models.BPE(vocab=dict(tokenizer.stoi), merges=[]))
         hf.decoder = decoders.Fuse()
         return hf
     if isinstance(tokenizer, ByteTokenizer):

@@ -230,3 +230,25 @@ def test_training_onto_a_full_disk_is_one_line_and_leaves_no_temporary(tmp_path)
         assert_one_line_error(status, err, "No space left on device", "ckpt.safetensors")
         left = {p.name: p.stat().st_size for p in (disk / "o").iterdir()}
         assert left in ({}, {"stats.jsonl": 0}), left  # no temporary, no half a file
+
+
+def test_a_char_vocabulary_with_a_lone_surrogate_is_one_line_from_export(tmp_path):
+    """A verified checkpoint's JSON can spell a lone surrogate (\\ud800) in its characters:
+    sampling copes, export (which hands the vocabulary to the tokenizers library) refuses it."""
+    import numpy as np
+
+    from glassllm.data import CharTokenizer
+    from glassllm.models import GPT, GPTConfig
+
+    tokenizer = CharTokenizer.from_text("ab\ud800")
+    config = GPTConfig(vocab_size=3, block_size=8, n_layer=1, n_head=1, n_embd=8)
+    model = GPT(config, rng=np.random.default_rng(0))
+    path = tmp_path / "ckpt.safetensors"
+    glassllm.save(path, model, metadata=RunState(model_config=config, tokenizer=tokenizer)
+                  .to_metadata())  # fmt: skip
+    status, _, err = glassllm_cli("sample", "--checkpoint", path, "--prompt", "ab",
+                                  "--max-new-tokens", 3)  # fmt: skip
+    assert status == 0, err
+    status, _, err = glassllm_cli("export", "--checkpoint", path, "--out-dir", tmp_path / "m")
+    assert_one_line_error(status, err, "lone surrogate U+D800")
+    assert not (tmp_path / "m").exists()
