@@ -5,6 +5,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
+from glassllm._files import open_regular
 from glassllm.app.run_log import read_log
 
 
@@ -37,8 +38,11 @@ def plot_losses(log_path: str | Path, png_path: str | Path) -> bool:
     ax.grid(alpha=0.3)
     ax.legend()
     fig.tight_layout()
-    fig.savefig(png_path, dpi=100)
-    plt.close(fig)
+    try:
+        with open_regular(png_path, f"loss plot {str(png_path)!r}", "write") as png:  # no FIFO
+            fig.savefig(png, format="png", dpi=100)
+    finally:
+        plt.close(fig)
     return True
 
 
