@@ -18,14 +18,21 @@ ValueError: the parser failed (ValueError: invalid literal for int() with base 1
 
 from __future__ import annotations
 
-import contextlib
 import os
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 
 from glassllm._text import shown
 
 _STDERR_LOCK = threading.RLock()
+_NULL: list[int] = []  # the null device, opened once (a call costs 3 system calls, not 5)
+_DEPTH = [0]  # how deep the lock's owner is nested in silenced blocks
+
+
+def stderr_silenced() -> _StderrSilenced:
+    """File descriptor 2 on the null device for a block of many library calls (a vocabulary
+    decoded token by token), so that each call inside costs no system call of its own."""
+    return _StderrSilenced()
 
 
 def is_panic(err: BaseException) -> bool:
@@ -41,41 +48,57 @@ def one_line(err: BaseException, limit: int = 300) -> str:
     return f"{kind}: {shown(text, limit)[1:-1]}" if text else kind
 
 
-@contextlib.contextmanager
-def _stderr_silenced() -> Iterator[None]:
-    """File descriptor 2 on the null device until the block ends (nothing where it cannot)."""
-    with _STDERR_LOCK:
-        try:
-            saved = os.dup(2)
-        except OSError:  # no stderr at all: nothing to keep quiet
-            yield
+class _StderrSilenced:
+    """File descriptor 2 on the null device until the block ends (nothing where it cannot).
+    A class, not a generator: it is entered once per library call (~2 us)."""
+
+    def __enter__(self) -> None:
+        _STDERR_LOCK.acquire()
+        self.saved = None
+        _DEPTH[0] += 1
+        if _DEPTH[0] > 1:  # already silenced by this thread (it holds the lock): nothing to do
             return
         try:
-            null = os.open(os.devnull, os.O_WRONLY)
-            os.dup2(null, 2)
-            os.close(null)
-        except OSError:
-            os.close(saved)
-            yield
-            return
+            if not _NULL:
+                _NULL.append(os.open(os.devnull, os.O_WRONLY | getattr(os, "O_CLOEXEC", 0)))
+            self.saved = os.dup(2)
+            os.dup2(_NULL[0], 2)
+        except OSError:  # no stderr, or no null device: nothing to keep quiet
+            if self.saved is not None:
+                os.close(self.saved)
+                self.saved = None
+
+    def __exit__(self, *exc_info: object) -> None:
+        _DEPTH[0] -= 1
         try:
-            yield
+            if self.saved is not None:
+                os.dup2(self.saved, 2)
+                os.close(self.saved)
         finally:
-            os.dup2(saved, 2)
-            os.close(saved)
+            _STDERR_LOCK.release()
 
 
-@contextlib.contextmanager
-def foreign_call(error: Callable[[str], BaseException], quiet: bool = True) -> Iterator[None]:
+class foreign_call:  # noqa: N801 - used as a function: ``with foreign_call(error):``
     """Run the block as a call into a third-party library: an Exception or a Rust panic raised in
     it becomes ``error(one_line(err))`` (``"panic: ..."`` for a panic), raised from None;
     ``quiet`` silences file descriptor 2 meanwhile (see the module docstring)."""
-    with _stderr_silenced() if quiet else contextlib.nullcontext():
-        try:
-            yield
-        except Exception as err:
-            raise error(one_line(err)) from None
-        except BaseException as err:  # KeyboardInterrupt, SystemExit, ... pass on untouched
-            if not is_panic(err):
-                raise
-            raise error(one_line(err)) from None
+
+    def __init__(self, error: Callable[[str], BaseException], quiet: bool = True) -> None:
+        self.error = error
+        self.quiet = _StderrSilenced() if quiet else None
+
+    def __enter__(self) -> None:
+        if self.quiet is not None:
+            self.quiet.__enter__()
+
+    def __exit__(
+        self, kind: type[BaseException] | None, err: BaseException | None, tb: object
+    ) -> bool:
+        if self.quiet is not None:
+            self.quiet.__exit__()
+        if err is None:
+            return False
+        # KeyboardInterrupt, SystemExit and every other BaseException pass on untouched
+        if isinstance(err, Exception) or is_panic(err):
+            raise self.error(one_line(err)) from None
+        return False

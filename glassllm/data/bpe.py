@@ -35,7 +35,7 @@ import numpy as np
 
 from glassllm._files import FileProblem, read_regular
 from glassllm._foreign import foreign_call
-from glassllm._text import parse_json, shown, utf8_problem
+from glassllm._text import parse_json, utf8_problem
 
 END_OF_TEXT = "<|endoftext|>"
 # 256 byte symbols + <|endoftext|>: the smallest byte-level vocabulary (no merge at all).
@@ -209,14 +209,14 @@ class BPETokenizer:
 
     def decode(self, ids: Iterable[int]) -> str:
         ids = [int(i) for i in ids]
-        with _library(f"decode token ids {shown(ids, 40)}"):
+        with _library("decode token ids"):
             return self.tokenizer.decode(ids, skip_special_tokens=False)
 
     def token_repr(self, token_id: int) -> str:
         """A printable form of one token: its text quoted (``' the'``), its bytes when they are not
         whole UTF-8 characters (``'\\xe2\\x80'``), a special token as written."""
         token_id = int(token_id)
-        with _library(f"look up token id {token_id}"):
+        with _library("look up a token id"):
             token = self.tokenizer.id_to_token(token_id)
         if token is None:
             return f"<id {token_id} not in the tokenizer>"
@@ -242,7 +242,7 @@ class BPETokenizer:
     def token_id(self, token: str) -> int | None:
         """The id of a token string (e.g. ``<|endoftext|>``), None when absent."""
         token = _checked_text(token, "the token")
-        with _library(f"look up token {shown(token)}"):
+        with _library("look up a token"):
             return self.tokenizer.token_to_id(token)
 
     def __repr__(self) -> str:

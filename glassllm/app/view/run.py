@@ -18,6 +18,7 @@ from typing import Any
 
 import numpy as np
 
+from glassllm._foreign import stderr_silenced
 from glassllm.app.config import CHECKPOINT_NAME, LOG_NAME, STATS_NAME
 from glassllm.app.run_log import read_log
 from glassllm.app.run_state import SavedRun
@@ -133,9 +134,10 @@ class Run:
         """Every token id of the model as the page shows it: ``{"id", "text", "repr"}``."""
         if self._tokens is None:
             assert self.model is not None and self.tokenizer is not None
-            self._tokens = [
-                _token_entry(self.tokenizer, i) for i in range(self.model.config.vocab_size)
-            ]
+            with stderr_silenced():  # one silenced block, not one per token (glassllm._foreign)
+                self._tokens = [
+                    _token_entry(self.tokenizer, i) for i in range(self.model.config.vocab_size)
+                ]
         return self._tokens
 
     def token(self, token_id: int) -> dict[str, Any]:
