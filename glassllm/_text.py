@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import reprlib
 from collections.abc import Iterable
 from typing import Any
@@ -75,22 +76,68 @@ def _cut(value: Any) -> str:
     return text if len(text) <= 80 else text[:77] + "..."
 
 
+# ---------------------------------------------------------------------------------- text
+
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def utf8_problem(text: str) -> str | None:
+    r"""Why ``text`` is not text UTF-8 can encode, or None. Python keeps the bytes of a command
+    line argument that are not UTF-8 as lone surrogates U+DC80..U+DCFF (``surrogateescape``) and
+    a JSON string may spell any surrogate as ``\udXXX``; neither is a character.
+
+    >>> utf8_problem("caf\xe9"), utf8_problem("caf\udce9")
+    (None, 'it is not valid UTF-8 (byte 0xe9 at character 3)')
+    """
+    found = _SURROGATE.search(text)
+    if found is None:
+        return None
+    code, at = ord(found.group()), found.start()
+    if 0xDC80 <= code <= 0xDCFF:
+        return f"it is not valid UTF-8 (byte 0x{code - 0xDC00:02x} at character {at})"
+    return f"it holds a lone surrogate U+{code:04X} at character {at}, which is not a character"
+
+
 # ---------------------------------------------------------------------------------- JSON
 
 
 def parse_json(data: bytes | str) -> Any:
     """The JSON value of ``data``: UTF-8, no key given twice in an object, nested at most
-    MAX_JSON_DEPTH deep. Anything else raises ValueError whose message says what, in words fit
-    for a user (at most about 200 characters)."""
+    MAX_JSON_DEPTH deep, numbers only finite ones (no ``NaN`` or ``Infinity``, which JSON does not
+    have, and no ``1e999``, which overflows a float). Anything else raises ValueError whose
+    message says what, in words fit for a user (at most about 200 characters).
+
+    >>> parse_json(b'{"a": [1, 2.5]}')
+    {'a': [1, 2.5]}
+    >>> parse_json("[NaN]")
+    Traceback (most recent call last):
+    ValueError: NaN is not a JSON number
+    """
     try:
-        text = data.decode("utf-8") if isinstance(data, bytes) else data
-        value = json.loads(text, object_pairs_hook=_unique_keys)
+        text = data.decode("utf-8") if isinstance(data, (bytes, bytearray)) else data
+        value = json.loads(
+            text,
+            object_pairs_hook=_unique_keys,
+            parse_constant=_not_a_number,
+            parse_float=_finite_float,
+        )
     except RecursionError:
         raise ValueError(f"nested deeper than {MAX_JSON_DEPTH}") from None
     except ValueError as err:  # JSONDecodeError, UnicodeDecodeError, a key twice, a huge int
         raise ValueError(shown(str(err), 200)[1:-1]) from None
     if _depth(value) > MAX_JSON_DEPTH:
         raise ValueError(f"nested deeper than {MAX_JSON_DEPTH}")
+    return value
+
+
+def _not_a_number(name: str) -> Any:
+    raise ValueError(f"{name} is not a JSON number")
+
+
+def _finite_float(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):
+        raise ValueError(f"the number {shown(text, 40)[1:-1]} does not fit a float")
     return value
 
 

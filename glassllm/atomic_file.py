@@ -48,9 +48,11 @@ def write_bytes_atomically(path: str | os.PathLike[str], data: bytes) -> None:
             handle.flush()
             os.fsync(handle.fileno())  # the bytes are on disk before the name points at them
         os.replace(temporary, path)
-    except BaseException:
+    except BaseException as err:
         with contextlib.suppress(OSError):
             os.unlink(temporary)
+        if isinstance(err, OSError) and err.filename is None:  # a full disk: name the file
+            raise OSError(err.errno, err.strerror or str(err), path) from None
         raise
     fsync_path(directory)
     remove_stale_temporaries(path)

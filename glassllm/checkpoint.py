@@ -39,13 +39,12 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-import safetensors.numpy
 
 from glassllm._text import shown
 from glassllm.atomic_file import write_bytes_atomically
 from glassllm.nn.module import Module
 from glassllm.optim.optimizer import Optimizer
-from glassllm.safetensors_file import SafetensorsError, read_header, read_tensors
+from glassllm.safetensors_file import SafetensorsError, read_header, read_tensors, serialize
 
 __all__ = ["Checkpoint", "CheckpointError", "save", "read", "load", "read_metadata"]
 
@@ -468,7 +467,8 @@ def _atomic_write(path: str, tensors: dict[str, np.ndarray], header: dict[str, s
         raise FileNotFoundError(f"cannot save checkpoint: directory {directory} does not exist")
     if os.path.isdir(path):
         raise CheckpointError(f"cannot save checkpoint: {path} is a directory")
-    # Serialised in memory and written through our own descriptor: the file gets ordinary
-    # permissions (safetensors' save_file leaves 0o600), and the bytes we fsync are exactly the
-    # ones we wrote.
-    write_bytes_atomically(path, safetensors.numpy.save(tensors, metadata=header))
+    # Serialised in memory (behind the library boundary: its errors are ValueErrors) and written
+    # through our own descriptor: the file gets ordinary permissions (safetensors' save_file
+    # leaves 0o600), the bytes we fsync are exactly the ones we wrote, and a full disk is an
+    # OSError naming the file, the previous checkpoint intact.
+    write_bytes_atomically(path, serialize(tensors, header))

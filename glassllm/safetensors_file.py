@@ -6,20 +6,29 @@ then the tensors' bytes, offsets counted from the end of the header. Checkpoints
 (`read_tensors`); Hugging Face weights go tensor by tensor straight into the model's own arrays
 (`read_into`: peak memory is the model, not model + file), widening BF16, which NumPy has no
 type for: a bfloat16 is the top 16 bits of a float32. A malformed file raises `SafetensorsError`
-(a ValueError); an OSError (a file that cannot be opened or read) passes through.
-Writing stays with ``safetensors.numpy.save``.
+(a ValueError); an OSError (a file that cannot be opened or read) passes through. Only a
+regular file is opened, never waiting on a FIFO (`glassllm._files`).
+
+Writing goes through the safetensors library behind the boundary of `glassllm._foreign`:
+`serialize` (bytes in memory) turns whatever the library raises, a panic included, into a
+`SafetensorsWriteError` (a ValueError); `write_file` (straight to a file) into an OSError naming
+the file, so a full disk is errno ENOSPC, never the library's own exception type.
 """
 
 from __future__ import annotations
 
+import contextlib
 import math
 import os
-import stat
+import re
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import BinaryIO
 
 import numpy as np
 
+from glassllm._files import FileProblem, open_regular
+from glassllm._foreign import foreign_call
 from glassllm._text import listed, parse_json, shown
 
 __all__ = [
@@ -27,10 +36,13 @@ __all__ = [
     "MAX_HEADER_BYTES",
     "NUMPY_DTYPES",
     "SafetensorsError",
+    "SafetensorsWriteError",
     "TensorEntry",
     "read_header",
     "read_into",
     "read_tensors",
+    "serialize",
+    "write_file",
 ]
 
 # safetensors dtype -> NumPy dtype of the stored bytes (little-endian), for the floats `read_into`
@@ -116,9 +128,13 @@ def read_tensors(path: str) -> tuple[dict[str, np.ndarray], dict[str, str]]:
 
 
 def _open_regular(path: str) -> BinaryIO:
-    if not stat.S_ISREG(os.stat(path).st_mode):  # a FIFO would block, a device never end
-        raise SafetensorsError(path, "not a regular file")
-    return open(path, "rb")
+    os.stat(path)  # a missing file: FileNotFoundError, as open() would raise
+    try:  # a FIFO would block, a device never end
+        return open_regular(path, repr(path))
+    except FileProblem as err:
+        if "not a regular file" in err.problem:
+            raise SafetensorsError(path, f"not a regular file ({err.problem})") from None
+        raise OSError(f"cannot read {path!r}: {err.problem}") from None
 
 
 def _header(
@@ -205,7 +221,7 @@ def read_into(entry: TensorEntry, out: np.ndarray) -> None:
     stored = np.dtype(FLOAT_DTYPES[entry.dtype])
     if entry.size == 0:
         return
-    with open(entry.file, "rb") as handle:
+    with _open_regular(entry.file) as handle:
         handle.seek(entry.offset)
         if out.dtype == stored and out.flags.c_contiguous:
             _read_exactly(handle, memoryview(out).cast("B"), entry)  # no copy at all
@@ -226,3 +242,63 @@ def _read_exactly(handle, buffer: memoryview, entry: TensorEntry) -> None:
                 entry.file, "it ends inside a tensor's data (changed while read?)"
             )
         done += count
+
+
+# ---------------------------------------------------------------------------------- writing
+
+
+class SafetensorsWriteError(ValueError):
+    """The safetensors library could not serialise these tensors: the message says why."""
+
+
+def serialize(
+    tensors: Mapping[str, np.ndarray], metadata: Mapping[str, str] | None = None
+) -> bytes:
+    """The bytes of a safetensors file holding ``tensors`` (C-ordered NumPy arrays) and
+    ``metadata``, made by the safetensors library (``safetensors.numpy.save``); anything it
+    raises, a panic included, is a SafetensorsWriteError.
+
+    >>> data = serialize({"w": np.zeros(2, np.float32)}, {"format": "pt"})
+    >>> int.from_bytes(data[:8], "little") == len(data) - 8 - 8
+    True
+    """
+    import safetensors.numpy
+
+    with foreign_call(lambda why: SafetensorsWriteError(f"cannot serialise tensors ({why})")):
+        return safetensors.numpy.save(
+            dict(tensors), metadata=None if metadata is None else dict(metadata)
+        )
+
+
+def write_file(
+    path: str | os.PathLike[str],
+    tensors: Mapping[str, np.ndarray],
+    metadata: Mapping[str, str] | None = None,
+) -> None:
+    """Write ``tensors`` and ``metadata`` to ``path`` with the library's ``save_file`` (which
+    streams the tensors to the file and leaves it mode 0o600). Whatever it raises, a panic
+    included, is an OSError naming ``path`` (a full disk keeps its errno, ENOSPC), and a file it
+    left half written is removed; callers that must never show a half-written file write into a
+    temporary path (as ``glassllm.hf`` does)."""
+    import safetensors.numpy
+
+    path = os.fspath(path)
+    try:
+        with foreign_call(lambda why: _write_error(path, why)):
+            safetensors.numpy.save_file(
+                dict(tensors), path, metadata=None if metadata is None else dict(metadata)
+            )
+    except OSError:
+        with contextlib.suppress(OSError):
+            if os.path.isfile(path):
+                os.unlink(path)
+        raise
+
+
+def _write_error(path: str, why: str) -> OSError:
+    """An OSError for the library's failure ``why``, with the OS error number it names
+    (``... (os error 28)``) when it names one."""
+    found = re.search(r"(?:\bcode: |os error |\[Errno )(\d+)", why)
+    if found is None:
+        return OSError(f"cannot write {path!r} ({why})")
+    return OSError(int(found.group(1)), f"cannot write ({why})", path)

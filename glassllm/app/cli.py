@@ -259,16 +259,18 @@ def _escaping_unencodable_output() -> typing.Iterator[None]:
     backslash escape (``\\xe9``) instead of raising UnicodeEncodeError."""
     restore = []
     for stream in (sys.stdout, sys.stderr):
-        if isinstance(stream, io.TextIOWrapper) and stream.errors == "strict":
+        # surrogateescape (a C locale's default) still fails on a lone surrogate not from a byte
+        if isinstance(stream, io.TextIOWrapper) and stream.errors in ("strict", "surrogateescape"):
             with contextlib.suppress(ValueError, io.UnsupportedOperation):
+                errors = stream.errors
                 stream.reconfigure(errors="backslashreplace")
-                restore.append(stream)
+                restore.append((stream, errors))
     try:
         yield
     finally:
-        for stream in restore:
+        for stream, errors in restore:
             with contextlib.suppress(ValueError, io.UnsupportedOperation):
-                stream.reconfigure(errors="strict")
+                stream.reconfigure(errors=errors)
 
 
 def _main(argv: Sequence[str] | None) -> int:

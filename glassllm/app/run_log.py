@@ -11,11 +11,15 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from glassllm._files import open_regular
 from glassllm._text import shown
+from glassllm.app import jsonl
 from glassllm.app.config import MAX_STEPS
+from glassllm.app.jsonl import JsonLines, integer, number, number_or_null, read_json_lines
 from glassllm.app.options import field_problems, option
 
 # Keys of a record that a checkpoint written before they were logged lacks.
@@ -62,39 +66,57 @@ class EvalRecord:
         return record
 
 
+# What each key of a log record must be, when the line has it (only "iter" is required: a log
+# written by an older glassllm, or by hand, may lack the others).
+_LOG_FIELDS = {
+    "train_loss": (number, "a number"),
+    "val_loss": (number, "a number"),
+    "train_bpc": (number_or_null, "a number or null"),
+    "val_bpc": (number_or_null, "a number or null"),
+    "lr": (number, "a number"),
+    "tokens": (integer, "an integer"),
+    "elapsed_s": (number, "a number"),
+}
+
+
+def record_problem(value: Any) -> str | None:
+    """Why the JSON value of a ``log.jsonl`` line is not a record, or None: an object with an
+    integer ``iter`` and, of the keys an `EvalRecord` has, each present one of its type."""
+    return jsonl.record_problem(value, _LOG_FIELDS)
+
+
+def read_log(path: str | os.PathLike[str], live: bool = False) -> JsonLines:
+    """The records of ``log.jsonl`` (each checked by `record_problem`), a bad
+    line skipped and counted (`glassllm.app.jsonl`: the one reader, and why). ``live``: a run
+    may be writing the last line. A file that cannot be read raises FileProblem (a ValueError)."""
+    return read_json_lines(path, record_problem, live=live, label=f"log {os.fspath(path)!r}")
+
+
 def kept_log(
     log_path: str | os.PathLike[str],
     last_eval_iteration: int | None,
     last_eval_record: EvalRecord | None = None,
+    warn: Callable[[str], None] | None = None,
 ) -> str:
     """The lines of a resumed run's log to keep: the records up to the checkpoint's last
-    evaluation, in order. Later records (a crash wrote them after the checkpoint) and lines that
-    are not strict JSON records are dropped; a missing log keeps nothing. When the record of the
-    last evaluation itself is missing (a kill between the checkpoint's rename and the log's
-    append), ``last_eval_record`` (the checkpoint's copy) takes its place."""
-    log_path = Path(log_path)
-    text = log_path.read_text(errors="replace") if log_path.is_file() else ""
+    evaluation, in order. Later records (a crash wrote them after the checkpoint) are dropped,
+    and bad lines (`read_log`) skipped, ``warn`` called with one line saying so; a missing log
+    keeps nothing. When the record of the last evaluation itself is missing (a kill between the
+    checkpoint's rename and the log's append), ``last_eval_record`` (the checkpoint's copy)
+    takes its place."""
+    lines = read_log(log_path)
     last = -1 if last_eval_iteration is None else last_eval_iteration
     kept, last_logged = [], None
-    for line in text.splitlines():
-        try:
-            iteration = json.loads(line, parse_constant=_not_json)["iter"]
-            if _is_int(iteration) and iteration <= last:
-                kept.append(line + "\n")
-                last_logged = iteration
-        except (ValueError, KeyError, TypeError, RecursionError):
-            continue
+    for line in lines.records:
+        if line.value["iter"] <= last:
+            kept.append(line.text + "\n")
+            last_logged = line.value["iter"]
     if last_eval_record is not None and last_logged != last_eval_record.iter:
         kept.append(last_eval_record.to_line())
+    message = lines.warning(Path(log_path).name)
+    if message is not None and warn is not None:
+        warn(message)
     return "".join(kept)
-
-
-def _not_json(name: str) -> Any:
-    raise ValueError(f"{name} is not JSON")
-
-
-def _is_int(value: Any) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
 
 
 class RunLog:
@@ -105,12 +127,16 @@ class RunLog:
     def __init__(self, path: str | os.PathLike[str], kept: str) -> None:
         self.path = Path(path)
         self._head: str | None = kept
+        self._label = f"log {str(self.path)!r}"
 
     def append(self, record: EvalRecord) -> None:
+        """Add ``record``'s line: the first one rewrites the file, later ones are appended. A
+        FIFO (or a socket, a directory) there is refused, never waited on (`glassllm._files`)."""
         line = record.to_line()
         if self._head is not None:  # the run's first evaluation: start the log
-            self.path.write_text(self._head + line)
+            with open_regular(self.path, self._label, "write") as log:
+                log.write((self._head + line).encode("utf-8"))
             self._head = None
         else:
-            with self.path.open("a") as log:
-                log.write(line)
+            with open_regular(self.path, self._label, "append") as log:
+                log.write(line.encode("utf-8"))

@@ -47,6 +47,7 @@ from typing import Any
 import numpy as np
 
 import glassllm
+from glassllm._files import not_writable_kind
 from glassllm._text import shown
 from glassllm.app.config import (
     CHECKPOINT_NAME,
@@ -409,7 +410,8 @@ def check_out_dir(out_dir: str | os.PathLike[str]) -> None:
     """Raise ValueError unless a run can write its files in ``out_dir``, creating it if needed.
 
     Checks without creating anything: ``out_dir`` is a writable directory, or the nearest
-    existing folder above it is one; none of the run's files there is a directory; an existing
+    existing folder above it is one; none of the run's files there is a directory, a FIFO (a
+    write would wait on it), a socket or a block device; an existing
     log or plot (rewritten in place, where the checkpoint is replaced by a rename) is writable.
     """
     out_dir = Path(out_dir)
@@ -432,9 +434,13 @@ def check_out_dir(out_dir: str | os.PathLike[str]) -> None:
         raise ValueError(f"out_dir {str(out_dir)!r} is not writable")
     for name, what in OUT_FILES.items():
         path = out_dir / name
-        if path.is_dir():
+        try:
+            kind = not_writable_kind(os.stat(path).st_mode)
+        except OSError:
+            kind = None  # absent (or a dangling link: written through, as a plain open would)
+        if kind is not None:  # a FIFO would block the run's first write, or a read of it
             raise ValueError(
-                f"{str(path)!r} is a directory, where the run writes its {what}: remove it or "
+                f"{str(path)!r} is {kind}, where the run writes its {what}: remove it or "
                 "choose another --out-dir"
             )
         if name != CHECKPOINT_NAME and path.exists() and not os.access(path, os.W_OK):

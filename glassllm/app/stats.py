@@ -49,14 +49,17 @@ from __future__ import annotations
 import json
 import math
 import os
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from glassllm._files import open_regular
 from glassllm._text import finite_for_json
+from glassllm.app import jsonl
 from glassllm.app.config import STATS_NAME  # the file in out_dir: one record per line
+from glassllm.app.jsonl import JsonLines, read_json_lines
 from glassllm.tensor import Tensor
 
 __all__ = [
@@ -65,6 +68,8 @@ __all__ = [
     "StepStats",
     "histogram",
     "kept_lines",
+    "read_stats",
+    "record_problem",
     "rms",
     "total_grad_norm",
     "was_clipped",
@@ -203,14 +208,16 @@ class StatsLog:
         self.stats = StepStats(named_parameters)
         self._pending: tuple[int, float, dict[str, Any] | None] | None = None
 
-    def start(self, kept_until: int | None) -> None:
+    def start(self, kept_until: int | None, warn: Callable[[str], None] | None = None) -> None:
         """Begin the file: a fresh run (``kept_until`` None) empties it; a resumed run keeps the
         lines with ``iter <= kept_until`` (the checkpoint's iteration) and drops later ones and
-        garbled ones, as ``log.jsonl`` is kept. Without stats and without a file, nothing."""
-        if self.interval == 0 and not self.path.exists():
+        bad ones (``warn`` is told how many), as ``log.jsonl`` is kept. Without stats and
+        without a file, nothing. A FIFO there is refused, never waited on (`glassllm._files`)."""
+        if self.interval == 0 and not os.path.lexists(self.path):
             return
-        kept = "" if kept_until is None else kept_lines(self.path, kept_until)
-        self.path.write_text(kept, encoding="utf-8")
+        kept = "" if kept_until is None else kept_lines(self.path, kept_until, warn)
+        with open_regular(self.path, f"stats {str(self.path)!r}", "write") as file:
+            file.write(kept.encode("utf-8"))
 
     def before_update(self, iteration: int, grad_norm: float | None, evaluated: bool) -> None:
         """Copy the weights and measure the gradients when step ``iteration + 1`` is logged."""
@@ -241,22 +248,50 @@ class StatsLog:
         if hist is not None:
             record["hist"] = hist
         line = json.dumps(record, allow_nan=False, separators=(",", ":")) + "\n"
-        with self.path.open("a", encoding="utf-8") as file:
-            file.write(line)
+        with open_regular(self.path, f"stats {str(self.path)!r}", "append") as file:
+            file.write(line.encode("utf-8"))  # a FIFO put there meanwhile: refused, not waited on
         return record
 
 
-def kept_lines(path: str | os.PathLike[str], last: int) -> str:
-    """The lines of a JSON-lines log whose ``iter`` is at most ``last``, in order (a missing file
-    keeps nothing; a garbled line, e.g. half-written by a crash, is dropped)."""
-    path = Path(path)
-    if not path.is_file():
-        return ""
-    kept = []
-    for line in path.read_text(encoding="utf-8", errors="replace").splitlines():
-        try:
-            if json.loads(line)["iter"] <= last:
-                kept.append(line + "\n")
-        except (ValueError, KeyError, TypeError):
-            continue
-    return "".join(kept)
+def _ratios(params: Any) -> bool:
+    return isinstance(params, dict) and all(
+        isinstance(v, list) and len(v) == 3 and all(map(jsonl.number_or_null, v))
+        for v in params.values()
+    )
+
+
+# What each key of a stats record must be, when the line has it (only "iter" is required).
+_STATS_FIELDS = {
+    "loss": (jsonl.number_or_null, "a number or null"),
+    "lr": (jsonl.number_or_null, "a number or null"),
+    "grad_norm": (jsonl.number_or_null, "a number or null"),
+    "clipped": (lambda v: isinstance(v, bool), "true or false"),
+    "params": (_ratios, "an object of [w_rms, grad_rms, log10_update_ratio]"),
+    "hist": (lambda v: isinstance(v, dict), "an object"),
+}
+
+
+def record_problem(value: Any) -> str | None:
+    """Why the JSON value of a ``stats.jsonl`` line is not a record, or None: an object with an
+    integer ``iter`` and, of the keys `StatsLog` writes, each present one of its type."""
+    return jsonl.record_problem(value, _STATS_FIELDS)
+
+
+def read_stats(path: str | os.PathLike[str], live: bool = False) -> JsonLines:
+    """The records of ``stats.jsonl`` (`record_problem`), a bad line skipped and counted
+    (`glassllm.app.jsonl`: the one reader, and why). ``live``: a run may be writing the last
+    line. A file that cannot be read raises FileProblem (a ValueError)."""
+    return read_json_lines(path, record_problem, live=live, label=f"stats {os.fspath(path)!r}")
+
+
+def kept_lines(
+    path: str | os.PathLike[str], last: int, warn: Callable[[str], None] | None = None
+) -> str:
+    """The lines of ``stats.jsonl`` whose ``iter`` is at most ``last``, in order (a missing file
+    keeps nothing; a bad line, e.g. half written by a crash, is skipped, ``warn`` called with
+    one line saying so)."""
+    lines = read_stats(path)
+    message = lines.warning(Path(path).name)
+    if message is not None and warn is not None:
+        warn(message)
+    return "".join(line.text + "\n" for line in lines.records if line.value["iter"] <= last)

@@ -247,10 +247,11 @@ class Trainer:
         (dropping any a crash left behind after it). Written with the first evaluation, together
         with its checkpoint: a run that fails before then leaves an old log as it was."""
         kept = ""
+        warn = _warn if self.world.is_main else None  # a bad line kept out: say so, once
         if self.resumed:
-            kept = kept_log(self.log_path, self.last_eval_iteration, self.last_eval_record)
+            kept = kept_log(self.log_path, self.last_eval_iteration, self.last_eval_record, warn)
         self.log = RunLog(self.log_path, kept)
-        self.stats.start(self.iteration if self.resumed else None)  # kept as far as the ckpt
+        self.stats.start(self.iteration if self.resumed else None, warn)  # as far as the ckpt
 
     def evaluate(self) -> dict[str, float]:
         """Mean loss of ``eval_iters`` batches of each split, in eval mode under no_grad.
@@ -488,6 +489,10 @@ class Trainer:
             return record
         self.log.append(self.last_eval_record)
         return record
+
+
+def _warn(message: str) -> None:
+    print(f"glassllm: warning: {message}", file=sys.stderr, flush=True)
 
 
 def train(config: TrainConfig, resume: bool = False, progress: bool | None = None) -> TrainResult:

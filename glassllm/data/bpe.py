@@ -14,11 +14,18 @@ Three ways to get one:
   ``merges.txt`` pair.
 - :meth:`BPETokenizer.from_json` rebuilds it from :meth:`BPETokenizer.to_json`, the whole
   ``tokenizer.json`` as one string; ``to_dict`` stores that string, so a checkpoint carries it.
+
+A tokenizer file is untrusted input, and a valid one can still make the library fail on a given
+text (a pre-tokenizer regex that backtracks past the regex engine's limit panics at encode time).
+Every call into the library goes through one boundary (`glassllm._foreign.foreign_call`): any
+failure, a Rust panic included, is a `TokenizerError` (a ValueError) with one line saying what
+failed, and text that is not UTF-8 (a lone surrogate) is refused before it reaches the library.
+Files are read as every file glassllm reads (`glassllm._files`): regular files only, at most
+`MAX_TOKENIZER_BYTES`.
 """
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterable
 from functools import lru_cache
 from pathlib import Path
@@ -26,16 +33,40 @@ from typing import Any
 
 import numpy as np
 
+from glassllm._files import FileProblem, read_regular
+from glassllm._foreign import foreign_call
+from glassllm._text import parse_json, utf8_problem
+
 END_OF_TEXT = "<|endoftext|>"
 # 256 byte symbols + <|endoftext|>: the smallest byte-level vocabulary (no merge at all).
 MIN_BPE_VOCAB_SIZE = 257
 DEFAULT_BPE_VOCAB_SIZE = 512
 INSTALL_HINT = "pip install 'glassllm[hf]'"
+# tokenizer.json, vocab.json, merges.txt: the largest in use are tens of MB.
+MAX_TOKENIZER_BYTES = 256 * 2**20
 
 
 class MissingDependencyError(ImportError, ValueError):
     """An optional package is not installed. Also a ValueError: the input asked for something this
     installation cannot do, which the command line reports in one line with exit status 2."""
+
+
+class TokenizerError(ValueError):
+    """The tokenizers library failed on a tokenizer file or on a text: one line saying what."""
+
+
+def _library(doing: str) -> Any:
+    """The boundary around one call into the library: its failures as TokenizerError."""
+    return foreign_call(lambda why: TokenizerError(f"the tokenizer failed to {doing} ({why})"))
+
+
+def _checked_text(text: Any, what: str = "the text") -> str:
+    if not isinstance(text, str):
+        raise TokenizerError(f"{what} must be a str, got {type(text).__name__}")
+    problem = utf8_problem(text)
+    if problem is not None:
+        raise TokenizerError(f"{what} cannot be encoded: {problem}")
+    return text
 
 
 def import_tokenizers() -> Any:
@@ -82,21 +113,26 @@ class BPETokenizer:
         if not isinstance(tokenizer, tokenizers.Tokenizer):
             raise TypeError(f"BPETokenizer wraps a tokenizers.Tokenizer, got {type(tokenizer)}")
         self.tokenizer = tokenizer
-        vocab = tokenizer.get_vocab(with_added_tokens=True)
+        with _library("list its vocabulary"):
+            vocab = tokenizer.get_vocab(with_added_tokens=True)
+            text = tokenizer.to_str()
         if not vocab:
-            raise ValueError("the tokenizer has an empty vocabulary")
+            raise TokenizerError("the tokenizer has an empty vocabulary")
         self.vocab_size: int = max(vocab.values()) + 1
-        spec = json.loads(tokenizer.to_str())
-        # A byte-level tokenizer's token strings are GPT-2 stand-in characters, one per byte.
-        self.byte_level = any(
-            isinstance(part, dict) and part.get("type") == "ByteLevel"
-            for part in (spec.get("decoder"), spec.get("pre_tokenizer"))
-        )
-        self.special_tokens: dict[int, str] = {
-            int(added["id"]): added["content"]
-            for added in spec.get("added_tokens", [])
-            if added.get("special")
-        }
+        try:
+            spec = parse_json(text)
+            # A byte-level tokenizer's token strings are GPT-2 stand-in characters, one per byte.
+            self.byte_level = any(
+                isinstance(part, dict) and part.get("type") == "ByteLevel"
+                for part in (spec.get("decoder"), spec.get("pre_tokenizer"))
+            )
+            self.special_tokens: dict[int, str] = {
+                int(added["id"]): str(added["content"])
+                for added in spec.get("added_tokens") or []
+                if added.get("special")
+            }
+        except (ValueError, TypeError, KeyError, AttributeError) as err:
+            raise TokenizerError(f"the tokenizer's own description is malformed ({err})") from None
 
     # ------------------------------------------------------------------ construction
 
@@ -106,18 +142,15 @@ class BPETokenizer:
         if not isinstance(text, str):
             raise ValueError(f"a tokenizer.json text must be a str, got {type(text).__name__}")
         tokenizers = import_tokenizers()
-        try:
-            return cls(tokenizers.Tokenizer.from_str(text))
-        except Exception as err:  # the library raises its own Exception for any malformed input
-            raise ValueError(f"not a valid tokenizer.json: {err}") from None
+        with foreign_call(lambda why: TokenizerError(f"not a valid tokenizer.json: {why}")):
+            tokenizer = tokenizers.Tokenizer.from_str(text)
+        return cls(tokenizer)
 
     @classmethod
     def from_file(cls, path: str | Path) -> BPETokenizer:
-        """From a Hugging Face ``tokenizer.json`` file."""
-        try:
-            text = Path(path).read_text(encoding="utf-8")
-        except (OSError, UnicodeDecodeError) as err:
-            raise ValueError(f"cannot read tokenizer {str(path)!r}: {err}") from None
+        """From a Hugging Face ``tokenizer.json`` file (a regular file of at most
+        `MAX_TOKENIZER_BYTES`)."""
+        text = _read_tokenizer_file(path)
         import_tokenizers()
         try:
             return cls.from_json(text)
@@ -131,32 +164,60 @@ class BPETokenizer:
         tokenizers = import_tokenizers()
         from tokenizers import decoders, models, pre_tokenizers, processors
 
+        # Read here, not by the library (BPE.from_file), so that the files are read as every
+        # file is: regular files only, bounded. merges.txt as the library reads it: a line per
+        # merge, two tokens split at one space, "#version" lines skipped.
+        vocab_text, merges_text = _read_tokenizer_file(vocab), _read_tokenizer_file(merges)
+        name = f"{str(vocab)!r} + {str(merges)!r}"
         try:
-            model = models.BPE.from_file(str(vocab), str(merges))
-        except Exception as err:
-            raise ValueError(f"cannot read {str(vocab)!r} + {str(merges)!r}: {err}") from None
-        tokenizer = tokenizers.Tokenizer(model)
-        _byte_level(tokenizer, pre_tokenizers, decoders, processors)
-        if tokenizer.token_to_id(END_OF_TEXT) is not None:
-            tokenizer.add_special_tokens([END_OF_TEXT])
+            table = parse_json(vocab_text)
+        except ValueError as err:
+            raise TokenizerError(f"cannot read {name}: {err}") from None
+        if not isinstance(table, dict) or not all(
+            isinstance(i, int) and not isinstance(i, bool) and 0 <= i < 2**32
+            for i in table.values()
+        ):
+            raise TokenizerError(f"cannot read {name}: vocab.json must map tokens to ids")
+        pairs = []
+        lines = merges_text.split("\n")
+        if lines and not lines[-1]:
+            lines.pop()
+        for number, line in enumerate(lines, 1):
+            line = line.removesuffix("\r")
+            if line.startswith("#version"):
+                continue
+            parts = line.split(" ")
+            if len(parts) != 2:
+                raise TokenizerError(f"cannot read {name}: merges.txt line {number} is not a pair")
+            pairs.append((parts[0], parts[1]))
+        with foreign_call(lambda why: TokenizerError(f"cannot read {name}: {why}")):
+            tokenizer = tokenizers.Tokenizer(models.BPE(vocab=table, merges=pairs))
+            _byte_level(tokenizer, pre_tokenizers, decoders, processors)
+            if tokenizer.token_to_id(END_OF_TEXT) is not None:
+                tokenizer.add_special_tokens([END_OF_TEXT])
         return cls(tokenizer)
 
     # ------------------------------------------------------------------ the Tokenizer protocol
 
     def encode(self, text: str) -> list[int]:
-        return list(self.tokenizer.encode(text, add_special_tokens=False).ids)
+        text = _checked_text(text)
+        with _library("encode the text"):
+            return list(self.tokenizer.encode(text, add_special_tokens=False).ids)
 
     def encode_array(self, text: str) -> np.ndarray:
         return np.array(self.encode(text), dtype=np.int64)
 
     def decode(self, ids: Iterable[int]) -> str:
-        return self.tokenizer.decode([int(i) for i in ids], skip_special_tokens=False)
+        ids = [int(i) for i in ids]
+        with _library("decode token ids"):
+            return self.tokenizer.decode(ids, skip_special_tokens=False)
 
     def token_repr(self, token_id: int) -> str:
         """A printable form of one token: its text quoted (``' the'``), its bytes when they are not
         whole UTF-8 characters (``'\\xe2\\x80'``), a special token as written."""
         token_id = int(token_id)
-        token = self.tokenizer.id_to_token(token_id)
+        with _library("look up a token id"):
+            token = self.tokenizer.id_to_token(token_id)
         if token is None:
             return f"<id {token_id} not in the tokenizer>"
         if token_id in self.special_tokens:
@@ -172,17 +233,32 @@ class BPETokenizer:
 
     def to_json(self) -> str:
         """The whole tokenizer as ``tokenizer.json`` text."""
-        return self.tokenizer.to_str()
+        with _library("describe itself"):
+            return self.tokenizer.to_str()
 
     def to_dict(self) -> dict[str, Any]:
         return {"type": self.kind, "tokenizer_json": self.to_json()}
 
     def token_id(self, token: str) -> int | None:
         """The id of a token string (e.g. ``<|endoftext|>``), None when absent."""
-        return self.tokenizer.token_to_id(token)
+        token = _checked_text(token, "the token")
+        with _library("look up a token"):
+            return self.tokenizer.token_to_id(token)
 
     def __repr__(self) -> str:
         return f"BPETokenizer(vocab_size={self.vocab_size})"
+
+
+def _read_tokenizer_file(path: str | Path) -> str:
+    """The text of a tokenizer file: a regular UTF-8 file of at most MAX_TOKENIZER_BYTES."""
+    label = f"tokenizer file {str(path)!r}"
+    try:
+        data = read_regular(path, MAX_TOKENIZER_BYTES, label)
+        return data.decode("utf-8")
+    except FileProblem as err:
+        raise TokenizerError(str(err)) from None
+    except UnicodeDecodeError as err:
+        raise TokenizerError(f"cannot read {label}: not UTF-8 (at byte {err.start})") from None
 
 
 def _byte_level(tokenizer: Any, pre_tokenizers: Any, decoders: Any, processors: Any) -> None:
@@ -210,6 +286,7 @@ def train_bpe(
         )
     if not isinstance(text, str) or not text:
         raise ValueError("cannot train a BPE tokenizer on empty text")
+    _checked_text(text, "the training text")
     tokenizers = import_tokenizers()
     from tokenizers import decoders, models, pre_tokenizers, processors, trainers
 
@@ -222,5 +299,6 @@ def train_bpe(
         initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
         show_progress=False,
     )
-    tokenizer.train_from_iterator([text], trainer=trainer)
+    with _library("learn merges on the text"):
+        tokenizer.train_from_iterator([text], trainer=trainer)
     return BPETokenizer(tokenizer)

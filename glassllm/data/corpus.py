@@ -10,8 +10,8 @@
 A name wins over a file of the same name in the current directory; write ``./builtin`` for the file.
 
 Every file is read as untrusted input, and a bad one costs no more than reading it up to a limit:
-only a regular file is opened (a FIFO, device, socket or directory is refused from ``os.stat``,
-before ``open``, which blocks on a FIFO without a writer), at most :data:`MAX_CORPUS_BYTES` are
+only a regular file is opened (a FIFO, device, socket or directory is refused, never waited on:
+`glassllm._files`, the rule for every file glassllm reads), at most :data:`MAX_CORPUS_BYTES` are
 read (``$GLASSLLM_MAX_CORPUS_BYTES`` overrides it), and the bytes must be UTF-8 text without NUL
 bytes. Each refusal is one :class:`DataError` naming the path and the reason.
 """
@@ -21,11 +21,11 @@ from __future__ import annotations
 import hashlib
 import http.client
 import os
-import stat
 import urllib.error
 import urllib.request
 from pathlib import Path
 
+from glassllm._files import FileProblem, read_regular
 from glassllm.atomic_file import write_bytes_atomically
 
 SHAKESPEARE_URL = (
@@ -175,70 +175,16 @@ def read_text_file(path: str | os.PathLike[str], max_bytes: int | None = None) -
         ) from None
 
 
-_NOT_REGULAR = (
-    (stat.S_ISDIR, "a directory"),
-    (stat.S_ISFIFO, "a FIFO (named pipe)"),
-    (stat.S_ISCHR, "a character device"),
-    (stat.S_ISBLK, "a block device"),
-    (stat.S_ISSOCK, "a socket"),
-)
-_CHUNK_BYTES = 1 << 20
-
-
-def _not_regular(mode: int) -> str | None:
-    """What a file of mode ``mode`` is when it is not a regular file, else None."""
-    if stat.S_ISREG(mode):
-        return None
-    return next((kind for test, kind in _NOT_REGULAR if test(mode)), "not a regular file")
-
-
 def _read_regular_file(path: str, limit: int, what: str) -> bytes:
     """The bytes of the regular file ``path``, refused with a :class:`DataError` (whose message
     starts with ``what`` and the path) when it is missing, not a regular file, unreadable, or
-    larger than ``limit`` bytes. Never reads more than ``limit + 1`` bytes; never blocks on a
-    FIFO (its type is checked with ``os.stat`` before opening, and the file is opened
-    non-blocking and checked again, should it have been replaced in between)."""
-    label = f"{what} {path!r}"
+    larger than ``limit`` bytes: `glassllm._files.read_regular`, the rule for every file read."""
     hint = f" (${MAX_CORPUS_ENV} sets the limit for a corpus)" if what == "data file" else ""
     try:
-        info = os.stat(path)  # follows a symlink: the file it points to must qualify
-    except FileNotFoundError:
+        return read_regular(path, limit, f"{what} {path!r}", hint)
+    except FileProblem as err:
         names = " (built-in corpora: builtin, shakespeare)" if what == "data file" else ""
-        raise DataError(f"{label} not found{names}") from None
-    except OSError as err:
-        raise DataError(f"cannot read {label}: {err.strerror or err}") from None
-    _check_regular(label, info, limit, hint)
-    flags = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_BINARY", 0)
-    try:
-        descriptor = os.open(path, flags)
-    except OSError as err:
-        raise DataError(f"cannot read {label}: {err.strerror or err}") from None
-    try:
-        with os.fdopen(descriptor, "rb") as handle:
-            info = os.fstat(handle.fileno())  # the file actually opened
-            _check_regular(label, info, limit, hint)
-            # One read of the size the file says it has (plus one byte to see it grew), then
-            # chunks for files that report no size (/proc) or grew since, up to the limit.
-            chunks = [handle.read(min(info.st_size, limit) + 1)]
-            total = len(chunks[0])
-            while total <= limit and chunks[-1]:
-                chunks.append(handle.read(min(_CHUNK_BYTES, limit + 1 - total)))
-                total += len(chunks[-1])
-    except OSError as err:
-        raise DataError(f"cannot read {label}: {err.strerror or err}") from None
-    if total > limit:
-        raise DataError(f"{label} is larger than the limit of {limit:,} bytes{hint}")
-    return b"".join(chunks)
-
-
-def _check_regular(label: str, info: os.stat_result, limit: int, hint: str) -> None:
-    kind = _not_regular(info.st_mode)
-    if kind is not None:
-        raise DataError(f"{label} is {kind}, not a regular file")
-    if info.st_size > limit:
-        raise DataError(
-            f"{label} is {info.st_size:,} bytes, over the limit of {limit:,} bytes{hint}"
-        )
+        raise DataError(str(err) + (names if err.problem == "not found" else "")) from None
 
 
 def load_text(spec: str, max_bytes: int | None = None) -> str:

@@ -37,6 +37,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from glassllm._text import utf8_problem
 from glassllm.data.bpe import DEFAULT_BPE_VOCAB_SIZE, BPETokenizer, train_bpe
 
 
@@ -138,6 +139,15 @@ class CharTokenizer:
         return f"CharTokenizer(vocab_size={self.vocab_size})"
 
 
+def _utf8(text: str) -> bytes:
+    """The UTF-8 bytes of ``text``; a lone surrogate (a byte of a command line argument that was
+    not UTF-8) is a ValueError saying where, not the codec's message."""
+    try:
+        return text.encode("utf-8")
+    except UnicodeEncodeError:
+        raise ValueError(f"the text cannot be encoded: {utf8_problem(text)}") from None
+
+
 class ByteTokenizer:
     """Byte-level tokenizer: the UTF-8 bytes of the text, 256 symbols, any text at all."""
 
@@ -145,10 +155,10 @@ class ByteTokenizer:
     vocab_size: int = 256
 
     def encode(self, text: str) -> list[int]:
-        return list(text.encode("utf-8"))
+        return list(_utf8(text))
 
     def encode_array(self, text: str) -> np.ndarray:
-        return np.frombuffer(text.encode("utf-8"), dtype=np.uint8).astype(np.int64)
+        return np.frombuffer(_utf8(text), dtype=np.uint8).astype(np.int64)
 
     def decode(self, ids: Iterable[int]) -> str:
         # A sample may stop (or go wrong) inside a multi-byte character: show U+FFFD, not a crash.

@@ -25,14 +25,15 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-import safetensors.numpy
-
+from glassllm._foreign import foreign_call
+from glassllm._text import parse_json, utf8_problem
 from glassllm.atomic_file import fsync_path
 from glassllm.data.bpe import END_OF_TEXT, BPETokenizer, byte_level_alphabet, import_tokenizers
 from glassllm.data.tokenizers import ByteTokenizer, CharTokenizer
 from glassllm.hf.convert import HFFormatError, config_to_hf, state_dict_to_hf
 from glassllm.hf.load import CONFIG, TOKENIZER_JSON, WEIGHTS
 from glassllm.models.gpt import GPT
+from glassllm.safetensors_file import write_file
 
 TOKENIZER_CONFIG = "tokenizer_config.json"
 
@@ -70,7 +71,8 @@ def save_pretrained(
     os.mkdir(temporary)
     try:
         _write_json(temporary / CONFIG, config_to_hf(config, bos_token_id=eos, eos_token_id=eos))
-        safetensors.numpy.save_file(tensors, str(temporary / WEIGHTS), metadata={"format": "pt"})
+        # through glassllm's boundary: a full disk is an OSError, not the library's own error
+        write_file(temporary / WEIGHTS, tensors, metadata={"format": "pt"})
         # safetensors creates its file 0o600; give it the mode open() gave config.json (umask).
         os.chmod(temporary / WEIGHTS, (temporary / CONFIG).stat().st_mode & 0o777)
         if hf_tokenizer is not None:
@@ -93,7 +95,11 @@ def hf_tokenizer_of(tokenizer: CharTokenizer | ByteTokenizer | BPETokenizer) -> 
     from tokenizers import decoders, models, pre_tokenizers
 
     if isinstance(tokenizer, CharTokenizer):
-        hf = tokenizers.Tokenizer(models.BPE(vocab=dict(tokenizer.stoi), merges=[]))
+        problem = utf8_problem("".join(tokenizer.chars))  # a checkpoint's JSON can hold one
+        if problem is not None:
+            raise HFFormatError("cannot export", [f"the character vocabulary: {problem}"])
+        with foreign_call(lambda why: HFFormatError("cannot export", [f"the tokenizer ({why})"])):
+            hf = tokenizers.Tokenizer(models.BPE(vocab=dict(tokenizer.stoi), merges=[]))
         hf.decoder = decoders.Fuse()
         return hf
     if isinstance(tokenizer, ByteTokenizer):
@@ -106,10 +112,14 @@ def hf_tokenizer_of(tokenizer: CharTokenizer | ByteTokenizer | BPETokenizer) -> 
 
 
 def _write_tokenizer(hf: Any, eos: int | None, block_size: int, directory: Path) -> None:
-    hf.save(str(directory / TOKENIZER_JSON))
-    spec = json.loads(hf.to_str())
+    # Through the library boundary: whatever it raises (a full disk included) is an OSError.
+    with foreign_call(lambda why: OSError(f"cannot write the tokenizer in {directory} ({why})")):
+        text = hf.to_str(pretty=True)  # what hf.save writes, written here as every file is
+    (directory / TOKENIZER_JSON).write_text(text, encoding="utf-8")
+    spec = parse_json(text)
     if (spec.get("model") or {}).get("type") == "BPE":
-        hf.model.save(str(directory))  # vocab.json + merges.txt, for GPT-2-era readers
+        with foreign_call(lambda why: OSError(f"cannot write {directory} vocab.json ({why})")):
+            hf.model.save(str(directory))  # vocab.json + merges.txt, for GPT-2-era readers
     config: dict[str, Any] = {
         "tokenizer_class": "PreTrainedTokenizerFast",
         "model_max_length": block_size,

@@ -10,20 +10,28 @@ against the file's own tensors.
 from __future__ import annotations
 
 import os
-import stat
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
+from glassllm._files import FileProblem, read_regular
 from glassllm._text import MAX_JSON_DEPTH, listed, shown
 from glassllm._text import parse_json as _parse_json
+from glassllm.data.bpe import MAX_TOKENIZER_BYTES
 
-__all__ = ["MAX_JSON_DEPTH", "HFFormatError", "listed", "parse_json", "read_json", "shown"]
+__all__ = [
+    "MAX_JSON_DEPTH",
+    "MAX_TOKENIZER_BYTES",
+    "HFFormatError",
+    "listed",
+    "parse_json",
+    "read_json",
+    "shown",
+]
 
 # config.json (GPT-2's: under 1 KB), model.safetensors.index.json (a line a tensor: tens of KB).
 MAX_JSON_BYTES = 4 * 2**20
-# tokenizer.json, vocab.json, merges.txt: the largest in use are tens of MB.
-MAX_TOKENIZER_BYTES = 256 * 2**20
+# tokenizer.json, vocab.json, merges.txt: MAX_TOKENIZER_BYTES (glassllm.data.bpe, which reads them).
 
 
 class HFFormatError(ValueError):
@@ -41,15 +49,14 @@ def read_json(path: str | os.PathLike[str], max_bytes: int = MAX_JSON_BYTES) -> 
     """The JSON value of the file ``path``: UTF-8, at most ``max_bytes``, no key given twice in an
     object, nested at most MAX_JSON_DEPTH deep; anything else raises HFFormatError."""
     path = Path(path)
-    try:
-        if not stat.S_ISREG(os.stat(path).st_mode):  # a FIFO would block, a device never end
-            raise HFFormatError(str(path), ["not a regular file"])
-        with open(path, "rb") as handle:
-            data = handle.read(max_bytes + 1)
-    except OSError as err:
-        raise HFFormatError(str(path), [f"unreadable ({err.strerror or err})"]) from None
-    if len(data) > max_bytes:
-        raise HFFormatError(str(path), [f"larger than {max_bytes:,} bytes: not a {path.name}"])
+    try:  # a FIFO would block, a device never end: regular files only (glassllm._files)
+        data = read_regular(path, max_bytes, str(path))
+    except FileProblem as err:
+        if "limit" in err.problem:
+            raise HFFormatError(
+                str(path), [f"larger than {max_bytes:,} bytes: not a {path.name}"]
+            ) from None
+        raise HFFormatError(str(path), [err.problem.removeprefix("is ")]) from None
     return parse_json(data, str(path))
 
 

@@ -12,16 +12,18 @@ its tokenizer, and not followed.
 from __future__ import annotations
 
 import collections
-import json
 import threading
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from glassllm._foreign import stderr_silenced
 from glassllm.app.config import CHECKPOINT_NAME, LOG_NAME, STATS_NAME
+from glassllm.app.run_log import read_log
 from glassllm.app.run_state import SavedRun
 from glassllm.app.sample import open_checkpoint, opened_run
+from glassllm.app.stats import read_stats
 from glassllm.data import Tokenizer
 from glassllm.models import GPT
 from glassllm.models.inspect import Inspection, inspect
@@ -132,9 +134,10 @@ class Run:
         """Every token id of the model as the page shows it: ``{"id", "text", "repr"}``."""
         if self._tokens is None:
             assert self.model is not None and self.tokenizer is not None
-            self._tokens = [
-                _token_entry(self.tokenizer, i) for i in range(self.model.config.vocab_size)
-            ]
+            with stderr_silenced():  # one silenced block, not one per token (glassllm._foreign)
+                self._tokens = [
+                    _token_entry(self.tokenizer, i) for i in range(self.model.config.vocab_size)
+                ]
         return self._tokens
 
     def token(self, token_id: int) -> dict[str, Any]:
@@ -170,10 +173,32 @@ class Run:
 
     # ---- the logs
 
-    def read_log(self, since: int) -> dict[str, list[dict[str, Any]]]:
-        """Records of ``log.jsonl`` and ``stats.jsonl`` with ``iter > since``; a garbled or
-        half-written line (a run writing right now) is skipped."""
-        return {"evals": _records(self.log_path, since), "stats": _records(self.stats_path, since)}
+    def read_log(self, since: int) -> dict[str, Any]:
+        """Records of ``log.jsonl`` and ``stats.jsonl`` with ``iter > since``, read by the same
+        readers as training and resume (`glassllm.app.run_log.read_log`,
+        `glassllm.app.stats.read_stats`): a bad line is skipped and counted, the last line
+        left out while a run is still writing it. ``skipped``, there only when a line was
+        skipped or a file cannot be read, says per file how many lines and why (``{"count",
+        "reasons"}``), or why the file cannot be read at all (``{"count": 0, "error": ...}``,
+        e.g. a FIFO, which is never waited on)."""
+        answer: dict[str, Any] = {}
+        skipped: dict[str, Any] = {}
+        for key, name, path, read in (
+            ("evals", "log", self.log_path, read_log),
+            ("stats", "stats", self.stats_path, read_stats),
+        ):
+            try:
+                lines = read(path, live=True)
+            except (ValueError, OSError) as err:  # FileProblem: not a regular file, unreadable
+                answer[key] = []
+                skipped[name] = {"count": 0, "error": str(err)}
+                continue
+            answer[key] = [line.value for line in lines.records if line.value["iter"] > since]
+            if lines.skipped:
+                skipped[name] = {"count": lines.skipped, "reasons": lines.reasons}
+        if skipped:
+            answer["skipped"] = skipped
+        return answer
 
 
 def _token_entry(tokenizer: Tokenizer, token_id: int) -> dict[str, Any]:
@@ -193,20 +218,3 @@ def _is_pretrained(path: Path) -> bool:
     from glassllm.hf import is_pretrained_path
 
     return is_pretrained_path(path)
-
-
-def _records(path: Path, since: int) -> list[dict[str, Any]]:
-    try:
-        text = path.read_text(encoding="utf-8", errors="replace")
-    except OSError:
-        return []
-    records = []
-    for line in text.splitlines():
-        try:
-            record = json.loads(line)
-        except ValueError:
-            continue
-        if isinstance(record, dict) and isinstance(record.get("iter"), int):
-            if record["iter"] > since:
-                records.append(record)
-    return records
