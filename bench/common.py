@@ -59,8 +59,8 @@ def model_config(size: str, **overrides: int) -> dict[str, int]:
 
 def main(bench: ModuleType, argv: Sequence[str] | None = None) -> int:
     """The command line of module ``bench``: its ``SIDES``, ``DEFAULT_SIDES``, ``add_arguments``,
-    ``worker(args)`` (a payload; None on an MPI rank that does not report), ``parent(args)``
-    (``{run key: payload}``) and ``render(runs)``."""
+    ``worker(args)`` (a payload; None on an MPI rank that does not report) and ``parent(args)``
+    (``{run key: run}``, each run in the one shape that :func:`render` reads)."""
     name = Path(bench.__file__).stem
     parser = argparse.ArgumentParser(
         prog=f"bench/{name}.py",
@@ -109,7 +109,7 @@ def main(bench: ModuleType, argv: Sequence[str] | None = None) -> int:
         out.parent.mkdir(parents=True, exist_ok=True)
         out.write_text(json.dumps({"runs": before | runs}, indent=2) + "\n")
     stored = f"wrote {out} {list(runs)}" if out else "(not stored: --write-results)"
-    print(bench.render(runs), stored, sep="\n\n")
+    print(render(runs), stored, sep="\n\n")
     if args.write_results:
         import report
 
@@ -252,6 +252,30 @@ def medians(payloads: Sequence[Any]) -> Any:
     return first
 
 
+def summarise(
+    rounds: dict[str, list[dict]], baseline: str = "glassllm", ratios: Sequence[str] = ()
+) -> dict[str, dict[str, Any]]:
+    """A run's group, ``{side: {figure: value}}``, from ``{side: [payload per round]}``: each
+    figure's :func:`medians`, and on each side but ``baseline`` ``<figure>_ratio`` for the figures
+    in ``ratios``: the paired ratio baseline / side."""
+    sides = {side: medians(payloads) for side, payloads in rounds.items()}
+    for side, payloads in rounds.items():
+        for figure in ratios if baseline in rounds and side != baseline else ():
+            if figure in payloads[0] and all(p[figure] for p in payloads):  # no 0 to divide by
+                ours = [p[figure] for p in rounds[baseline]]
+                sides[side][f"{figure}_ratio"] = paired_ratio(ours, [p[figure] for p in payloads])
+    return sides
+
+
+def by_group(rounds: dict[str, list[dict]]) -> dict[str, dict[str, list[dict]]]:
+    """``{group: {side: [payload per round]}}`` of workers that report ``{group: payload}``."""
+    groups = {group: [] for payloads in rounds.values() for group in payloads[0]}  # in order
+    for group, sides in groups.items():
+        sides = {side: [p[group] for p in ps] for side, ps in rounds.items() if group in ps[0]}
+        groups[group] = sides
+    return groups
+
+
 def paired_ratio(numerators: Sequence[float], denominators: Sequence[float]) -> float:
     """Median of per-round ratios: drift between rounds cancels within each pair."""
     return median([a / b for a, b in zip(numerators, denominators, strict=True)])
@@ -332,7 +356,11 @@ def machine_line(m: dict[str, Any]) -> str:
     )
 
 
-def fmt(value: Any) -> str:
+def fmt(value: Any, spec: str = "") -> str:
+    if isinstance(value, list):
+        return ", ".join(fmt(v, spec) for v in value)
+    if isinstance(value, float) and spec:
+        return format(value, spec)
     if isinstance(value, float):
         if value == 0 or 0.01 <= abs(value) < 1e5:
             return f"{value:.3g}" if abs(value) < 10 else f"{value:.1f}"
@@ -349,3 +377,36 @@ def table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
     lines = ["| " + " | ".join(headers) + " |", "|" + "|".join("---" for _ in headers) + "|"]
     lines += ["| " + " | ".join(fmt(c) for c in row) + " |" for row in rows]
     return "\n".join(lines)
+
+
+def render(runs: dict[str, Any]) -> str:
+    """A result file as markdown. Every run has one shape: ``machine``, ``config`` (what it held
+    fixed), ``group`` (the heading of its groups' keys: threads, size, op...), ``groups``
+    (``{group: {side: {figure: value}}}``), ``columns`` (``{figure: heading}``, the table's),
+    and may have ``formats`` (``{figure: format spec}``) and ``notes`` (sentences). Rendered:
+    each machine and configuration once (naming its runs when there are several), one table of
+    every run's rows (a new one where the columns change), the notes."""
+    several = len(runs) > 1
+    rows = [
+        (g, side) for run in runs.values() for g, sides in run["groups"].items() for side in sides
+    ]
+    named = len(set(rows)) < len(rows)  # a run column where groups and sides do not tell them
+    machines: dict[str, list[str]] = {}
+    configs: dict[str, list[str]] = {}
+    for name, run in runs.items():
+        machines.setdefault(machine_line(run["machine"]), []).append(name)
+        configs.setdefault(fmt_dict(run["config"]) + ".", []).append(name)
+    text = [f"{', '.join(names)}: {line}" if several else line for line, names in machines.items()]
+    text += [f"{', '.join(names)}: {line}" if several else line for line, names in configs.items()]
+    tables: list[tuple[list[str], list[list[Any]]]] = []
+    for name, run in runs.items():
+        headers = ["run"] * named + [run["group"], "side", *run["columns"].values()]
+        if not tables or tables[-1][0] != headers:
+            tables.append((headers, []))
+        formats = run.get("formats", {})
+        for group, sides in run["groups"].items():
+            for side, figures in sides.items():
+                cells = [fmt(figures.get(f, "-"), formats.get(f, "")) for f in run["columns"]]
+                tables[-1][1].append([name] * named + [group, side, *cells])
+    text += [table(headers, rows) for headers, rows in tables]
+    return "\n\n".join(text + [note for run in runs.values() for note in run.get("notes", [])])

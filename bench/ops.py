@@ -131,39 +131,20 @@ def worker(args: argparse.Namespace) -> dict[str, Any]:
     if torch_side:
         a, b = torch.from_numpy(a), torch.from_numpy(b)
     results["matmul (B*T,E)@(E,4E) only"] = {"fwd_us": timed(lambda: a @ b, args.budget)}
-    return {"ops": results}
+    return results
+
+
+COLUMNS = {"fwd_bwd_us": "fwd+bwd µs", "fwd_bwd_us_ratio": "glassllm / side, fwd+bwd"}
+COLUMNS |= {"fwd_us": "fwd µs", "fwd_us_ratio": "glassllm / side, fwd"}
 
 
 def parent(args: argparse.Namespace) -> dict[str, dict[str, Any]]:
-    results = C.alternate(args, args.threads[0])
-    table = {}
-    for name in results[args.sides[0]][0]["ops"]:
-        table[name] = {}
-        for key in ("fwd_bwd_us", "fwd_us"):
-            values = {s: [r["ops"][name].get(key) for r in runs] for s, runs in results.items()}
-            if None in values[args.sides[0]]:
-                continue
-            table[name][key] = {s: C.median(v) for s, v in values.items()}
-            if len(values) == 2:
-                table[name][key]["ratio"] = C.paired_ratio(values["glassllm"], values["torch"])
-    payload = {"sizes": {"B": B, "T": T, "E": E, "n_head": NH, "vocab": V}}
-    return {"tiny": payload | dict(threads=args.threads[0], rounds=args.rounds, ops=table)}
-
-
-def render(runs: dict[str, Any]) -> str:
-    """RESULTS.md's block: microseconds per call of each op on each side."""
-    run = next(iter(runs.values()))
-    headers = ["op", "glassllm fwd+bwd µs", "torch fwd+bwd µs", "ratio"]
-    headers += ["glassllm fwd µs", "torch fwd µs", "fwd ratio"]
-    rows = []
-    for name, e in run["ops"].items():
-        row = [name]
-        for key in ("fwd_bwd_us", "fwd_us"):
-            row += [e.get(key, {}).get(k, "-") for k in ("glassllm", "torch", "ratio")]
-        rows.append(row)
-    setup = f"{run['threads']} thread(s), median of {run['rounds']} alternating rounds"
-    machine = C.machine_line(run["machine"])
-    return f"{machine}\n\n{setup}; microseconds per call.\n\n{C.table(headers, rows)}"
+    groups = C.by_group(C.alternate(args, args.threads[0]))
+    config = dict(B=B, T=T, E=E, n_head=NH, vocab=V, threads=args.threads[0], rounds=args.rounds)
+    run = dict(config=config, group="op (µs per call)", columns=COLUMNS)
+    ratios = ["fwd_bwd_us", "fwd_us"]
+    run["groups"] = {op: C.summarise(rounds, ratios=ratios) for op, rounds in groups.items()}
+    return {"tiny": run}
 
 
 if __name__ == "__main__":
