@@ -241,29 +241,25 @@ def median(values: Sequence[float]) -> float:
     return float(statistics.median(values))
 
 
-def medians(payloads: Sequence[Any]) -> Any:
-    """One payload from a round's each: a number that differs between them is their median,
-    nested dicts key by key, anything else the first's (``{"ranks": 2, "ms": 1.5}``)."""
-    first = payloads[0]
-    if isinstance(first, dict):
-        return {key: medians([p[key] for p in payloads]) for key in first}
-    if isinstance(first, (int, float)) and any(p != first for p in payloads):
-        return median(payloads)
-    return first
-
-
 def summarise(
     rounds: dict[str, list[dict]], baseline: str = "glassllm", ratios: Sequence[str] = ()
 ) -> dict[str, dict[str, Any]]:
-    """A run's group, ``{side: {figure: value}}``, from ``{side: [payload per round]}``: each
-    figure's :func:`medians`, and on each side but ``baseline`` ``<figure>_ratio`` for the figures
-    in ``ratios``: the paired ratio baseline / side."""
-    sides = {side: medians(payloads) for side, payloads in rounds.items()}
+    """A run's group, ``{side: {figure: value}}``, from ``{side: [payload per round]}``: a number
+    that differs between rounds is its median, anything else the first round's; for the figures in
+    ``ratios``, ``<figure>_rounds`` (every round's) and on each side but ``baseline``
+    ``<figure>_ratio``: the paired ratio baseline / side."""
+    sides = {}
     for side, payloads in rounds.items():
-        for figure in ratios if baseline in rounds and side != baseline else ():
-            if figure in payloads[0] and all(p[figure] for p in payloads):  # no 0 to divide by
-                ours = [p[figure] for p in rounds[baseline]]
-                sides[side][f"{figure}_ratio"] = paired_ratio(ours, [p[figure] for p in payloads])
+        values = {figure: [p[figure] for p in payloads] for figure in payloads[0]}
+        sides[side] = {
+            figure: median(v) if isinstance(v[0], (int, float)) and len(set(v)) > 1 else v[0]
+            for figure, v in values.items()
+        }
+        for figure in (f for f in ratios if f in values):
+            sides[side][f"{figure}_rounds"] = values[figure]
+            ours = [p.get(figure) for p in rounds.get(baseline, [])]
+            if side != baseline and ours and all(values[figure]):  # no 0 to divide by
+                sides[side][f"{figure}_ratio"] = paired_ratio(ours, values[figure])
     return sides
 
 

@@ -117,21 +117,18 @@ def memory_use(args: argparse.Namespace, trainer: Any, model: Any, step: Any) ->
     return out if args.worker.startswith("torch") else out | {"live_tensors": live}
 
 
-MEMORY_COLUMNS = {
-    "rss_model_built_mib": "RSS, model built (MiB)",
-    "step_peak_mib": "step peak (MiB)",
-    "step_over_model_mib": "step peak over model (MiB)",
-    "step_over_model_mib_ratio": "step peak over model, glassllm / side",
-    "ru_maxrss_mib": "ru_maxrss (MiB)",
-    "steps_growth_mib": "growth over steps from the 10th (MiB)",
-    "forwards_growth_mib": "growth over no_grad forwards from the 10th (MiB)",
-    "gc_collected": "gc.collect() freed",
-    "live_tensors": "live Tensor objects",
-}
+MEMORY_COLUMNS = {"rss_model_built_mib": "RSS, model built (MiB)"}
+MEMORY_COLUMNS |= {"step_peak_mib": "step peak (MiB)"}
+MEMORY_COLUMNS |= {"step_over_model_mib": "step peak over model (MiB)"}
+MEMORY_COLUMNS |= {"step_over_model_mib_ratio": "step peak over model, glassllm / side"}
+MEMORY_COLUMNS |= {"ru_maxrss_mib": "ru_maxrss (MiB)", "gc_collected": "gc.collect() freed"}
+MEMORY_COLUMNS |= {"steps_growth_mib": "growth over steps from the 10th (MiB)"}
+MEMORY_COLUMNS |= {"forwards_growth_mib": "growth over no_grad forwards from the 10th (MiB)"}
+MEMORY_COLUMNS |= {"live_tensors": "live Tensor objects"}
 COLUMNS = {"median_ms": "ms/step", "median_ms_ratio": "glassllm / side (paired)"}
 COLUMNS |= {"gflops": "GFLOP/s", "matmul_gflops": "np.matmul n³ GFLOP/s"}
 COLUMNS |= {"floor_ms": "BLAS floor ms", "minor_faults_per_step": "minor faults/step"}
-COLUMNS |= {"per_round_ms": "ms per round"}
+COLUMNS |= {"median_ms_rounds": "ms per round"}
 
 
 def equivalence(trainer: Any) -> dict[str, Any]:
@@ -216,15 +213,14 @@ def parent(args: argparse.Namespace) -> dict[str, dict[str, Any]]:
             probe = [C.run_side(args, "matmul", threads, "--size", size)]
             results = C.alternate(args, threads, "--size", size)
             probe.append(C.run_side(args, "matmul", threads, "--size", size))
-            ms = {side: [r["median_ms"] for r in rounds] for side, rounds in results.items()}
             sides = C.summarise(results, ratios=["median_ms"])
-            for side, figures in sides.items():
-                figures |= dict(gflops=flops / (figures["median_ms"] / 1e3) / 1e9)
-                figures["per_round_ms"] = ms[side]
+            for figures in sides.values():
+                figures["gflops"] = flops / (figures["median_ms"] / 1e3) / 1e9
             sides["matmul"] = dict(matmul_gflops=max(r["matmul_gflops"] for r in probe))
             sides["matmul"]["floor_ms"] = min(r["floor_ms"] for r in probe)
-            if {"glassllm", "glassllm-stats"} <= set(ms):
-                ratio = C.paired_ratio(ms["glassllm-stats"], ms["glassllm"])
+            if {"glassllm", "glassllm-stats"} <= set(sides):
+                ms = (sides[side]["median_ms_rounds"] for side in ("glassllm-stats", "glassllm"))
+                ratio = C.paired_ratio(*ms)
                 note = f"{size}, {threads} threads: glassllm-stats / glassllm (paired) {ratio:.3f}."
                 run["notes"].append(note)
             run["groups"][str(threads)] = sides
