@@ -245,21 +245,18 @@ def summarise(
     rounds: dict[str, list[dict]], baseline: str = "glassllm", ratios: Sequence[str] = ()
 ) -> dict[str, dict[str, Any]]:
     """A run's group, ``{side: {figure: value}}``, from ``{side: [payload per round]}``: a number
-    that differs between rounds is its median, anything else the first round's; for the figures in
-    ``ratios``, ``<figure>_rounds`` (every round's) and on each side but ``baseline``
-    ``<figure>_ratio``: the paired ratio baseline / side."""
+    that differs between rounds is its median, anything else the first round's; on each side but
+    ``baseline``, after each figure in ``ratios``, the paired ratio baseline / side."""
     sides = {}
     for side, payloads in rounds.items():
-        values = {figure: [p[figure] for p in payloads] for figure in payloads[0]}
-        sides[side] = {
-            figure: median(v) if isinstance(v[0], (int, float)) and len(set(v)) > 1 else v[0]
-            for figure, v in values.items()
-        }
-        for figure in (f for f in ratios if f in values):
-            sides[side][f"{figure}_rounds"] = values[figure]
+        sides[side] = {}
+        for figure in payloads[0]:
+            v = [p[figure] for p in payloads]
+            numbers = isinstance(v[0], (int, float)) and len(set(v)) > 1
+            sides[side][figure] = median(v) if numbers else v[0]
             ours = [p.get(figure) for p in rounds.get(baseline, [])]
-            if side != baseline and ours and all(values[figure]):  # no 0 to divide by
-                sides[side][f"{figure}_ratio"] = paired_ratio(ours, values[figure])
+            if figure in ratios and side != baseline and ours and all(v):  # no 0 to divide by
+                sides[side][f"{baseline} / side, {figure}"] = paired_ratio(ours, v)
     return sides
 
 
@@ -378,10 +375,10 @@ def table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
 def render(runs: dict[str, Any]) -> str:
     """A result file as markdown. Every run has one shape: ``machine``, ``config`` (what it held
     fixed), ``group`` (the heading of its groups' keys: threads, size, op...), ``groups``
-    (``{group: {side: {figure: value}}}``), ``columns`` (``{figure: heading}``, the table's),
-    and may have ``formats`` (``{figure: format spec}``) and ``notes`` (sentences). Rendered:
-    each machine and configuration once (naming its runs when there are several), one table of
-    every run's rows (a new one where the columns change), the notes."""
+    (``{group: {side: {figure name: value}}}``), and may have ``formats`` (``{figure: format
+    spec}``) and ``notes`` (sentences). Rendered: each machine and configuration once (naming its
+    runs when there are several), one table of every run's rows with a column per figure that is
+    a number, a word or a list of numbers (a table per kind of group), the notes."""
     several = len(runs) > 1
     rows = [
         (g, side) for run in runs.values() for g, sides in run["groups"].items() for side in sides
@@ -394,15 +391,32 @@ def render(runs: dict[str, Any]) -> str:
         configs.setdefault(fmt_dict(run["config"]) + ".", []).append(name)
     text = [f"{', '.join(names)}: {line}" if several else line for line, names in machines.items()]
     text += [f"{', '.join(names)}: {line}" if several else line for line, names in configs.items()]
-    tables: list[tuple[list[str], list[list[Any]]]] = []
+    by_heading: dict[str, list[str]] = {}  # one table per kind of group, for a mixed file
     for name, run in runs.items():
-        headers = ["run"] * named + [run["group"], "side", *run["columns"].values()]
-        if not tables or tables[-1][0] != headers:
-            tables.append((headers, []))
-        formats = run.get("formats", {})
-        for group, sides in run["groups"].items():
-            for side, figures in sides.items():
-                cells = [fmt(figures.get(f, "-"), formats.get(f, "")) for f in run["columns"]]
-                tables[-1][1].append([name] * named + [group, side, *cells])
-    text += [table(headers, rows) for headers, rows in tables]
+        by_heading.setdefault(run["group"], []).append(name)
+    for heading, names in by_heading.items():
+        columns = figure_names([sides for name in names for sides in runs[name]["groups"].values()])
+        rows = []
+        for name in names:
+            formats = runs[name].get("formats", {})
+            for group, sides in runs[name]["groups"].items():
+                for side, figures in sides.items():
+                    cells = [fmt(figures.get(f, "-"), formats.get(f, "")) for f in columns]
+                    rows.append([name] * named + [group, side, *cells])
+        text.append(table(["run"] * named + [heading, "side", *columns], rows))
     return "\n\n".join(text + [note for run in runs.values() for note in run.get("notes", [])])
+
+
+def figure_names(groups: list[dict[str, dict[str, Any]]]) -> list[str]:
+    """A table's columns: every side's shown figures, each side's in its order."""
+    columns: list[str] = []
+    for figures in (figures for sides in groups for figures in sides.values()):
+        at = len(columns)  # a side's new figure goes after the one before it, or last
+        for name, value in figures.items():
+            numbers = isinstance(value, list) and all(isinstance(v, (int, float)) for v in value)
+            if isinstance(value, dict) or isinstance(value, list) and not numbers:
+                continue  # a record or a list of them (the evaluations): in the file, not shown
+            if name not in columns:
+                columns.insert(at, name)
+            at = columns.index(name) + 1
+    return columns

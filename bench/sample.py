@@ -74,7 +74,7 @@ def token_rates(args: argparse.Namespace, block_size: int) -> dict[str, float]:
         stream = model.generate_stream(prompt, 2 * block_size - 1, rng=rng, use_cache=use_cache)
         tokens = [time.perf_counter()] + [time.perf_counter() for _ in stream]
     fill, slide = np.diff(tokens[:block_size]), np.diff(tokens[block_size - 1 :])
-    return {"fill": len(fill) / fill.sum(), "slide": len(slide) / slide.sum()}
+    return {"fill tok/s": len(fill) / fill.sum(), "slide tok/s": len(slide) / slide.sum()}
 
 
 def hf_worker(args: argparse.Namespace) -> dict[str, Any]:
@@ -106,11 +106,11 @@ def hf_worker(args: argparse.Namespace) -> dict[str, Any]:
     load_s, loaded = time.perf_counter() - start, C.rss_bytes()
     times = C.time_calls(generate, args.repeats, warmup=1)
     return {
-        "tok_s": [args.new_tokens / t for t in times],
-        "load_s": load_s,
-        "rss_before_load_mb": before / MB,
-        "rss_after_load_mb": loaded / MB,
-        "peak_mb": C.high_water_bytes() / MB,
+        "tok/s": [args.new_tokens / t for t in times],
+        "RSS after load MB": loaded / MB,
+        "peak MB": C.high_water_bytes() / MB,
+        "load s": load_s,
+        "RSS before load MB": before / MB,
         "ids": generate(),
     }
 
@@ -120,13 +120,6 @@ def worker(args: argparse.Namespace) -> dict[str, Any]:
         return hf_worker(args)
     C.prepare_worker(args)
     return {str(bs): token_rates(args, bs) for bs in args.block_sizes}
-
-
-COLUMNS = {"fill": "fill tok/s", "slide": "slide tok/s"}
-COLUMNS |= {"fill_ratio": "glassllm-cache / side, fill"}
-COLUMNS |= {"slide_ratio": "glassllm-cache / side, slide"}
-HF_COLUMNS = {"tok_s": "median tok/s", "rss_after_load_mb": "RSS after load MB"}
-HF_COLUMNS |= {"peak_mb": "peak MB", "load_s": "load s"}
 
 
 def parent(args: argparse.Namespace) -> dict[str, dict[str, Any]]:
@@ -139,8 +132,8 @@ def parent(args: argparse.Namespace) -> dict[str, dict[str, Any]]:
     groups = C.by_group(C.alternate(args, args.threads[0]))
     config = C.model_config(args.size) | dict(batch=1, threads=args.threads[0], rounds=args.rounds)
     del config["block_size"]  # the groups'
-    run = dict(config=config, group="block_size", columns=COLUMNS)
-    ratios = dict(baseline="glassllm-cache", ratios=["fill", "slide"])
+    run = dict(config=config, group="block_size")
+    ratios = dict(baseline="glassllm-cache", ratios=["fill tok/s", "slide tok/s"])
     run["groups"] = {bs: C.summarise(rounds, **ratios) for bs, rounds in groups.items()}
     return {args.size: run}
 
@@ -159,12 +152,12 @@ def hf_parent(args: argparse.Namespace) -> dict[str, dict[str, Any]]:
             results = C.alternate(args, threads, "--model-dir", model_dir, flip=True)
             groups[str(threads)] = sides = C.summarise(results)
             for side, runs in results.items():  # every timed generation's median, the top peak
-                sides[side]["tok_s"] = C.median([s for r in runs for s in r["tok_s"]])
-                sides[side]["peak_mb"] = max(r["peak_mb"] for r in runs)
+                sides[side]["tok/s"] = C.median([s for r in runs for s in r["tok/s"]])
+                sides[side]["peak MB"] = max(r["peak MB"] for r in runs)
                 ids |= {tuple(sides[side].pop("ids"))} | {tuple(r["ids"]) for r in runs}
     config = SHAPES[args.shape] | dict(prompt_tokens=PROMPT_TOKENS, new_tokens=args.new_tokens)
     note = f"Greedy; the same ids across engines and runs: {len(ids) == 1}."
-    run = dict(config=config, group="threads", columns=HF_COLUMNS, groups=groups, notes=[note])
+    run = dict(config=config, group="threads", groups=groups, notes=[note])
     return {f"hf {args.shape}": run}
 
 

@@ -131,37 +131,25 @@ def worker(args: argparse.Namespace) -> dict[str, Any]:
         train = split_loss(loss, trainer.corpus.train, trainer.config.block_size)
     per_char = trainer.characters_per_token  # bits per character: comparable across tokenizers
     return {
-        "config": trainer.model.config.to_dict(),
         "framework": FRAMEWORK.get(args.worker, f"torch (gelu {args.torch_gelu})"),
-        "allocator_tuned": args.worker == "glassllm",
-        "final_train_loss_full": train,
-        "final_val_loss_full": val,
+        "train loss (whole split)": train,
+        "val loss (whole split)": val,
+        "val bits/char": bits_per_character(val, per_char["val"]),
+        "train bits/char": bits_per_character(train, per_char["train"]),
         "tokenizer": f"{args.tokenizer}-{trainer.tokenizer.vocab_size}",
-        "final_train_bpc_full": bits_per_character(train, per_char["train"]),
-        "final_val_bpc_full": bits_per_character(val, per_char["val"]),
-        "val_estimate": evaluations[-1]["val"],
-        "reached": val <= args.target,
-        "wall_s_training_loop": wall,
-        "ms_per_iter": C.median(np.diff([start, *ends])) * 1e3,
-        "peak_rss_mib": C.peak_rss_bytes() / 2**20,
+        "val, eval_iters-batch estimate": evaluations[-1]["val"],
+        "reached the target": val <= args.target,
+        "run s": wall,
+        "ms/step": C.median(np.diff([start, *ends])) * 1e3,
+        "peak RSS MiB": C.peak_rss_bytes() / 2**20,
+        "allocator tuned": args.worker == "glassllm",
+        "config": trainer.model.config.to_dict(),
         "evals": evaluations,
     }
 
 
-COLUMNS = {
-    "framework": "framework",
-    "final_train_loss_full": "train loss (whole split)",
-    "final_val_loss_full": "val loss (whole split)",
-    "final_val_bpc_full": "val bits/char",
-    "tokenizer": "tokenizer",
-    "val_estimate": "val, eval_iters-batch estimate",
-    "reached": "reached the target",
-    "wall_s_training_loop": "run s",
-    "ms_per_iter": "ms/step",
-    "peak_rss_mib": "peak RSS MiB",
-}
-FORMATS = dict.fromkeys(["final_train_loss_full", "final_val_loss_full", "val_estimate"], ".4f")
-FORMATS["final_val_bpc_full"] = ".3f"
+LOSSES = ["train loss (whole split)", "val loss (whole split)", "val, eval_iters-batch estimate"]
+FORMATS = dict.fromkeys(LOSSES, ".4f") | dict.fromkeys(["val bits/char", "train bits/char"], ".3f")
 
 
 def parent(args: argparse.Namespace) -> dict[str, dict[str, Any]]:
@@ -174,7 +162,7 @@ def parent(args: argparse.Namespace) -> dict[str, dict[str, Any]]:
         figures = C.run_side(args, side, args.threads[0])
         evals = ", ".join(f"{e['iter']}: {e['val']:.3f}" for e in figures["evals"])
         name, config = f"{side} seed {args.seed}", dict(data=args.data, max_iters=args.max_iters)
-        run = dict(config=config | {"target_val_loss": args.target}, group="seed", columns=COLUMNS)
+        run = dict(config=config | {"target_val_loss": args.target}, group="seed")
         run |= dict(formats=FORMATS, groups={str(args.seed): {side: figures}})
         run["notes"] = [f"{name}, val loss estimated during training (iteration: loss): {evals}."]
         runs[name] = run

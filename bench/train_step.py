@@ -74,7 +74,7 @@ def worker(args: argparse.Namespace) -> dict[str, Any]:
         faults = C.minor_faults()
         times = C.time_calls(step, repeats=args.steps)
         faults = (C.minor_faults() - faults) / args.steps
-        return {"median_ms": C.median(times) * 1e3, "minor_faults_per_step": faults}
+        return {"ms/step": C.median(times) * 1e3, "minor faults/step": faults}
 
 
 def memory_use(args: argparse.Namespace, trainer: Any, model: Any, step: Any) -> dict[str, Any]:
@@ -106,29 +106,15 @@ def memory_use(args: argparse.Namespace, trainer: Any, model: Any, step: Any) ->
             forwards.append(C.rss_bytes())
     live = sum(issubclass(type(o), glassllm.Tensor) for o in gc.get_objects())
     out = {
-        "rss_model_built_mib": rss_model / MIB,
-        "step_peak_mib": step_peak / MIB,
-        "step_over_model_mib": (step_peak - rss_model) / MIB,
-        "ru_maxrss_mib": C.peak_rss_bytes() / MIB,
-        "steps_growth_mib": (steps[-1] - steps[9]) / MIB,
-        "forwards_growth_mib": (forwards[-1] - forwards[9]) / MIB,
-        "gc_collected": gc.collect(),
+        "RSS, model built (MiB)": rss_model / MIB,
+        "step peak (MiB)": step_peak / MIB,
+        "step peak over model (MiB)": (step_peak - rss_model) / MIB,
+        "ru_maxrss (MiB)": C.peak_rss_bytes() / MIB,
+        "growth over steps from the 10th (MiB)": (steps[-1] - steps[9]) / MIB,
+        "growth over no_grad forwards from the 10th (MiB)": (forwards[-1] - forwards[9]) / MIB,
+        "gc.collect() freed": gc.collect(),
     }
-    return out if args.worker.startswith("torch") else out | {"live_tensors": live}
-
-
-MEMORY_COLUMNS = {"rss_model_built_mib": "RSS, model built (MiB)"}
-MEMORY_COLUMNS |= {"step_peak_mib": "step peak (MiB)"}
-MEMORY_COLUMNS |= {"step_over_model_mib": "step peak over model (MiB)"}
-MEMORY_COLUMNS |= {"step_over_model_mib_ratio": "step peak over model, glassllm / side"}
-MEMORY_COLUMNS |= {"ru_maxrss_mib": "ru_maxrss (MiB)", "gc_collected": "gc.collect() freed"}
-MEMORY_COLUMNS |= {"steps_growth_mib": "growth over steps from the 10th (MiB)"}
-MEMORY_COLUMNS |= {"forwards_growth_mib": "growth over no_grad forwards from the 10th (MiB)"}
-MEMORY_COLUMNS |= {"live_tensors": "live Tensor objects"}
-COLUMNS = {"median_ms": "ms/step", "median_ms_ratio": "glassllm / side (paired)"}
-COLUMNS |= {"gflops": "GFLOP/s", "matmul_gflops": "np.matmul n³ GFLOP/s"}
-COLUMNS |= {"floor_ms": "BLAS floor ms", "minor_faults_per_step": "minor faults/step"}
-COLUMNS |= {"median_ms_rounds": "ms per round"}
+    return out if args.worker.startswith("torch") else out | {"live Tensor objects": live}
 
 
 def equivalence(trainer: Any) -> dict[str, Any]:
@@ -177,7 +163,7 @@ def matmul_rates(config: dict[str, int], n: int) -> dict[str, float]:
         for s, t in shapes
     ]
     floor = C.median(C.time_calls(lambda: [a @ b for a, b in operands], repeats=30, warmup=3))
-    return {"matmul_gflops": rate, "floor_ms": floor * 1e3}
+    return {"np.matmul n³ GFLOP/s": rate, "BLAS floor ms": floor * 1e3}
 
 
 def matmul_flops_per_step(batch_size: int, block_size: int, n_layer: int, n_embd: int, **_: Any):
@@ -192,15 +178,15 @@ def parent(args: argparse.Namespace) -> dict[str, dict[str, Any]]:
         size, args.result_name = args.size[0], "memory"
         rounds = {side: [C.run_side(args, side, args.threads[0])] for side in args.sides}
         config = C.model_config(size) | dict(batch_size=C.BATCH_SIZE, steps=args.steps)
-        run = dict(config=config | {"forwards": args.forwards}, columns=MEMORY_COLUMNS)
-        sides = C.summarise(rounds, ratios=["step_over_model_mib"])
+        run = dict(config=config | {"forwards": args.forwards})
+        sides = C.summarise(rounds, ratios=["step peak over model (MiB)"])
         return {size: run | {"group": "threads", "groups": {str(args.threads[0]): sides}}}
     runs = {}
     for size in args.size:
         config = {**C.model_config(size), "batch_size": C.BATCH_SIZE}
         flops = matmul_flops_per_step(**config)
         config |= dict(rounds=args.rounds, steps=args.steps, matmul_gflop_per_step=flops / 1e9)
-        run = dict(config=config, group="threads", columns=COLUMNS, groups={}, notes=[])
+        run = dict(config=config, group="threads", groups={}, notes=[])
         if not args.no_check and any(s.startswith("torch") for s in args.sides):
             eq = C.run_side(args, "check", 1, "--size", size)
             run["notes"].append(
@@ -213,14 +199,18 @@ def parent(args: argparse.Namespace) -> dict[str, dict[str, Any]]:
             probe = [C.run_side(args, "matmul", threads, "--size", size)]
             results = C.alternate(args, threads, "--size", size)
             probe.append(C.run_side(args, "matmul", threads, "--size", size))
-            sides = C.summarise(results, ratios=["median_ms"])
-            for figures in sides.values():
-                figures["gflops"] = flops / (figures["median_ms"] / 1e3) / 1e9
-            sides["matmul"] = dict(matmul_gflops=max(r["matmul_gflops"] for r in probe))
-            sides["matmul"]["floor_ms"] = min(r["floor_ms"] for r in probe)
-            if {"glassllm", "glassllm-stats"} <= set(sides):
-                ms = (sides[side]["median_ms_rounds"] for side in ("glassllm-stats", "glassllm"))
-                ratio = C.paired_ratio(*ms)
+            sides = C.summarise(results, ratios=["ms/step"])
+            ms = {side: [r["ms/step"] for r in rounds] for side, rounds in results.items()}
+            for side, figures in sides.items():
+                figures["GFLOP/s"] = flops / (figures["ms/step"] / 1e3) / 1e9
+                figures["ms/step, per round"] = ms[side]
+            rate, floor = "np.matmul n³ GFLOP/s", "BLAS floor ms"  # the best of the probes
+            sides["matmul"] = {
+                rate: max(r[rate] for r in probe),
+                floor: min(r[floor] for r in probe),
+            }
+            if {"glassllm", "glassllm-stats"} <= set(ms):
+                ratio = C.paired_ratio(ms["glassllm-stats"], ms["glassllm"])
                 note = f"{size}, {threads} threads: glassllm-stats / glassllm (paired) {ratio:.3f}."
                 run["notes"].append(note)
             run["groups"][str(threads)] = sides

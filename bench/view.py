@@ -128,7 +128,7 @@ def worker(args: argparse.Namespace) -> dict[str, Any]:
 
 def parent(args: argparse.Namespace) -> dict[str, dict[str, Any]]:
     groups = C.by_group(C.alternate(args, args.threads[0]))
-    run = dict(config={"repeat": args.repeat}, group="measurement", columns={"median": "median"})
+    run = dict(config={"repeat": args.repeat}, group="measurement")
     return {"view": run | {"groups": {m: C.summarise(rounds) for m, rounds in groups.items()}}}
 
 

@@ -89,7 +89,7 @@ def test_benchmark_runs_and_its_results_render(
     assert bench("common").main(bench(MODULE.get(name, name)), argv) == 0
     runs = json.loads(out.read_text())["runs"]
     assert runs and all(
-        {"machine", "config", "groups", "columns"} <= set(run) for run in runs.values()
+        {"machine", "config", "group", "groups"} <= set(run) for run in runs.values()
     )
     block = bench("common").render(runs)
     assert block.count("\n|") >= 3, block  # a table with a header, a rule and rows
