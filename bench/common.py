@@ -260,13 +260,16 @@ def summarise(
     return sides
 
 
-def by_group(rounds: dict[str, list[dict]]) -> dict[str, dict[str, list[dict]]]:
-    """``{group: {side: [payload per round]}}`` of workers that report ``{group: payload}``."""
-    groups = {group: [] for payloads in rounds.values() for group in payloads[0]}  # in order
-    for group, sides in groups.items():
-        sides = {side: [p[group] for p in ps] for side, ps in rounds.items() if group in ps[0]}
-        groups[group] = sides
-    return groups
+def summarise_groups(rounds: dict[str, list[dict]], **options: Any) -> dict[str, dict]:
+    """:func:`summarise` for workers that report ``{group: payload}``: ``{group: {side: ...}}``,
+    each group over the sides that reported it."""
+    groups = dict.fromkeys(group for payloads in rounds.values() for group in payloads[0])
+    return {
+        group: summarise(
+            {s: [p[group] for p in ps] for s, ps in rounds.items() if group in ps[0]}, **options
+        )
+        for group in groups
+    }
 
 
 def paired_ratio(numerators: Sequence[float], denominators: Sequence[float]) -> float:

@@ -19,7 +19,6 @@ import shutil
 import sys
 import time
 from pathlib import Path
-from statistics import median
 from typing import Any
 
 import common as C
@@ -39,7 +38,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def slowest_ms(world: Any, seconds: list[float]) -> float:
     """The slowest rank's median, in milliseconds (a collective: every rank calls it)."""
-    return 1e3 * max(world.allgather_object(median(seconds)))
+    return 1e3 * max(world.allgather_object(C.median(seconds)))
 
 
 def worker(args: argparse.Namespace) -> dict[str, Any] | None:

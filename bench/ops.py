@@ -135,12 +135,9 @@ def worker(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def parent(args: argparse.Namespace) -> dict[str, dict[str, Any]]:
-    groups = C.by_group(C.alternate(args, args.threads[0]))
+    groups = C.summarise_groups(C.alternate(args, args.threads[0]), ratios=["fwd+bwd µs", "fwd µs"])
     config = dict(B=B, T=T, E=E, n_head=NH, vocab=V, threads=args.threads[0], rounds=args.rounds)
-    run = dict(config=config, group="op")
-    ratios = ["fwd+bwd µs", "fwd µs"]
-    run["groups"] = {op: C.summarise(rounds, ratios=ratios) for op, rounds in groups.items()}
-    return {"tiny": run}
+    return {"tiny": dict(config=config, group="op", groups=groups)}
 
 
 if __name__ == "__main__":

@@ -129,13 +129,11 @@ def parent(args: argparse.Namespace) -> dict[str, dict[str, Any]]:
         raise SystemExit(f"--model {args.model} has the sides {', '.join(MODEL_SIDES[args.model])}")
     if args.model == "hf":
         return hf_parent(args)
-    groups = C.by_group(C.alternate(args, args.threads[0]))
+    ratios = dict(baseline="glassllm-cache", ratios=["fill tok/s", "slide tok/s"])
+    groups = C.summarise_groups(C.alternate(args, args.threads[0]), **ratios)
     config = C.model_config(args.size) | dict(batch=1, threads=args.threads[0], rounds=args.rounds)
     del config["block_size"]  # the groups'
-    run = dict(config=config, group="block_size")
-    ratios = dict(baseline="glassllm-cache", ratios=["fill tok/s", "slide tok/s"])
-    run["groups"] = {bs: C.summarise(rounds, **ratios) for bs, rounds in groups.items()}
-    return {args.size: run}
+    return {args.size: dict(config=config, group="block_size", groups=groups)}
 
 
 def hf_parent(args: argparse.Namespace) -> dict[str, dict[str, Any]]:

@@ -127,9 +127,8 @@ def worker(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def parent(args: argparse.Namespace) -> dict[str, dict[str, Any]]:
-    groups = C.by_group(C.alternate(args, args.threads[0]))
-    run = dict(config={"repeat": args.repeat}, group="measurement")
-    return {"view": run | {"groups": {m: C.summarise(rounds) for m, rounds in groups.items()}}}
+    groups = C.summarise_groups(C.alternate(args, args.threads[0]))
+    return {"view": dict(config={"repeat": args.repeat}, group="measurement", groups=groups)}
 
 
 if __name__ == "__main__":
