@@ -383,10 +383,10 @@ def render(runs: dict[str, Any]) -> str:
     runs when there are several), one table of every run's rows with a column per figure that is
     a number, a word or a list of numbers (a table per kind of group), the notes."""
     several = len(runs) > 1
-    rows = [
+    keys = [
         (g, side) for run in runs.values() for g, sides in run["groups"].items() for side in sides
     ]
-    named = len(set(rows)) < len(rows)  # a run column where groups and sides do not tell them
+    named = len(set(keys)) < len(keys)  # a run column where groups and sides do not tell them
     machines: dict[str, list[str]] = {}
     configs: dict[str, list[str]] = {}
     for name, run in runs.items():
