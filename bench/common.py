@@ -59,8 +59,8 @@ def model_config(size: str, **overrides: int) -> dict[str, int]:
 
 def main(bench: ModuleType, argv: Sequence[str] | None = None) -> int:
     """The command line of module ``bench``: its ``SIDES``, ``DEFAULT_SIDES``, ``add_arguments``,
-    ``worker(args)`` (a payload; None on an MPI rank that does not report), ``parent(args)``
-    (``{run key: payload}``) and ``render(runs)``."""
+    ``worker(args)`` (a payload; None on an MPI rank that does not report) and ``parent(args)``
+    (``{run key: run}``, each run in the one shape that :func:`render` reads)."""
     name = Path(bench.__file__).stem
     parser = argparse.ArgumentParser(
         prog=f"bench/{name}.py",
@@ -109,7 +109,7 @@ def main(bench: ModuleType, argv: Sequence[str] | None = None) -> int:
         out.parent.mkdir(parents=True, exist_ok=True)
         out.write_text(json.dumps({"runs": before | runs}, indent=2) + "\n")
     stored = f"wrote {out} {list(runs)}" if out else "(not stored: --write-results)"
-    print(bench.render(runs), stored, sep="\n\n")
+    print(render(runs), stored, sep="\n\n")
     if args.write_results:
         import report
 
@@ -241,15 +241,35 @@ def median(values: Sequence[float]) -> float:
     return float(statistics.median(values))
 
 
-def medians(payloads: Sequence[Any]) -> Any:
-    """One payload from a round's each: a number that differs between them is their median,
-    nested dicts key by key, anything else the first's (``{"ranks": 2, "ms": 1.5}``)."""
-    first = payloads[0]
-    if isinstance(first, dict):
-        return {key: medians([p[key] for p in payloads]) for key in first}
-    if isinstance(first, (int, float)) and any(p != first for p in payloads):
-        return median(payloads)
-    return first
+def summarise(
+    rounds: dict[str, list[dict]], baseline: str = "glassllm", ratios: Sequence[str] = ()
+) -> dict[str, dict[str, Any]]:
+    """A run's group, ``{side: {figure: value}}``, from ``{side: [payload per round]}``: a number
+    that differs between rounds is its median, anything else the first round's; on each side but
+    ``baseline``, after each figure in ``ratios``, the paired ratio baseline / side."""
+    sides = {}
+    for side, payloads in rounds.items():
+        sides[side] = {}
+        for figure in payloads[0]:
+            v = [p[figure] for p in payloads]
+            numbers = isinstance(v[0], (int, float)) and len(set(v)) > 1
+            sides[side][figure] = median(v) if numbers else v[0]
+            ours = [p.get(figure) for p in rounds.get(baseline, [])]
+            if figure in ratios and side != baseline and ours and all(v):  # no 0 to divide by
+                sides[side][f"{baseline} / side, {figure}"] = paired_ratio(ours, v)
+    return sides
+
+
+def summarise_groups(rounds: dict[str, list[dict]], **options: Any) -> dict[str, dict]:
+    """:func:`summarise` for workers that report ``{group: payload}``: ``{group: {side: ...}}``,
+    each group over the sides that reported it."""
+    groups = dict.fromkeys(group for payloads in rounds.values() for group in payloads[0])
+    return {
+        group: summarise(
+            {s: [p[group] for p in ps] for s, ps in rounds.items() if group in ps[0]}, **options
+        )
+        for group in groups
+    }
 
 
 def paired_ratio(numerators: Sequence[float], denominators: Sequence[float]) -> float:
@@ -332,7 +352,11 @@ def machine_line(m: dict[str, Any]) -> str:
     )
 
 
-def fmt(value: Any) -> str:
+def fmt(value: Any, spec: str = "") -> str:
+    if isinstance(value, list):
+        return ", ".join(fmt(v, spec) for v in value)
+    if isinstance(value, float) and spec:
+        return format(value, spec)
     if isinstance(value, float):
         if value == 0 or 0.01 <= abs(value) < 1e5:
             return f"{value:.3g}" if abs(value) < 10 else f"{value:.1f}"
@@ -349,3 +373,53 @@ def table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
     lines = ["| " + " | ".join(headers) + " |", "|" + "|".join("---" for _ in headers) + "|"]
     lines += ["| " + " | ".join(fmt(c) for c in row) + " |" for row in rows]
     return "\n".join(lines)
+
+
+def render(runs: dict[str, Any]) -> str:
+    """A result file as markdown. Every run has one shape: ``machine``, ``config`` (what it held
+    fixed), ``group`` (the heading of its groups' keys: threads, size, op...), ``groups``
+    (``{group: {side: {figure name: value}}}``), and may have ``formats`` (``{figure: format
+    spec}``) and ``notes`` (sentences). Rendered: each machine and configuration once (naming its
+    runs when there are several), one table of every run's rows with a column per figure that is
+    a number, a word or a list of numbers (a table per kind of group), the notes."""
+    several = len(runs) > 1
+    keys = [
+        (g, side) for run in runs.values() for g, sides in run["groups"].items() for side in sides
+    ]
+    named = len(set(keys)) < len(keys)  # a run column where groups and sides do not tell them
+    machines: dict[str, list[str]] = {}
+    configs: dict[str, list[str]] = {}
+    for name, run in runs.items():
+        machines.setdefault(machine_line(run["machine"]), []).append(name)
+        configs.setdefault(fmt_dict(run["config"]) + ".", []).append(name)
+    text = [f"{', '.join(names)}: {line}" if several else line for line, names in machines.items()]
+    text += [f"{', '.join(names)}: {line}" if several else line for line, names in configs.items()]
+    by_heading: dict[str, list[str]] = {}  # one table per kind of group, for a mixed file
+    for name, run in runs.items():
+        by_heading.setdefault(run["group"], []).append(name)
+    for heading, names in by_heading.items():
+        columns = figure_names([sides for name in names for sides in runs[name]["groups"].values()])
+        rows = []
+        for name in names:
+            formats = runs[name].get("formats", {})
+            for group, sides in runs[name]["groups"].items():
+                for side, figures in sides.items():
+                    cells = [fmt(figures.get(f, "-"), formats.get(f, "")) for f in columns]
+                    rows.append([name] * named + [group, side, *cells])
+        text.append(table(["run"] * named + [heading, "side", *columns], rows))
+    return "\n\n".join(text + [note for run in runs.values() for note in run.get("notes", [])])
+
+
+def figure_names(groups: list[dict[str, dict[str, Any]]]) -> list[str]:
+    """A table's columns: every side's shown figures, each side's in its order."""
+    columns: list[str] = []
+    for figures in (figures for sides in groups for figures in sides.values()):
+        at = len(columns)  # a side's new figure goes after the one before it, or last
+        for name, value in figures.items():
+            numbers = isinstance(value, list) and all(isinstance(v, (int, float)) for v in value)
+            if isinstance(value, dict) or isinstance(value, list) and not numbers:
+                continue  # a record or a list of them (the evaluations): in the file, not shown
+            if name not in columns:
+                columns.insert(at, name)
+            at = columns.index(name) + 1
+    return columns

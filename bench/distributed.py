@@ -19,7 +19,6 @@ import shutil
 import sys
 import time
 from pathlib import Path
-from statistics import median
 from typing import Any
 
 import common as C
@@ -39,7 +38,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def slowest_ms(world: Any, seconds: list[float]) -> float:
     """The slowest rank's median, in milliseconds (a collective: every rank calls it)."""
-    return 1e3 * max(world.allgather_object(median(seconds)))
+    return 1e3 * max(world.allgather_object(C.median(seconds)))
 
 
 def worker(args: argparse.Namespace) -> dict[str, Any] | None:
@@ -85,38 +84,26 @@ def worker(args: argparse.Namespace) -> dict[str, Any] | None:
             times["allreduce"].append(synced - computed - arrive_s[0])
     ms = {name: slowest_ms(world, seconds) for name, seconds in times.items()}
     many, params = world.size > 1, model.num_parameters()
-    report = dict(ranks=world.size, blas_threads=args.threads, size=args.size, parameters=params)
-    report |= dict(gradient_MB=params * 4 / 1e6, global_batch=args.batch_size)
-    report |= dict(ms_per_step=ms["step"], compute_ms=ms["compute"], wait_ms=ms["wait"])
-    report |= dict(tokens_per_s=args.batch_size * block_size / ms["step"] * 1e3)
-    report |= dict(allreduce_ms=ms["allreduce"] * many)
-    report["allreduce_share"] = ms["allreduce"] / ms["step"] * many
+    report = {"ms / step": ms["step"], "tokens/s": args.batch_size * block_size / ms["step"] * 1e3}
+    report |= {"Allreduce ms": ms["allreduce"] * many, "wait ms": ms["wait"]}
+    report |= {"share of step": ms["allreduce"] / ms["step"] * many, "compute ms": ms["compute"]}
+    report |= {"parameters": params, "gradient MB": params * 4 / 1e6}
     return report if world.is_main else None
 
 
 def parent(args: argparse.Namespace) -> dict[str, dict[str, Any]]:
     beside = Path(sys.executable).parent / "mpiexec"  # a venv's MPI wheel puts its launcher here
     mpiexec = str(beside) if beside.exists() else shutil.which("mpiexec") or "mpiexec"
-    rounds: dict[str, list[dict[str, Any]]] = {f"{ranks} ranks": [] for ranks in args.ranks}
+    rounds: dict[str, list[dict[str, Any]]] = {str(ranks): [] for ranks in args.ranks}
     for _ in range(args.rounds):
         for ranks in args.ranks:
             launcher = [mpiexec, "-n", str(ranks)] if ranks > 1 else []
             run = C.run_side(args, "steps", args.threads[0], launcher=launcher)
             print(f"  {ranks} ranks: {C.fmt_dict(run)}", flush=True)
-            rounds[f"{ranks} ranks"].append(run)
-    return {key: C.medians(runs) for key, runs in rounds.items()}
-
-
-COLUMNS = {"ranks": "ranks", "blas_threads": "BLAS threads", "ms_per_step": "ms / step"}
-COLUMNS |= {"tokens_per_s": "tokens/s", "allreduce_ms": "Allreduce ms"}
-COLUMNS |= {"allreduce_share": "share of step", "wait_ms": "wait ms"}
-
-
-def render(runs: dict[str, Any]) -> str:
-    """Per rank count, the slowest rank's step."""
-    rows = [[run[key] for key in COLUMNS] for run in runs.values()]
-    machine = C.machine_line(next(iter(runs.values()))["machine"])
-    return f"{machine}\n\n{C.table(list(COLUMNS.values()), rows)}"
+            rounds[str(ranks)].append(run)
+    config = dict(size=args.size, blas_threads=args.threads[0], global_batch=args.batch_size)
+    groups = {ranks: C.summarise({"steps": runs}) for ranks, runs in rounds.items()}
+    return {args.size: dict(config=config, group="ranks", groups=groups)}
 
 
 if __name__ == "__main__":

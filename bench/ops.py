@@ -124,46 +124,20 @@ def worker(args: argparse.Namespace) -> dict[str, Any]:
             for leaf in leaves:
                 leaf.grad = None
 
-        results[name] = {"fwd_bwd_us": timed(call, args.budget), "fwd_us": timed(fn, args.budget)}
+        results[name] = {"fwd+bwd µs": timed(call, args.budget), "fwd µs": timed(fn, args.budget)}
     # The matrix product alone, at the MLP's up-projection shape: the floor under "linear E->4E".
     a = rng.standard_normal((B * T, E), dtype=np.float32)
     b = rng.standard_normal((E, 4 * E), dtype=np.float32)
     if torch_side:
         a, b = torch.from_numpy(a), torch.from_numpy(b)
-    results["matmul (B*T,E)@(E,4E) only"] = {"fwd_us": timed(lambda: a @ b, args.budget)}
-    return {"ops": results}
+    results["matmul (B*T,E)@(E,4E) only"] = {"fwd µs": timed(lambda: a @ b, args.budget)}
+    return results
 
 
 def parent(args: argparse.Namespace) -> dict[str, dict[str, Any]]:
-    results = C.alternate(args, args.threads[0])
-    table = {}
-    for name in results[args.sides[0]][0]["ops"]:
-        table[name] = {}
-        for key in ("fwd_bwd_us", "fwd_us"):
-            values = {s: [r["ops"][name].get(key) for r in runs] for s, runs in results.items()}
-            if None in values[args.sides[0]]:
-                continue
-            table[name][key] = {s: C.median(v) for s, v in values.items()}
-            if len(values) == 2:
-                table[name][key]["ratio"] = C.paired_ratio(values["glassllm"], values["torch"])
-    payload = {"sizes": {"B": B, "T": T, "E": E, "n_head": NH, "vocab": V}}
-    return {"tiny": payload | dict(threads=args.threads[0], rounds=args.rounds, ops=table)}
-
-
-def render(runs: dict[str, Any]) -> str:
-    """RESULTS.md's block: microseconds per call of each op on each side."""
-    run = next(iter(runs.values()))
-    headers = ["op", "glassllm fwd+bwd µs", "torch fwd+bwd µs", "ratio"]
-    headers += ["glassllm fwd µs", "torch fwd µs", "fwd ratio"]
-    rows = []
-    for name, e in run["ops"].items():
-        row = [name]
-        for key in ("fwd_bwd_us", "fwd_us"):
-            row += [e.get(key, {}).get(k, "-") for k in ("glassllm", "torch", "ratio")]
-        rows.append(row)
-    setup = f"{run['threads']} thread(s), median of {run['rounds']} alternating rounds"
-    machine = C.machine_line(run["machine"])
-    return f"{machine}\n\n{setup}; microseconds per call.\n\n{C.table(headers, rows)}"
+    groups = C.summarise_groups(C.alternate(args, args.threads[0]), ratios=["fwd+bwd µs", "fwd µs"])
+    config = dict(B=B, T=T, E=E, n_head=NH, vocab=V, threads=args.threads[0], rounds=args.rounds)
+    return {"tiny": dict(config=config, group="op", groups=groups)}
 
 
 if __name__ == "__main__":

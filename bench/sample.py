@@ -5,11 +5,13 @@
     python bench/sample.py --model hf --threads 1 2    # GPT-2 small vs transformers
 
 --model nanogpt (sides glassllm-cache, glassllm-nocache, torch): tokens per second sampling from a
-one-token prompt, against nanoGPT's generate (no cache), while the context fills (*fill*) and once
-it slides (*slide*; render says more). --model hf (sides glassllm, transformers): a Hugging Face
-directory of GPT-2 small's shape (or --shape tiny) loaded by ``glassllm.hf.load_model`` and by
-transformers, greedy with their key/value caches: tokens per second, RSS after loading, peak, and
-whether both produced the same ids; the order flips every round.
+one-token prompt, against nanoGPT's generate (no cache), while the context fills (*fill*: the first
+block_size - 1 tokens) and once it slides (*slide*: the next block_size tokens, the context cropped
+to block_size; learned positions shift, so the cache is refilled each token). --model hf (sides
+glassllm, transformers): a Hugging Face directory of GPT-2 small's shape (or --shape tiny) loaded
+by ``glassllm.hf.load_model`` and by transformers, greedy with their key/value caches: tokens per
+second, RSS after loading, peak, and whether both produced the same ids; the order flips every
+round.
 """
 
 from __future__ import annotations
@@ -72,7 +74,7 @@ def token_rates(args: argparse.Namespace, block_size: int) -> dict[str, float]:
         stream = model.generate_stream(prompt, 2 * block_size - 1, rng=rng, use_cache=use_cache)
         tokens = [time.perf_counter()] + [time.perf_counter() for _ in stream]
     fill, slide = np.diff(tokens[:block_size]), np.diff(tokens[block_size - 1 :])
-    return {"fill": len(fill) / fill.sum(), "slide": len(slide) / slide.sum()}
+    return {"fill tok/s": len(fill) / fill.sum(), "slide tok/s": len(slide) / slide.sum()}
 
 
 def hf_worker(args: argparse.Namespace) -> dict[str, Any]:
@@ -104,11 +106,11 @@ def hf_worker(args: argparse.Namespace) -> dict[str, Any]:
     load_s, loaded = time.perf_counter() - start, C.rss_bytes()
     times = C.time_calls(generate, args.repeats, warmup=1)
     return {
-        "tok_s": [args.new_tokens / t for t in times],
-        "load_s": load_s,
-        "rss_before_load_mb": before / MB,
-        "rss_after_load_mb": loaded / MB,
-        "peak_mb": C.high_water_bytes() / MB,
+        "tok/s": [args.new_tokens / t for t in times],
+        "RSS after load MB": loaded / MB,
+        "peak MB": C.high_water_bytes() / MB,
+        "load s": load_s,
+        "RSS before load MB": before / MB,
         "ids": generate(),
     }
 
@@ -117,7 +119,7 @@ def worker(args: argparse.Namespace) -> dict[str, Any]:
     if args.model == "hf":
         return hf_worker(args)
     C.prepare_worker(args)
-    return {"tokens_per_s": {str(bs): token_rates(args, bs) for bs in args.block_sizes}}
+    return {str(bs): token_rates(args, bs) for bs in args.block_sizes}
 
 
 def parent(args: argparse.Namespace) -> dict[str, dict[str, Any]]:
@@ -127,18 +129,18 @@ def parent(args: argparse.Namespace) -> dict[str, dict[str, Any]]:
         raise SystemExit(f"--model {args.model} has the sides {', '.join(MODEL_SIDES[args.model])}")
     if args.model == "hf":
         return hf_parent(args)
-    results = C.alternate(args, args.threads[0])
-    rates = {side: C.medians(runs)["tokens_per_s"] for side, runs in results.items()}
-    table = {bs: {side: rates[side][bs] for side in rates} for bs in map(str, args.block_sizes)}
-    payload = {"config": C.model_config(args.size), "threads": args.threads[0]}
-    return {args.size: {**payload, "rounds": args.rounds, "tokens_per_s": table}}
+    ratios = dict(baseline="glassllm-cache", ratios=["fill tok/s", "slide tok/s"])
+    groups = C.summarise_groups(C.alternate(args, args.threads[0]), **ratios)
+    config = C.model_config(args.size) | dict(batch=1, threads=args.threads[0], rounds=args.rounds)
+    del config["block_size"]  # the groups'
+    return {args.size: dict(config=config, group="block_size", groups=groups)}
 
 
 def hf_parent(args: argparse.Namespace) -> dict[str, dict[str, Any]]:
     from glassllm.hf import save_pretrained
     from glassllm.models import GPT, GPTConfig
 
-    by_threads: dict[str, Any] = {}
+    groups, ids = {}, set()
     with tempfile.TemporaryDirectory(prefix="glassllm-hf-bench-") as scratch:
         model_dir = str(Path(scratch) / args.shape)
         model = GPT(GPTConfig(**SHAPES[args.shape], bias=True), rng=np.random.default_rng(0))
@@ -146,56 +148,15 @@ def hf_parent(args: argparse.Namespace) -> dict[str, dict[str, Any]]:
         del model
         for threads in args.threads:
             results = C.alternate(args, threads, "--model-dir", model_dir, flip=True)
-            by_threads[str(threads)] = {
-                side: C.medians(runs)
-                | {"tok_s": C.median([s for r in runs for s in r["tok_s"]])}
-                | {"peak_mb": max(r["peak_mb"] for r in runs), "ids": [r["ids"] for r in runs]}
-                for side, runs in results.items()
-            }
-    ids = {tuple(i) for sides in by_threads.values() for s in sides.values() for i in s["ids"]}
-    payload = {"shape": SHAPES[args.shape], "prompt_tokens": PROMPT_TOKENS}
-    payload |= {"new_tokens": args.new_tokens, "same_ids": len(ids) == 1}
-    return {f"hf {args.shape}": {**payload, "by_threads": by_threads}}
-
-
-def render(runs: dict[str, Any]) -> str:
-    """RESULTS.md's block: the first run's tokens per second per block size, regime and side."""
-    run = next(iter(runs.values()))
-    if "by_threads" in run:
-        return hf_render(runs)
-    headers = ["block_size", "regime", "glassllm with cache tok/s", "glassllm no cache tok/s"]
-    headers += ["PyTorch nanoGPT (no cache) tok/s", "cache / PyTorch"]
-    rows = []
-    for bs, sides in run["tokens_per_s"].items():
-        for regime in ("fill", "slide"):
-            row = [bs, regime, *(sides.get(s, {}).get(regime, "-") for s in SIDES[:3])]
-            both = "glassllm-cache" in sides and "torch" in sides
-            row.append(sides["glassllm-cache"][regime] / sides["torch"][regime] if both else "-")
-            rows.append(row)
-    return (
-        f"{C.machine_line(run['machine'])}\n\n{C.fmt_dict(run['config'])}; batch 1, "
-        f"{run['threads']} threads, median of {run['rounds']} alternating rounds. *fill*: the "
-        "first block_size - 1 tokens from a one-token prompt; *slide*: the next block_size tokens "
-        "with the context cropped to block_size (learned positions shift, so the cache is "
-        f"refilled each token).\n\n{C.table(headers, rows)}"
-    )
-
-
-def hf_render(runs: dict[str, Any]) -> str:
-    headers = ["threads", "engine", "median tok/s", "RSS after load MB", "peak MB", "load s"]
-    blocks = []
-    for name, run in runs.items():
-        rows = [
-            [t, side, v["tok_s"], v["rss_after_load_mb"], v["peak_mb"], v["load_s"]]
-            for t, sides in run["by_threads"].items()
-            for side, v in sides.items()
-        ]
-        blocks.append(
-            f"{C.machine_line(run['machine'])}\n\n{name}: {run['prompt_tokens']}-token prompt, "
-            f"{run['new_tokens']} new tokens, greedy\n\n{C.table(headers, rows)}\n\n"
-            f"same greedy ids across engines and runs: {run['same_ids']}"
-        )
-    return "\n".join(blocks)
+            groups[str(threads)] = sides = C.summarise(results)
+            for side, runs in results.items():  # every timed generation's median, the top peak
+                sides[side]["tok/s"] = C.median([s for r in runs for s in r["tok/s"]])
+                sides[side]["peak MB"] = max(r["peak MB"] for r in runs)
+                ids |= {tuple(sides[side].pop("ids"))} | {tuple(r["ids"]) for r in runs}
+    config = SHAPES[args.shape] | dict(prompt_tokens=PROMPT_TOKENS, new_tokens=args.new_tokens)
+    note = f"Greedy; the same ids across engines and runs: {len(ids) == 1}."
+    run = dict(config=config, group="threads", groups=groups, notes=[note])
+    return {f"hf {args.shape}": run}
 
 
 if __name__ == "__main__":

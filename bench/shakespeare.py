@@ -131,24 +131,25 @@ def worker(args: argparse.Namespace) -> dict[str, Any]:
         train = split_loss(loss, trainer.corpus.train, trainer.config.block_size)
     per_char = trainer.characters_per_token  # bits per character: comparable across tokenizers
     return {
-        "data": args.data,
-        "config": trainer.model.config.to_dict(),
-        "max_iters": args.max_iters,
-        "seed": args.seed,
         "framework": FRAMEWORK.get(args.worker, f"torch (gelu {args.torch_gelu})"),
-        "allocator_tuned": args.worker == "glassllm",
-        "final_train_loss_full": train,
-        "final_val_loss_full": val,
+        "train loss (whole split)": train,
+        "val loss (whole split)": val,
+        "val bits/char": bits_per_character(val, per_char["val"]),
+        "train bits/char": bits_per_character(train, per_char["train"]),
         "tokenizer": f"{args.tokenizer}-{trainer.tokenizer.vocab_size}",
-        "final_train_bpc_full": bits_per_character(train, per_char["train"]),
-        "final_val_bpc_full": bits_per_character(val, per_char["val"]),
-        "target_val_loss": args.target,
-        "reached": val <= args.target,
-        "wall_s_training_loop": wall,
-        "ms_per_iter": C.median(np.diff([start, *ends])) * 1e3,
-        "peak_rss_mib": C.peak_rss_bytes() / 2**20,
+        "val, eval_iters-batch estimate": evaluations[-1]["val"],
+        "reached the target": val <= args.target,
+        "run s": wall,
+        "ms/step": C.median(np.diff([start, *ends])) * 1e3,
+        "peak RSS MiB": C.peak_rss_bytes() / 2**20,
+        "allocator tuned": args.worker == "glassllm",
+        "config": trainer.model.config.to_dict(),
         "evals": evaluations,
     }
+
+
+LOSSES = ["train loss (whole split)", "val loss (whole split)", "val, eval_iters-batch estimate"]
+FORMATS = dict.fromkeys(LOSSES, ".4f") | dict.fromkeys(["val bits/char", "train bits/char"], ".3f")
 
 
 def parent(args: argparse.Namespace) -> dict[str, dict[str, Any]]:
@@ -156,34 +157,16 @@ def parent(args: argparse.Namespace) -> dict[str, dict[str, Any]]:
         raise SystemExit(
             f"bench/shakespeare.py: --data {args.data}: no such file (or: shakespeare)"
         )
-    # the table that C.main prints after the run has the figures
-    return {
-        f"{side} seed {args.seed}": C.run_side(args, side, args.threads[0]) for side in args.sides
-    }
-
-
-def render(runs: dict[str, Any]) -> str:
-    """RESULTS.md's block: one row per run."""
-    headers = ["framework", "seed", "train loss (whole split)", "val loss (whole split)"]
-    headers += ["val bits/char", "tokenizer"]
-    headers += ["val, 20-batch estimate", "reached", "run s", "ms/step", "peak RSS MiB", "CPU"]
-    rows = [
-        [r["framework"], r["seed"], f"{r['final_train_loss_full']:.4f}"]
-        + [f"{r['final_val_loss_full']:.4f}"]
-        + [f"{r['final_val_bpc_full']:.3f}" if "final_val_bpc_full" in r else "-"]
-        + [r.get("tokenizer", "char-65"), f"{r['evals'][-1]['val']:.4f}"]
-        + ["yes" if r["reached"] else "no", r["wall_s_training_loop"], r["ms_per_iter"]]
-        + [r["peak_rss_mib"], r["machine"]["cpu"]]
-        for r in runs.values()
-    ]
-    first = next(iter(runs.values()))
-    evals = ", ".join(f"{e['iter']}: {e['val']:.3f}" for e in first["evals"])
-    return (
-        f"{first['max_iters']} iterations each; target: val loss over the whole split <= "
-        f"{first['target_val_loss']}. First row: {C.machine_line(first['machine'])}\n\n"
-        f"{C.table(headers, rows)}\n\n"
-        f"First run's val loss, 20-batch estimate during training (iteration: loss): {evals}."
-    )
+    runs = {}
+    for side in args.sides:
+        figures = C.run_side(args, side, args.threads[0])
+        evals = ", ".join(f"{e['iter']}: {e['val']:.3f}" for e in figures["evals"])
+        name, config = f"{side} seed {args.seed}", dict(data=args.data, max_iters=args.max_iters)
+        run = dict(config=config | {"target_val_loss": args.target}, group="seed")
+        run |= dict(formats=FORMATS, groups={str(args.seed): {side: figures}})
+        run["notes"] = [f"{name}, val loss estimated during training (iteration: loss): {evals}."]
+        runs[name] = run
+    return runs
 
 
 if __name__ == "__main__":

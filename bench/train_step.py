@@ -74,7 +74,7 @@ def worker(args: argparse.Namespace) -> dict[str, Any]:
         faults = C.minor_faults()
         times = C.time_calls(step, repeats=args.steps)
         faults = (C.minor_faults() - faults) / args.steps
-        return {"median_ms": C.median(times) * 1e3, "minor_faults_per_step": faults}
+        return {"ms/step": C.median(times) * 1e3, "minor faults/step": faults}
 
 
 def memory_use(args: argparse.Namespace, trainer: Any, model: Any, step: Any) -> dict[str, Any]:
@@ -106,44 +106,15 @@ def memory_use(args: argparse.Namespace, trainer: Any, model: Any, step: Any) ->
             forwards.append(C.rss_bytes())
     live = sum(issubclass(type(o), glassllm.Tensor) for o in gc.get_objects())
     out = {
-        "rss_model_built_mib": rss_model / MIB,
-        "step_peak_mib": step_peak / MIB,
-        "step_over_model_mib": (step_peak - rss_model) / MIB,
-        "ru_maxrss_mib": C.peak_rss_bytes() / MIB,
-        "steps": args.steps,
-        "forwards": args.forwards,
-        "steps_growth_mib": (steps[-1] - steps[9]) / MIB,
-        "forwards_growth_mib": (forwards[-1] - forwards[9]) / MIB,
-        "gc_collected": gc.collect(),
+        "RSS, model built (MiB)": rss_model / MIB,
+        "step peak (MiB)": step_peak / MIB,
+        "step peak over model (MiB)": (step_peak - rss_model) / MIB,
+        "ru_maxrss (MiB)": C.peak_rss_bytes() / MIB,
+        "growth over steps from the 10th (MiB)": (steps[-1] - steps[9]) / MIB,
+        "growth over no_grad forwards from the 10th (MiB)": (forwards[-1] - forwards[9]) / MIB,
+        "gc.collect() freed": gc.collect(),
     }
-    return out if args.worker.startswith("torch") else out | {"live_tensors": live}
-
-
-MEMORY_COLUMNS = {
-    "rss_model_built_mib": "RSS, model built (MiB)",
-    "step_peak_mib": "step peak (MiB)",
-    "step_over_model_mib": "step peak over model (MiB)",
-    "ru_maxrss_mib": "ru_maxrss (MiB)",
-    "steps_growth_mib": "growth over steps (MiB)",
-    "forwards_growth_mib": "growth over no_grad forwards (MiB)",
-    "gc_collected": "gc.collect() freed",
-}
-
-
-def render_memory(run: dict[str, Any]) -> str:
-    sides, first = run["sides"], next(iter(run["sides"].values()))
-    rows = [[side, *(r[k] for k in MEMORY_COLUMNS)] for side, r in sides.items()]
-    text = (
-        f"{C.machine_line(run['machine'])}\n\nGrowth over {first['steps']} training steps and "
-        f"{first['forwards']} no_grad forwards, from the 10th on.\n\n"
-        + C.table(["side", *MEMORY_COLUMNS.values()], rows)
-    )
-    if "step_over_model_ratio" in run:
-        ratio = run["step_over_model_ratio"]
-        text += f"\n\nTraining-step peak over the built model, glassllm/torch: **{ratio:.2f}x**."
-    if "live_tensors" in sides.get("glassllm", {}):
-        text += f"\nglassllm: {sides['glassllm']['live_tensors']} live Tensor objects."
-    return text
+    return out if args.worker.startswith("torch") else out | {"live Tensor objects": live}
 
 
 def equivalence(trainer: Any) -> dict[str, Any]:
@@ -192,7 +163,7 @@ def matmul_rates(config: dict[str, int], n: int) -> dict[str, float]:
         for s, t in shapes
     ]
     floor = C.median(C.time_calls(lambda: [a @ b for a, b in operands], repeats=30, warmup=3))
-    return {"matmul_gflops": rate, "floor_ms": floor * 1e3}
+    return {"np.matmul n³ GFLOP/s": rate, "BLAS floor ms": floor * 1e3}
 
 
 def matmul_flops_per_step(batch_size: int, block_size: int, n_layer: int, n_embd: int, **_: Any):
@@ -205,78 +176,46 @@ def matmul_flops_per_step(batch_size: int, block_size: int, n_layer: int, n_embd
 def parent(args: argparse.Namespace) -> dict[str, dict[str, Any]]:
     if args.memory:  # one process per side, stored in memory.json
         size, args.result_name = args.size[0], "memory"
-        sides = {side: C.run_side(args, side, args.threads[0]) for side in args.sides}
-        config = {**C.model_config(size), "batch_size": C.BATCH_SIZE}
-        run = {"config": config, "threads": args.threads[0], "sides": sides}
-        if "glassllm" in sides and sides.get("torch", {}).get("step_over_model_mib", 0) > 0:
-            mine, theirs = (sides[s]["step_over_model_mib"] for s in ("glassllm", "torch"))
-            run["step_over_model_ratio"] = mine / theirs
-        return {size: run}
+        rounds = {side: [C.run_side(args, side, args.threads[0])] for side in args.sides}
+        config = C.model_config(size) | dict(batch_size=C.BATCH_SIZE, steps=args.steps)
+        run = dict(config=config | {"forwards": args.forwards})
+        sides = C.summarise(rounds, ratios=["step peak over model (MiB)"])
+        return {size: run | {"group": "threads", "groups": {str(args.threads[0]): sides}}}
     runs = {}
     for size in args.size:
         config = {**C.model_config(size), "batch_size": C.BATCH_SIZE}
         flops = matmul_flops_per_step(**config)
-        run: dict[str, Any] = dict(config=config, flops_per_step=flops, rounds=args.rounds)
-        run |= dict(steps=args.steps, by_threads={})
+        config |= dict(rounds=args.rounds, steps=args.steps, matmul_gflop_per_step=flops / 1e9)
+        run = dict(config=config, group="threads", groups={}, notes=[])
         if not args.no_check and any(s.startswith("torch") for s in args.sides):
-            run["equivalence"] = C.run_side(args, "check", 1, "--size", size)
-            print(f"{size}: same weights and batch: {C.fmt_dict(run['equivalence'])}")
+            eq = C.run_side(args, "check", 1, "--size", size)
+            run["notes"].append(
+                f"{size}, same weights and batch: loss {eq['loss_glassllm']:.6f} (glassllm) vs "
+                f"{eq['loss_torch']:.6f} (torch), worst gradient difference "
+                f"{eq['grad_max_rel_diff']:.1e} of the largest entry."
+            )
         for threads in args.threads:
             print(f"{size}, {threads} threads", flush=True)
             probe = [C.run_side(args, "matmul", threads, "--size", size)]
             results = C.alternate(args, threads, "--size", size)
             probe.append(C.run_side(args, "matmul", threads, "--size", size))
-            ms = {side: [r["median_ms"] for r in rounds] for side, rounds in results.items()}
-            entry: dict[str, Any] = {"matmul_gflops": max(r["matmul_gflops"] for r in probe)}
-            entry |= {"floor_ms": min(r["floor_ms"] for r in probe), "sides": {}, "ratios": {}}
-            for side, rounds in results.items():
-                faults = C.median([r["minor_faults_per_step"] for r in rounds])
-                entry["sides"][side] = dict(median_ms=C.median(ms[side]), per_round_ms=ms[side])
-                entry["sides"][side] |= dict(gflops=flops / (C.median(ms[side]) / 1e3) / 1e9)
-                entry["sides"][side]["minor_faults_per_step"] = faults
-                if side.startswith("torch") and "glassllm" in ms:
-                    entry["ratios"][side] = C.paired_ratio(ms["glassllm"], ms[side])
+            sides = C.summarise(results, ratios=["ms/step"])
+            ms = {side: [r["ms/step"] for r in rounds] for side, rounds in results.items()}
+            for side, figures in sides.items():
+                figures["GFLOP/s"] = flops / (figures["ms/step"] / 1e3) / 1e9
+                figures["ms/step, per round"] = ms[side]
+            rate, floor = "np.matmul n³ GFLOP/s", "BLAS floor ms"  # the best of the probes
+            sides["matmul"] = {
+                rate: max(r[rate] for r in probe),
+                floor: min(r[floor] for r in probe),
+            }
             if {"glassllm", "glassllm-stats"} <= set(ms):
-                entry["stats_over_plain"] = C.paired_ratio(ms["glassllm-stats"], ms["glassllm"])
-            run["by_threads"][str(threads)] = entry
+                ratio = C.paired_ratio(ms["glassllm-stats"], ms["glassllm"])
+                note = f"{size}, {threads} threads: glassllm-stats / glassllm (paired) {ratio:.3f}."
+                run["notes"].append(note)
+            run["groups"][str(threads)] = sides
         runs[size] = run
     return runs
-
-
-def render(runs: dict[str, Any]) -> str:
-    """RESULTS.md's block: per size, the check and one row per threads and side (or memory)."""
-    if "by_threads" not in next(iter(runs.values())):
-        return render_memory(next(iter(runs.values())))
-    headers = ["threads", "side", "ms/step", "glassllm / side (paired)", "GFLOP/s"]
-    headers += ["np.matmul n³ GFLOP/s", "BLAS floor ms", "minor faults/step"]
-    blocks = []
-    for size, run in runs.items():
-        text = (
-            f"{C.machine_line(run['machine'])}\n\nSize {size} ({C.fmt_dict(run['config'])}): "
-            f"{run['rounds']} alternating rounds x {run['steps']} timed steps per process; "
-            f"matmul FLOPs per step {run['flops_per_step'] / 1e9:.3f} GFLOP.\n\n"
-        )
-        if "equivalence" in run:
-            eq = run["equivalence"]
-            text += (
-                f"Same weights, same batch: loss {eq['loss_glassllm']:.6f} (glassllm) vs "
-                f"{eq['loss_torch']:.6f} (torch), worst gradient difference "
-                f"{eq['grad_max_rel_diff']:.1e} of the largest entry.\n\n"
-            )
-        rows, per_round = [], []
-        for threads, e in run["by_threads"].items():
-            for side, v in e["sides"].items():
-                row = [threads, side, v["median_ms"], e["ratios"].get(side, "-"), v["gflops"]]
-                rows.append(row + [e["matmul_gflops"], e["floor_ms"], v["minor_faults_per_step"]])
-                ms = ", ".join(f"{x:.1f}" for x in v["per_round_ms"])
-                per_round.append(f"{threads} threads {side} {ms}")
-            if "stats_over_plain" in e:
-                ratio = e["stats_over_plain"]
-                per_round.append(
-                    f"{threads} threads glassllm-stats / glassllm (paired): {ratio:.3f}"
-                )
-        blocks.append(f"{text}{C.table(headers, rows)}\n\nPer round, ms: {'; '.join(per_round)}.")
-    return "\n\n".join(blocks)
 
 
 if __name__ == "__main__":

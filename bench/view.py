@@ -48,8 +48,8 @@ def timed(fn: Callable[[], Any], repeat: int) -> tuple[float, Any]:
     return C.median(C.time_calls(fn, repeat, warmup=1)), fn()
 
 
-def api_rows(out_dir: Path, repeat: int, generate: int, size: str) -> list[tuple[str, str]]:
-    """(measurement, figure) of the API's answers on a full context, timed in this process."""
+def api_rows(out_dir: Path, repeat: int, generate: int, size: str) -> dict[str, str]:
+    """{measurement: figure} of the API's answers on a full context, timed in this process."""
     from glassllm.app.view import api
     from glassllm.app.view.run import Run
     from glassllm.app.view.server import encode_json
@@ -66,21 +66,21 @@ def api_rows(out_dir: Path, repeat: int, generate: int, size: str) -> list[tuple
     def attention() -> bytes:
         return encode_json(api.attention(run, {"ids": ids, "layer": 0}))
 
-    rows = []
+    rows = {}
     without = " without attention" if big else ""
     for name, fn in [("inspect", inspect), ("attention of one layer", attention)][: 1 + big]:
         seconds, body = timed(fn, repeat)  # attention: the page's request per layer
         figure = f"{1e3 * seconds:.0f} ms ({len(body) / 1024:.0f} KiB)"
         what = f"{tokens} tokens{without if fn is inspect else ''}, server time incl. JSON"
-        rows.append((f"{name}, {what} ({size})", figure))
+        rows[f"{name}, {what} ({size})"] = figure
     if generate:
         request = {"prompt": "0", "max_new_tokens": generate, "seed": 1}
         seconds, body = timed(lambda: api.generate(run, request), repeat)
-        rows.append((f"generate {len(body['tokens'])} tokens ({size})", f"{seconds:.2f} s"))
+        rows[f"generate {len(body['tokens'])} tokens ({size})"] = f"{seconds:.2f} s"
     return rows
 
 
-def page_rows(out_dir: Path, repeat: int) -> list[tuple[str, str]]:
+def page_rows(out_dir: Path, repeat: int) -> dict[str, str]:
     """Milliseconds from navigation start to the first contentful paint and to the checkpoint's
     description shown, median of ``repeat`` loads after one that warms the caches."""
     from playwright.sync_api import expect, sync_playwright
@@ -108,34 +108,27 @@ def page_rows(out_dir: Path, repeat: int) -> list[tuple[str, str]]:
     finally:
         server.shutdown()
         server.server_close()
-    return [
-        ("page load to first contentful paint", f"{C.median(paints[1:]):.0f} ms"),
-        ("page load to checkpoint info shown", f"{C.median(ready[1:]):.0f} ms"),
-    ]
+    return {
+        "page load to first contentful paint": f"{C.median(paints[1:]):.0f} ms",
+        "page load to checkpoint info shown": f"{C.median(ready[1:]):.0f} ms",
+    }
 
 
 def worker(args: argparse.Namespace) -> dict[str, Any]:
     with tempfile.TemporaryDirectory() as tmp:
         if args.worker == "page":
-            return {"rows": page_rows(make_checkpoint(Path(tmp), args.sizes[0]), args.repeat)}
-        rows = []
-        for size in args.sizes:
-            generate = args.generate if size == args.sizes[0] else 0  # on the first model only
-            rows += api_rows(make_checkpoint(Path(tmp), size), args.repeat, generate, size)
-        return {"rows": rows}
+            rows = page_rows(make_checkpoint(Path(tmp), args.sizes[0]), args.repeat)
+        else:
+            rows = {}
+            for size in args.sizes:
+                generate = args.generate if size == args.sizes[0] else 0  # on the first only
+                rows |= api_rows(make_checkpoint(Path(tmp), size), args.repeat, generate, size)
+        return {measurement: {"median": figure} for measurement, figure in rows.items()}
 
 
 def parent(args: argparse.Namespace) -> dict[str, dict[str, Any]]:
-    results = C.alternate(args, args.threads[0])
-    return {
-        side: {"rows": sum((run["rows"] for run in runs), [])} for side, runs in results.items()
-    }
-
-
-def render(runs: dict[str, Any]) -> str:
-    rows = [row for run in runs.values() for row in run["rows"]]
-    machine = C.machine_line(next(iter(runs.values()))["machine"])
-    return f"{machine}\n\n{C.table(['measurement (median)', 'figure'], rows)}"
+    groups = C.summarise_groups(C.alternate(args, args.threads[0]))
+    return {"view": dict(config={"repeat": args.repeat}, group="measurement", groups=groups)}
 
 
 if __name__ == "__main__":

@@ -1,6 +1,6 @@
-"""Every benchmark in bench/ runs end to end with tiny settings, and RESULTS.md's block renders from
-the result file it writes. The workers run in this process (``--inline``), so the figures mean
-nothing; the measurements themselves are bench/RESULTS.md's business."""
+"""Every benchmark in bench/ runs end to end with tiny settings, and its result file, in the one
+shape every result file has, renders as RESULTS.md's block. The workers run in this process
+(``--inline``), so the figures mean nothing; the measurements are bench/RESULTS.md's business."""
 
 from __future__ import annotations
 
@@ -88,8 +88,10 @@ def test_benchmark_runs_and_its_results_render(
         argv += ["--data", str(text_file)]
     assert bench("common").main(bench(MODULE.get(name, name)), argv) == 0
     runs = json.loads(out.read_text())["runs"]
-    assert runs and all("machine" in run for run in runs.values())
-    block = bench(MODULE.get(name, name)).render(runs)
+    assert runs and all(
+        {"machine", "config", "group", "groups"} <= set(run) for run in runs.values()
+    )
+    block = bench("common").render(runs)
     assert block.count("\n|") >= 3, block  # a table with a header, a rule and rows
     mode = {"train_step_stats": "glassllm-stats / glassllm (paired)", "train_step_memory": "peak"}
     assert mode.get(name, "") in block, block  # the mode's own figure
