@@ -1,8 +1,8 @@
 """Byte-level BPE (GPT-2's tokenizer scheme) on the Hugging Face ``tokenizers`` library.
 
-The library is an optional extra (``pip install 'glassllm[hf]'``), imported when a BPE tokenizer is
-built or read, never when glassllm is imported. Byte-level BPE splits text into words with GPT-2's
-pattern, maps every UTF-8 byte to one of 256 base symbols, then applies learned merges in order;
+The library is the optional ``hf`` extra (``pip install -e '.[hf]'`` in the checkout), imported
+when a BPE tokenizer is built or read, never when glassllm is imported. Byte-level BPE splits
+text into words with GPT-2's pattern, maps every UTF-8 byte to one of 256 base symbols, then applies learned merges in order;
 any text encodes, and ``decode(encode(text)) == text``.
 
 Three ways to get one:
@@ -26,11 +26,13 @@ from typing import Any
 
 import numpy as np
 
+from glassllm._install import install_hint
+
 END_OF_TEXT = "<|endoftext|>"
 # 256 byte symbols + <|endoftext|>: the smallest byte-level vocabulary (no merge at all).
 MIN_BPE_VOCAB_SIZE = 257
 DEFAULT_BPE_VOCAB_SIZE = 512
-INSTALL_HINT = "pip install 'glassllm[hf]'"
+INSTALL_HINT = install_hint("hf")
 
 
 class MissingDependencyError(ImportError, ValueError):
@@ -44,7 +46,7 @@ def import_tokenizers() -> Any:
         import tokenizers
     except ImportError:
         raise MissingDependencyError(
-            f"BPE tokenizers need the tokenizers package: {INSTALL_HINT}"
+            f"BPE tokenizers need the tokenizers package, in {INSTALL_HINT}"
         ) from None
     return tokenizers
 

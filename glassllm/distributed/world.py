@@ -16,9 +16,10 @@ from typing import Any, NoReturn
 
 import numpy as np
 
+from glassllm._install import install_hint
 from glassllm.distributed.blas_threads import available_cores, limit_blas_threads
 
-INSTALL_HINT = "pip install 'glassllm[mpi]'"
+INSTALL_HINT = install_hint("mpi")
 ABORT_PAUSE_S = 0.5  # MPICH's launcher drops output written just before MPI_Abort: pause first
 BLAS_VARIABLES = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")
 
@@ -247,8 +248,8 @@ def init(
 ) -> World:
     """Join the run this process was launched into; a size-1 `World` without a launcher.
 
-    With more than one rank: imports mpi4py (``RuntimeError`` naming ``pip install
-    'glassllm[mpi]'`` when it is missing or finds no MPI library), installs an exception hook
+    With more than one rank: imports mpi4py (``RuntimeError`` naming the ``mpi``
+    extra, `INSTALL_HINT`, when it is missing or finds no MPI library), installs an exception hook
     that aborts every rank when one raises (``abort_on_exception``), and limits BLAS threads
     (``blas_threads``; None: this rank's cores divided by the ranks that share them, unless a
     standard variable is set). ``environ`` replaces ``os.environ`` for the launch detection.
@@ -265,7 +266,8 @@ def init(
     except (ImportError, RuntimeError) as err:  # RuntimeError: mpi4py found no MPI library
         raise RuntimeError(
             f"{launch.launcher} started {launch.size} processes but MPI is unavailable here "
-            f"({type(err).__name__}: {err}): {INSTALL_HINT}, or mpi4py against your site's MPI"
+            f"({type(err).__name__}: {err}): install {INSTALL_HINT}, or mpi4py against your "
+            "site's MPI"
         ) from None
     world = World(MPI.COMM_WORLD, timeout_s)
     if world.size != launch.size:

@@ -62,7 +62,7 @@ def test_sample_a_hugging_face_model_without_the_tokenizers_package(capsys, monk
 
     monkeypatch.setitem(sys.modules, "tokenizers", None)  # import tokenizers -> ImportError
     status, _, err = run(["sample", "--checkpoint", FIXTURE], capsys)
-    assert_one_line_error(status, err, "pip install 'glassllm[hf]'")
+    assert_one_line_error(status, err, "pip install -e '.[hf]' in glassllm's source checkout")
 
 
 def test_sample_a_hugging_face_model_without_tokenizer_files(tmp_path, capsys):
@@ -282,7 +282,7 @@ def test_bpe_without_the_tokenizers_package(tmp_path, capsys, monkeypatch):
 
     monkeypatch.setitem(sys.modules, "tokenizers", None)  # import tokenizers -> ImportError
     status, _, err = _train(["--tokenizer", "bpe"], tmp_path, capsys)
-    assert_one_line_error(status, err, "pip install 'glassllm[hf]'")
+    assert_one_line_error(status, err, "pip install -e '.[hf]' in glassllm's source checkout")
     assert not (tmp_path / "o").exists()
 
 

@@ -171,7 +171,7 @@ def test_a_launcher_without_mpi4py_is_one_line_from_rank_0(text, tmp_path, rank)
     )
     assert out.returncode == 2
     if rank == 0:
-        assert out.stderr.count("\n") == 1 and "pip install 'glassllm[mpi]'" in out.stderr
+        assert out.stderr.count("\n") == 1 and "pip install -e '.[mpi]'" in out.stderr
     else:
         assert out.stderr == ""
     assert not (tmp_path / "out").exists()
