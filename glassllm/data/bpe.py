@@ -2,8 +2,8 @@
 
 The library is the optional ``hf`` extra (``pip install -e '.[hf]'`` in the checkout), imported
 when a BPE tokenizer is built or read, never when glassllm is imported. Byte-level BPE splits
-text into words with GPT-2's pattern, maps every UTF-8 byte to one of 256 base symbols, then applies learned merges in order;
-any text encodes, and ``decode(encode(text)) == text``.
+text into words with GPT-2's pattern, maps every UTF-8 byte to one of 256 base symbols, then
+applies learned merges in order; any text encodes, and ``decode(encode(text)) == text``.
 
 Three ways to get one:
 

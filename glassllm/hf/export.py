@@ -12,8 +12,8 @@ transformers' ``AutoModelForCausalLM.from_pretrained(out_dir)`` and
   by a ``Fuse`` decoder; the byte tokenizer GPT-2's byte-level alphabet with byte ``b`` at id ``b``.
 
 Writing a tokenizer needs the ``tokenizers`` package (``pip install -e '.[hf]'`` in the
-checkout); the model alone does not. The directory appears whole or not at all: everything is written into a temporary
-directory beside it, flushed, and renamed into place.
+checkout); the model alone does not. The directory appears whole or not at all: everything is
+written into a temporary directory beside it, flushed, and renamed into place.
 """
 
 from __future__ import annotations
