@@ -151,7 +151,8 @@ def _run_train(args: argparse.Namespace) -> int:
     try:
         # What each rank was asked for: the whole configuration when not resuming (else the
         # options given: the rest comes from rank 0's checkpoint), and how it was launched.
-        asked = {"resume": True, **given} if args.resume else config.to_dict()
+        parallel.check_same_resume(world, args.resume)
+        asked = given if args.resume else config.to_dict()
         world.check_same({**asked, **dataclasses.asdict(settings)}, what="configuration")
         if args.resume:  # rank 0 reads the checkpoint once, for the configuration and the state
             with parallel.agreement(world):

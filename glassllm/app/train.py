@@ -112,7 +112,14 @@ class Trainer:
         self.world = World() if world is None else world
         with agreement(self.world):  # every rank fails together, or none does
             self._setup(config, resume)
-        self.parallel = TrainParallel.join(self)  # the same model and configuration everywhere
+        # the same configuration, text, tokenizer and model everywhere
+        self.parallel = TrainParallel.join(self)
+        # Last, once nothing can fail: the out_dir, and the default generator (which layers
+        # given no rng draw from).
+        self.out_dir.mkdir(parents=True, exist_ok=True)
+        glassllm.manual_seed(config.seed)
+        if self._default_rng_state is not None:
+            glassllm.get_rng().bit_generator.state = self._default_rng_state
 
     def _setup(self, config: TrainConfig, resume: bool | SavedRun) -> None:
         config.validate()
@@ -176,11 +183,7 @@ class Trainer:
         self.elapsed_s = 0.0
         if saved is not None:
             self._restore(saved)
-        self.out_dir.mkdir(parents=True, exist_ok=True)
-        # Last, once nothing can fail: the default generator (which layers given no rng draw from).
-        glassllm.manual_seed(config.seed)
-        if saved is not None:
-            glassllm.get_rng().bit_generator.state = saved.state.rng.default
+        self._default_rng_state = None if saved is None else saved.state.rng.default
 
     # ---- resuming
 

@@ -11,7 +11,7 @@ import os
 import sys
 import time
 import traceback
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any, NoReturn
 
 import numpy as np
@@ -140,18 +140,29 @@ class World:
         self.arrive("allgather_object", 0)
         return self._comm.allgather(obj)
 
-    def check_same(self, settings: Mapping[str, Any], what: str = "configuration") -> None:
+    def check_same(
+        self,
+        settings: Mapping[str, Any],
+        what: str = "configuration",
+        label: Callable[[str], str] = str,
+    ) -> None:
         """ValueError on every rank unless all ranks passed equal ``settings`` (e.g. a run's
-        configuration, checked at the start), naming the first rank that differs and how."""
+        configuration, checked at the start). The message names the first rank that differs
+        from rank 0 and exactly the keys that differ, each as ``label(key)`` with both ranks'
+        values (a key one rank lacks is "not given" there), then any other ranks that differ."""
         everyone = self.allgather_object(dict(settings))
         first = everyone[0]
-        for rank, other in enumerate(everyone):
-            if other != first:
-                keys = sorted(k for k in set(first) | set(other) if first.get(k) != other.get(k))
-                shown = "; ".join(
-                    f"{k} {other.get(k)!r} (rank 0: {first.get(k)!r})" for k in keys[:5]
-                )
-                raise ValueError(f"rank {rank} has a different {what}: {shown}")
+        differing = [rank for rank, other in enumerate(everyone) if other != first]
+        if not differing:
+            return
+        other = everyone[differing[0]]
+        keys = sorted(k for k in set(first) | set(other) if _given(first, k) != _given(other, k))
+        shown = "; ".join(
+            f"{label(k)} {_shown(other, k)} (rank 0: {_shown(first, k)})" for k in keys
+        )
+        more = differing[1:]
+        also = f"; ranks {', '.join(map(str, more))} differ too" if more else ""
+        raise ValueError(f"rank {differing[0]} has a different {what}: {shown}{also}")
 
     def barrier(self) -> None:
         if self._comm is not None:
@@ -226,6 +237,17 @@ def _ranks(ranks: list[int]) -> str:
 def _check_buffer(array: np.ndarray) -> None:
     if not (isinstance(array, np.ndarray) and array.flags.c_contiguous and array.flags.writeable):
         raise TypeError("collectives need a writeable C-contiguous numpy array")
+
+
+_NOT_GIVEN = object()
+
+
+def _given(settings: Mapping[str, Any], key: str) -> Any:
+    return settings.get(key, _NOT_GIVEN)
+
+
+def _shown(settings: Mapping[str, Any], key: str) -> str:
+    return "not given" if key not in settings else repr(settings[key])
 
 
 def _print_error(message: str) -> None:

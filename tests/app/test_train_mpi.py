@@ -28,6 +28,7 @@ from mpi_jobs import (
 from glassllm.checkpoint import read
 
 ROOT = Path(__file__).resolve().parents[2]
+OVERWRITE = False  # train --overwrite exists (set once it does)
 WORKER = ROOT / "tests" / "app" / "train_worker.py"
 TINY = [
     "--n-layer",
@@ -211,6 +212,56 @@ def test_ranks_given_different_options_are_refused_at_the_start(mpiexec, text, t
     assert out.stderr.count("\n") == 1, out.stderr
     assert "rank 1 has a different configuration: lr 0.01 (rank 0: 0.001)" in out.stderr
     assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.mpi
+def test_resume_given_to_one_rank_only_is_named(mpiexec, text, tmp_path):
+    out, _ = glassllm_train(mpiexec, 0, "--data", text, *TINY, "--max-iters", "2", cwd=tmp_path)
+    assert out.returncode == 0, out.stderr
+    before = (tmp_path / "out" / "ckpt.safetensors").read_bytes()
+    train = [sys.executable, "-m", "glassllm", "train", "--max-iters", "4"]
+    fresh = [*train, "--data", str(text), *TINY]
+    for ranks, message in (
+        ([[*train, "--resume"], fresh], "--resume is given to rank 0 but not to rank 1 of 2"),
+        ([fresh, [*train, "--resume"]], "--resume is given to rank 1 but not to rank 0 of 2"),
+        (
+            [[*train, "--resume"], [*train, "--resume", "--max-iters", "5", "--lr", "0.01"]],
+            "rank 1 has a different configuration: lr 0.01 (rank 0: not given); "
+            "max_iters 5 (rank 0: 4)",
+        ),
+    ):
+        out = run_job([mpiexec, "-n", "1", *ranks[0], ":", "-n", "1", *ranks[1]], tmp_path)
+        assert out.returncode == 2
+        assert out.stderr == f"glassllm: error: {message}" + (
+            ": give it to every rank or to none\n" if "resume" in message else "\n"
+        )
+    assert (tmp_path / "out" / "ckpt.safetensors").read_bytes() == before
+
+
+@pytest.mark.mpi
+def test_ranks_reading_different_text_are_refused_naming_them(mpiexec, tmp_path):
+    """``--data text.txt`` in another working directory (or on another machine) is another
+    file: the ranks compare digests of the text before training."""
+    # the same characters (the same vocabulary, the same model), another text
+    for folder, text in (("a", TEXT), ("b", TEXT.replace("lazy dog", "dog lazy"))):
+        (tmp_path / folder).mkdir()
+        (tmp_path / folder / "text.txt").write_text(text)
+    rank = [sys.executable, "-m", "glassllm", "train", "--data", "text.txt", *TINY]
+    rank += ["--max-iters", "2", "--out-dir", str(tmp_path / "run")]
+    same = [mpiexec, "-n", "1", "-wdir", "a", *rank, ":", "-n", "1", "-wdir", "a", *rank]
+    out = run_job(same, tmp_path)
+    assert out.returncode == 0, out.stderr
+    (tmp_path / "run" / "ckpt.safetensors").unlink()
+    other = [mpiexec, "-n", "1", "-wdir", "a", *rank, ":", "-n", "1", "-wdir", "b", *rank]
+    out = run_job([*other, "--overwrite"] if OVERWRITE else other, tmp_path)
+    assert out.returncode == 2
+    assert out.stderr.count("\n") == 1, out.stderr
+    assert out.stderr.startswith(
+        "glassllm: error: rank 1 read a different text from --data 'text.txt' than rank 0 "
+        "(sha256 rank 0 "
+    )
+    assert "give every rank the same file" in out.stderr
+    assert not (tmp_path / "run" / "ckpt.safetensors").exists()
 
 
 @pytest.mark.mpi
