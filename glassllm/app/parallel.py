@@ -10,7 +10,8 @@ The contract of a run on N ranks with K micro-batches (``--grad-accum K``):
   draws the same batch from the one batch generator; rank r's k-th micro-batch is slice
   ``k*N + r`` of ``batch/(N*K)`` rows (`glassllm.distributed.micro_batch`). The micro-batch
   gradients are summed (locally, then over ranks) and divided once by ``N*K``, so N ranks give
-  bit for bit what one process gives with ``--grad-accum N``.
+  bit for bit what one process gives with ``--grad-accum N`` when both run as many BLAS
+  threads per process (``--blas-threads``; a BLAS may sum in another order on another count).
 * Rank 0 alone prints (the others' stdout is muted by `start_world`), writes the log, the
   checkpoint and the plot; the others compute.
   Evaluation batches are split over the ranks and their losses summed, so the logged loss is
@@ -85,7 +86,7 @@ def check_same_data(world: World, data: str, text_sha256: str, tokenizer: Any) -
     machine), and ranks training on different text would silently average their gradients."""
     if world.size == 1:
         return
-    spec = json.dumps(tokenizer.to_dict(), sort_keys=True, ensure_ascii=True)
+    spec = json.dumps(tokenizer.to_dict(), sort_keys=True, allow_nan=False)
     mine = (text_sha256, hashlib.sha256(spec.encode()).hexdigest())
     everyone = world.allgather_object(mine)
     for index, what in ((0, "text"), (1, "tokenizer")):

@@ -28,7 +28,6 @@ from mpi_jobs import (
 from glassllm.checkpoint import read
 
 ROOT = Path(__file__).resolve().parents[2]
-OVERWRITE = False  # train --overwrite exists (set once it does)
 WORKER = ROOT / "tests" / "app" / "train_worker.py"
 TINY = [
     "--n-layer",
@@ -251,9 +250,10 @@ def test_ranks_reading_different_text_are_refused_naming_them(mpiexec, tmp_path)
     same = [mpiexec, "-n", "1", "-wdir", "a", *rank, ":", "-n", "1", "-wdir", "a", *rank]
     out = run_job(same, tmp_path)
     assert out.returncode == 0, out.stderr
-    (tmp_path / "run" / "ckpt.safetensors").unlink()
+    before = (tmp_path / "run" / "ckpt.safetensors").read_bytes()
+    rank.append("--overwrite")
     other = [mpiexec, "-n", "1", "-wdir", "a", *rank, ":", "-n", "1", "-wdir", "b", *rank]
-    out = run_job([*other, "--overwrite"] if OVERWRITE else other, tmp_path)
+    out = run_job(other, tmp_path)
     assert out.returncode == 2
     assert out.stderr.count("\n") == 1, out.stderr
     assert out.stderr.startswith(
@@ -261,7 +261,7 @@ def test_ranks_reading_different_text_are_refused_naming_them(mpiexec, tmp_path)
         "(sha256 rank 0 "
     )
     assert "give every rank the same file" in out.stderr
-    assert not (tmp_path / "run" / "ckpt.safetensors").exists()
+    assert (tmp_path / "run" / "ckpt.safetensors").read_bytes() == before  # nothing replaced
 
 
 @pytest.mark.mpi
@@ -269,9 +269,11 @@ def test_two_ranks_equal_one_process_accumulating_two_micro_batches(mpiexec, tex
     # 8 evaluation batches: two groups of 4 (one forward each), one group per rank
     common = ["--data", text, *TINY, "--max-iters", "20", "--eval-interval", "10"]
     common += ["--eval-iters", "8"]
+    # The README's case: as many BLAS threads in every process (here one, a rank's share of
+    # the two cores such a box has, and what it gives each rank by default).
     for ranks, extra, name in (
-        (2, [], "ranks"),
-        (0, ["--grad-accum", "2"], "accum"),
+        (2, ["--blas-threads", "1"], "ranks"),
+        (0, ["--grad-accum", "2", "--blas-threads", "1"], "accum"),
         (0, [], "plain"),
     ):
         out, _ = glassllm_train(mpiexec, ranks, *common, *extra, "--out-dir", name, cwd=tmp_path)
