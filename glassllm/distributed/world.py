@@ -161,7 +161,10 @@ class World:
             f"{label(k)} {_shown(other, k)} (rank 0: {_shown(first, k)})" for k in keys
         )
         more = differing[1:]
-        also = f"; ranks {', '.join(map(str, more))} differ too" if more else ""
+        also = ""
+        if more:
+            also = f"; rank{'s' * (len(more) > 1)} {', '.join(map(str, more))} differ"
+            also += "s too" if len(more) == 1 else " too"
         raise ValueError(f"rank {differing[0]} has a different {what}: {shown}{also}")
 
     def barrier(self) -> None:
