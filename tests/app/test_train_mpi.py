@@ -469,7 +469,9 @@ def test_a_killed_rank_is_named_within_the_timeout(mpiexec, text, tmp_path):
     assert len(named) == 1 and "rank 1 stopped answering: no word for 3 s" in named[0]
     assert iteration(tmp_path / "out") == 2
     assert_samples(tmp_path / "out", tmp_path)
-    out, seconds = fault_run(mpiexec, tmp_path, text, "kill", "--dist-timeout", "60")
+    out, seconds = fault_run(  # a new run in the same out_dir: --overwrite
+        mpiexec, tmp_path, text, "kill", "--dist-timeout", "60", "--overwrite"
+    )
     assert out.returncode != 0 and seconds < 30, out.stderr  # the launcher ended the job
     assert_samples(tmp_path / "out", tmp_path)
 
