@@ -196,7 +196,8 @@ def glassllm_trainer(
         corpus.write_text("".join(np.random.default_rng(seed).choice(alphabet, 200_000)))
         overrides["data"] = str(corpus)
     config = {**SIZES[size], "batch_size": BATCH_SIZE, "seed": seed, "sample_tokens": 0}
-    return Trainer(TrainConfig(**config, out_dir=str(workdir / "out"), **overrides))
+    # a bench always starts afresh, also in a workdir an earlier run left
+    return Trainer(TrainConfig(**config, out_dir=str(workdir / "out"), **overrides), overwrite=True)
 
 
 def torch_step(

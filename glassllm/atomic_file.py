@@ -75,7 +75,7 @@ def remove_stale_temporaries(path: str | os.PathLike[str]) -> list[str]:
         return removed
     for name in names:
         match = _TEMP_SUFFIX.fullmatch(name, len(prefix)) if name.startswith(prefix) else None
-        if match is None or _process_exists(int(match.group(1))):
+        if match is None or process_exists(int(match.group(1))):
             continue
         candidate = os.path.join(directory, name)
         with contextlib.suppress(OSError):
@@ -96,7 +96,7 @@ def _temporary_stem(name: str) -> str:
     return stem + tag
 
 
-def _process_exists(pid: int) -> bool:
+def process_exists(pid: int) -> bool:
     """Whether a process ``pid`` exists (ours, or another user's: EPERM says it does)."""
     if pid <= 0:  # 0 and negatives address process groups, not one process
         return True

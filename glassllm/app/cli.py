@@ -96,6 +96,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="continue from OUT_DIR/ckpt.safetensors exactly where it stopped; the model, data, "
         "tokenizer and seed come from the checkpoint, other options given replace its values",
     )
+    train.add_argument(
+        "--overwrite",
+        action="store_true",
+        help="start a new run even though OUT_DIR holds one (its checkpoint, log, statistics "
+        "and plot are removed when training starts); without it, such an OUT_DIR is refused",
+    )
 
     sample = commands.add_parser(
         "sample",
@@ -151,7 +157,12 @@ def _run_train(args: argparse.Namespace) -> int:
     try:
         # What each rank was asked for: the whole configuration when not resuming (else the
         # options given: the rest comes from rank 0's checkpoint), and how it was launched.
-        asked = {"resume": True, **given} if args.resume else config.to_dict()
+        parallel.check_same_resume(world, args.resume)
+        if args.resume and args.overwrite:
+            raise ValueError(
+                "--overwrite starts a new run and --resume continues the one there: give only one"
+            )
+        asked = given if args.resume else config.to_dict()
         world.check_same({**asked, **dataclasses.asdict(settings)}, what="configuration")
         if args.resume:  # rank 0 reads the checkpoint once, for the configuration and the state
             with parallel.agreement(world):
@@ -171,7 +182,8 @@ def _run_train(args: argparse.Namespace) -> int:
                     config.grad_accum,
                     parallel.Launch("", world.rank, world.size),
                 )
-        trainer = Trainer(config, resume=False if saved is None else saved, world=world)
+        resume = False if saved is None else saved
+        trainer = Trainer(config, resume=resume, world=world, overwrite=args.overwrite)
     except BrokenPipeError:
         raise
     except _INPUT_ERRORS as err:  # the same error on every rank (agreed): rank 0 prints it

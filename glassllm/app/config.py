@@ -73,7 +73,7 @@ class TrainConfig:
         "char",
         "'char' (one token per character), 'byte' (UTF-8 bytes) or 'bpe' (a byte-level BPE of "
         "--vocab-size tokens, learned deterministically on the training split only and stored "
-        "in the checkpoint; needs pip install 'glassllm[hf]')",
+        "in the checkpoint; needs the hf extra: pip install -e '.[hf]' in the checkout)",
         choices=TOKENIZER_KINDS,
     )
     vocab_size: int | None = option(

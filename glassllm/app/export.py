@@ -12,6 +12,7 @@ allows (one holding a ``config.json``, and neither the source nor the working di
 from __future__ import annotations
 
 import dataclasses
+import sys
 from pathlib import Path
 from typing import TextIO
 
@@ -55,11 +56,14 @@ def export(config: ExportConfig, out: TextIO | None = None) -> Path:
     """Export as ``glassllm export`` does; returns the directory written. Every failure is a
     ValueError (or OSError) with a message for the user, raised before anything is written."""
     from glassllm.app.sample import open_checkpoint
+    from glassllm.atomic_directory import recover
     from glassllm.hf import HFFormatError, check_target, save_pretrained
 
     config.validate()
     assert config.out_dir is not None
     out_dir = Path(config.out_dir)
+    for note in recover(out_dir):  # an export killed midway: its old directory back, and so on
+        print(f"glassllm: {note}", file=sys.stderr, flush=True)
     if out_dir.is_dir() and any(out_dir.iterdir()) and not config.overwrite:
         raise ValueError(
             f"--out-dir {str(out_dir)!r} exists and is not empty; pass --overwrite to replace it"

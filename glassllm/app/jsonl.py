@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import sys
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -75,6 +76,11 @@ class JsonLines:
             f"{name}: {self.skipped} unreadable line{plural} skipped "
             f"({'; '.join(self.reasons)}{more})"
         )
+
+
+def print_warning(message: str) -> None:
+    """``message`` as one ``glassllm: warning:`` line on stderr (a skipped line is said once)."""
+    print(f"glassllm: warning: {message}", file=sys.stderr, flush=True)
 
 
 def read_json_lines(

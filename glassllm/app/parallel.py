@@ -10,7 +10,8 @@ The contract of a run on N ranks with K micro-batches (``--grad-accum K``):
   draws the same batch from the one batch generator; rank r's k-th micro-batch is slice
   ``k*N + r`` of ``batch/(N*K)`` rows (`glassllm.distributed.micro_batch`). The micro-batch
   gradients are summed (locally, then over ranks) and divided once by ``N*K``, so N ranks give
-  bit for bit what one process gives with ``--grad-accum N``.
+  bit for bit what one process gives with ``--grad-accum N`` when both run as many BLAS
+  threads per process (``--blas-threads``; a BLAS may sum in another order on another count).
 * Rank 0 alone prints (the others' stdout is muted by `start_world`), writes the log, the
   checkpoint and the plot; the others compute.
   Evaluation batches are split over the ranks and their losses summed, so the logged loss is
@@ -25,6 +26,8 @@ The contract of a run on N ranks with K micro-batches (``--grad-accum K``):
 from __future__ import annotations
 
 import contextlib
+import hashlib
+import json
 import os
 import signal
 import sys
@@ -50,6 +53,8 @@ __all__ = [
     "Launch",
     "TrainParallel",
     "agreement",
+    "check_same_data",
+    "check_same_resume",
     "check_split",
     "detect_launch",
     "start_world",
@@ -61,6 +66,43 @@ def check_split(batch_size: int, grad_accum: int, launch: Launch | None) -> None
     """ValueError unless ``grad_accum`` micro-batches on the launch's ranks split the batch;
     reads the world size from the launcher's environment, so it runs before MPI starts."""
     check_batch_split(batch_size, 1 if launch is None else launch.size, grad_accum)
+
+
+def check_same_resume(world: World, resume: bool) -> None:
+    """ValueError on every rank unless ``--resume`` was given to every rank or to none (a
+    resumed rank takes its configuration from the checkpoint, a fresh one from its options)."""
+    flags = world.allgather_object(bool(resume))
+    if len(set(flags)) > 1:
+        given, not_given = ([r for r, f in enumerate(flags) if f is side] for side in (True, False))
+        raise ValueError(
+            f"--resume is given to {_ranks(given)} but not to {_ranks(not_given)} of "
+            f"{world.size}: give it to every rank or to none"
+        )
+
+
+def check_same_data(world: World, data: str, text_sha256: str, tokenizer: Any) -> None:
+    """ValueError on every rank unless every rank read the same text and built the same
+    tokenizer: ``--data`` is a path each rank resolves on its own (its working directory, its
+    machine), and ranks training on different text would silently average their gradients."""
+    if world.size == 1:
+        return
+    spec = json.dumps(tokenizer.to_dict(), sort_keys=True, allow_nan=False)
+    mine = (text_sha256, hashlib.sha256(spec.encode()).hexdigest())
+    everyone = world.allgather_object(mine)
+    for index, what in ((0, "text"), (1, "tokenizer")):
+        digests = [digest[index] for digest in everyone]
+        if len(set(digests)) > 1:
+            differing = [r for r, d in enumerate(digests) if d != digests[0]]
+            shown = ", ".join(f"rank {r} {d[:12]}" for r, d in enumerate(digests))
+            raise ValueError(
+                f"{_ranks(differing)} read a different {what} from --data {data!r} than rank 0 "
+                f"(sha256 {shown}): give every rank the same file (e.g. an absolute path on a "
+                "shared file system)"
+            )
+
+
+def _ranks(ranks: list[int]) -> str:
+    return f"rank{'s' * (len(ranks) > 1)} {', '.join(map(str, ranks))}"
 
 
 def start_world(settings: LaunchConfig) -> World:
@@ -139,6 +181,7 @@ class TrainParallel:
         configuration or model differ, and gives every rank rank 0's weights."""
         config = trainer.config
         trainer.world.check_same(config.to_dict())
+        check_same_data(trainer.world, config.data, trainer.corpus.sha256, trainer.tokenizer)
         return cls(
             trainer.world,
             trainer.model,

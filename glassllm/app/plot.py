@@ -6,6 +6,7 @@ import sys
 from pathlib import Path
 
 from glassllm._files import open_regular
+from glassllm._install import install_hint
 from glassllm.app.run_log import read_log
 
 
@@ -49,9 +50,8 @@ def plot_losses(log_path: str | Path, png_path: str | Path) -> bool:
 def plot_or_say_how(log_path: str | Path, png_path: str | Path) -> None:
     """`plot_losses`, or one line saying how to get the plot when matplotlib is missing."""
     if not plot_losses(log_path, png_path):
-        # A source checkout (pip install -e .) has no extra to name: say both.
         print(
             f"{Path(png_path).name} skipped: matplotlib is not installed (pip install matplotlib, "
-            "or pip install 'glassllm[plot]')",
+            f"or {install_hint('plot')})",
             flush=True,
         )

@@ -2,10 +2,22 @@
 
 from __future__ import annotations
 
+import shlex
 import signal
 import sys
 import threading
+from pathlib import Path
 from typing import Any
+
+from glassllm.app.config import DEFAULT_OUT_DIR
+
+
+def stopped_message(iteration: int, checkpoint: Path, out_dir: str) -> str:
+    """What a run stopped by Ctrl-C prints: where its checkpoint is and how to continue."""
+    resume = "glassllm train --resume"
+    if out_dir != DEFAULT_OUT_DIR:
+        resume += f" --out-dir {shlex.quote(out_dir)}"  # pasteable as printed
+    return f"stopped at step {iteration}; checkpoint saved to {checkpoint}. Continue with: {resume}"
 
 
 class TrainingDiverged(ValueError):

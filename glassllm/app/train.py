@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import shlex
 import sys
 import time
 import typing
@@ -41,18 +40,19 @@ import glassllm
 from glassllm import no_grad
 from glassllm.app.config import (
     CHECKPOINT_NAME,
-    DEFAULT_OUT_DIR,
     LOG_NAME,
     PLOT_NAME,
     STATS_NAME,
     TrainConfig,
 )
+from glassllm.app.jsonl import print_warning
+from glassllm.app.out_dir import check_new_run, remove_run
 from glassllm.app.parallel import TrainParallel, agreement, stop_signals
 from glassllm.app.plot import plot_or_say_how
 from glassllm.app.run_log import EvalRecord, RunLog, kept_log
 from glassllm.app.run_state import GeneratorStates, RunState, SavedRun, check_out_dir
 from glassllm.app.stats import StatsLog
-from glassllm.app.stopping import StopOnCtrlC, TrainingDiverged
+from glassllm.app.stopping import StopOnCtrlC, TrainingDiverged, stopped_message
 from glassllm.checkpoint import load
 from glassllm.data import (
     TokenSplits,
@@ -104,15 +104,25 @@ class Trainer:
     generator is reseeded: a failed construction changes nothing.
 
     world: the ranks of an ``mpiexec -n N`` run (see `glassllm.app.parallel`); None: alone.
+    overwrite: a fresh run replaces the run in ``out_dir`` (else refused: `glassllm.app.out_dir`).
     """
 
     def __init__(
-        self, config: TrainConfig, resume: bool | SavedRun = False, world: World | None = None
+        self,
+        config: TrainConfig,
+        resume: bool | SavedRun = False,
+        world: World | None = None,
+        overwrite: bool = False,
     ) -> None:
-        self.world = World() if world is None else world
+        self.world, self.overwrite = World() if world is None else world, overwrite
         with agreement(self.world):  # every rank fails together, or none does
             self._setup(config, resume)
-        self.parallel = TrainParallel.join(self)  # the same model and configuration everywhere
+        self.parallel = TrainParallel.join(self)  # the same config, text and model everywhere
+        # Last, once nothing can fail: out_dir, and the default generator (for layers given no rng)
+        self.out_dir.mkdir(parents=True, exist_ok=True)
+        glassllm.manual_seed(config.seed)
+        if self._default_rng_state is not None:
+            glassllm.get_rng().bit_generator.state = self._default_rng_state
 
     def _setup(self, config: TrainConfig, resume: bool | SavedRun) -> None:
         config.validate()
@@ -126,6 +136,8 @@ class Trainer:
             saved = SavedRun.read(self.checkpoint_path, resuming=True)
         if saved is not None:
             saved.check_resumable(config)
+        if self.world.is_main:  # rank 0 alone writes the run's files
+            check_new_run(self.out_dir, self.overwrite, resuming=saved is not None)
         self.resumed = saved is not None
         # Separate generators, so that e.g. evaluating never shifts the training batches:
         # model_rng initialises the weights and then drives dropout (the model keeps it);
@@ -176,11 +188,7 @@ class Trainer:
         self.elapsed_s = 0.0
         if saved is not None:
             self._restore(saved)
-        self.out_dir.mkdir(parents=True, exist_ok=True)
-        # Last, once nothing can fail: the default generator (which layers given no rng draw from).
-        glassllm.manual_seed(config.seed)
-        if saved is not None:
-            glassllm.get_rng().bit_generator.state = saved.state.rng.default
+        self._default_rng_state = None if saved is None else saved.state.rng.default
 
     # ---- resuming
 
@@ -247,7 +255,9 @@ class Trainer:
         (dropping any a crash left behind after it). Written with the first evaluation, together
         with its checkpoint: a run that fails before then leaves an old log as it was."""
         kept = ""
-        warn = _warn if self.world.is_main else None  # a bad line kept out: say so, once
+        warn = print_warning if self.world.is_main else None  # a bad line kept out: say so, once
+        if self.overwrite and self.world.is_main:  # the old run's files go before any new one
+            remove_run(self.out_dir)
         if self.resumed:
             kept = kept_log(self.log_path, self.last_eval_iteration, self.last_eval_record, warn)
         self.log = RunLog(self.log_path, kept)
@@ -415,14 +425,7 @@ class Trainer:
         finally:
             bar.close()
         if interrupted:
-            resume = "glassllm train --resume"
-            if cfg.out_dir != DEFAULT_OUT_DIR:
-                resume += f" --out-dir {shlex.quote(cfg.out_dir)}"  # pasteable as printed
-            print(
-                f"stopped at step {self.iteration}; checkpoint saved to {self.checkpoint_path}. "
-                f"Continue with: {resume}",
-                flush=True,
-            )
+            print(stopped_message(self.iteration, self.checkpoint_path, cfg.out_dir), flush=True)
         if main:  # rank 0 plots and samples
             plot_or_say_how(self.log_path, self.out_dir / PLOT_NAME)
         sample = None
@@ -484,17 +487,13 @@ class Trainer:
         # The checkpoint first, carrying the record: a logged evaluation always has its
         # checkpoint, and a line lost by a kill before the append is restored on resume.
         self.save_checkpoint()
-        record = self.last_eval_record.to_dict()
-        if not self.world.is_main:
-            return record
-        self.log.append(self.last_eval_record)
-        return record
+        if self.world.is_main:
+            self.log.append(self.last_eval_record)
+        return self.last_eval_record.to_dict()
 
 
-def _warn(message: str) -> None:
-    print(f"glassllm: warning: {message}", file=sys.stderr, flush=True)
-
-
-def train(config: TrainConfig, resume: bool = False, progress: bool | None = None) -> TrainResult:
+def train(
+    config: TrainConfig, resume: bool = False, progress: bool | None = None, overwrite: bool = False
+) -> TrainResult:
     """Train as ``glassllm train`` does: ``train(TrainConfig(max_iters=100))``."""
-    return Trainer(config, resume=resume).fit(progress=progress)
+    return Trainer(config, resume=resume, overwrite=overwrite).fit(progress=progress)

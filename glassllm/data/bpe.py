@@ -1,9 +1,9 @@
 """Byte-level BPE (GPT-2's tokenizer scheme) on the Hugging Face ``tokenizers`` library.
 
-The library is an optional extra (``pip install 'glassllm[hf]'``), imported when a BPE tokenizer is
-built or read, never when glassllm is imported. Byte-level BPE splits text into words with GPT-2's
-pattern, maps every UTF-8 byte to one of 256 base symbols, then applies learned merges in order;
-any text encodes, and ``decode(encode(text)) == text``.
+The library is the optional ``hf`` extra (``pip install -e '.[hf]'`` in the checkout), imported
+when a BPE tokenizer is built or read, never when glassllm is imported. Byte-level BPE splits
+text into words with GPT-2's pattern, maps every UTF-8 byte to one of 256 base symbols, then
+applies learned merges in order; any text encodes, and ``decode(encode(text)) == text``.
 
 Three ways to get one:
 
@@ -35,13 +35,14 @@ import numpy as np
 
 from glassllm._files import FileProblem, read_regular
 from glassllm._foreign import foreign_call
+from glassllm._install import install_hint
 from glassllm._text import parse_json, utf8_problem
 
 END_OF_TEXT = "<|endoftext|>"
 # 256 byte symbols + <|endoftext|>: the smallest byte-level vocabulary (no merge at all).
 MIN_BPE_VOCAB_SIZE = 257
 DEFAULT_BPE_VOCAB_SIZE = 512
-INSTALL_HINT = "pip install 'glassllm[hf]'"
+INSTALL_HINT = install_hint("hf")
 # tokenizer.json, vocab.json, merges.txt: the largest in use are tens of MB.
 MAX_TOKENIZER_BYTES = 256 * 2**20
 
@@ -75,7 +76,7 @@ def import_tokenizers() -> Any:
         import tokenizers
     except ImportError:
         raise MissingDependencyError(
-            f"BPE tokenizers need the tokenizers package: {INSTALL_HINT}"
+            f"BPE tokenizers need the tokenizers package, in {INSTALL_HINT}"
         ) from None
     return tokenizers
 

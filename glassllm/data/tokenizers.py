@@ -8,9 +8,9 @@ Three tokenizers:
 - :class:`ByteTokenizer`: one id per UTF-8 byte (256 symbols). Encodes any text; a character
   outside ASCII costs several tokens, and a sample cut inside a character decodes to U+FFFD.
 - :class:`BPETokenizer`: byte-level byte-pair encoding (GPT-2's scheme) run by the Hugging Face
-  ``tokenizers`` library, an optional extra (``pip install 'glassllm[hf]'``) imported only when a
-  BPE tokenizer is built. Trained on a text with :func:`train_bpe`, or read from a Hugging Face
-  ``tokenizer.json`` or ``vocab.json`` + ``merges.txt``.
+  ``tokenizers`` library, the optional ``hf`` extra (``pip install -e '.[hf]'`` in the checkout),
+  imported only when a BPE tokenizer is built. Trained on a text with :func:`train_bpe`, or read
+  from a Hugging Face ``tokenizer.json`` or ``vocab.json`` + ``merges.txt``.
 
 The vocabulary travels inside the checkpoint: ``to_dict()`` gives a JSON-serialisable dict and
 :func:`tokenizer_from_dict` rebuilds the tokenizer from it, so sampling needs only the checkpoint

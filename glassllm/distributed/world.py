@@ -11,14 +11,15 @@ import os
 import sys
 import time
 import traceback
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any, NoReturn
 
 import numpy as np
 
+from glassllm._install import install_hint
 from glassllm.distributed.blas_threads import available_cores, limit_blas_threads
 
-INSTALL_HINT = "pip install 'glassllm[mpi]'"
+INSTALL_HINT = install_hint("mpi")
 ABORT_PAUSE_S = 0.5  # MPICH's launcher drops output written just before MPI_Abort: pause first
 BLAS_VARIABLES = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")
 
@@ -139,18 +140,32 @@ class World:
         self.arrive("allgather_object", 0)
         return self._comm.allgather(obj)
 
-    def check_same(self, settings: Mapping[str, Any], what: str = "configuration") -> None:
+    def check_same(
+        self,
+        settings: Mapping[str, Any],
+        what: str = "configuration",
+        label: Callable[[str], str] = str,
+    ) -> None:
         """ValueError on every rank unless all ranks passed equal ``settings`` (e.g. a run's
-        configuration, checked at the start), naming the first rank that differs and how."""
+        configuration, checked at the start). The message names the first rank that differs
+        from rank 0 and exactly the keys that differ, each as ``label(key)`` with both ranks'
+        values (a key one rank lacks is "not given" there), then any other ranks that differ."""
         everyone = self.allgather_object(dict(settings))
         first = everyone[0]
-        for rank, other in enumerate(everyone):
-            if other != first:
-                keys = sorted(k for k in set(first) | set(other) if first.get(k) != other.get(k))
-                shown = "; ".join(
-                    f"{k} {other.get(k)!r} (rank 0: {first.get(k)!r})" for k in keys[:5]
-                )
-                raise ValueError(f"rank {rank} has a different {what}: {shown}")
+        differing = [rank for rank, other in enumerate(everyone) if other != first]
+        if not differing:
+            return
+        other = everyone[differing[0]]
+        keys = sorted(k for k in set(first) | set(other) if _given(first, k) != _given(other, k))
+        shown = "; ".join(
+            f"{label(k)} {_shown(other, k)} (rank 0: {_shown(first, k)})" for k in keys
+        )
+        more = differing[1:]
+        also = ""
+        if more:
+            also = f"; rank{'s' * (len(more) > 1)} {', '.join(map(str, more))} differ"
+            also += "s too" if len(more) == 1 else " too"
+        raise ValueError(f"rank {differing[0]} has a different {what}: {shown}{also}")
 
     def barrier(self) -> None:
         if self._comm is not None:
@@ -227,6 +242,17 @@ def _check_buffer(array: np.ndarray) -> None:
         raise TypeError("collectives need a writeable C-contiguous numpy array")
 
 
+_NOT_GIVEN = object()
+
+
+def _given(settings: Mapping[str, Any], key: str) -> Any:
+    return settings.get(key, _NOT_GIVEN)
+
+
+def _shown(settings: Mapping[str, Any], key: str) -> str:
+    return "not given" if key not in settings else repr(settings[key])
+
+
 def _print_error(message: str) -> None:
     for stream in (sys.stdout, sys.stderr):
         try:
@@ -247,8 +273,8 @@ def init(
 ) -> World:
     """Join the run this process was launched into; a size-1 `World` without a launcher.
 
-    With more than one rank: imports mpi4py (``RuntimeError`` naming ``pip install
-    'glassllm[mpi]'`` when it is missing or finds no MPI library), installs an exception hook
+    With more than one rank: imports mpi4py (``RuntimeError`` naming the ``mpi``
+    extra, `INSTALL_HINT`, when it is missing or finds no MPI library), installs an exception hook
     that aborts every rank when one raises (``abort_on_exception``), and limits BLAS threads
     (``blas_threads``; None: this rank's cores divided by the ranks that share them, unless a
     standard variable is set). ``environ`` replaces ``os.environ`` for the launch detection.
@@ -265,7 +291,8 @@ def init(
     except (ImportError, RuntimeError) as err:  # RuntimeError: mpi4py found no MPI library
         raise RuntimeError(
             f"{launch.launcher} started {launch.size} processes but MPI is unavailable here "
-            f"({type(err).__name__}: {err}): {INSTALL_HINT}, or mpi4py against your site's MPI"
+            f"({type(err).__name__}: {err}): install {INSTALL_HINT}, or mpi4py against your "
+            "site's MPI"
         ) from None
     world = World(MPI.COMM_WORLD, timeout_s)
     if world.size != launch.size:

@@ -5,8 +5,8 @@ glassllm GPT as one that transformers loads.
 >>> model, tokenizer = load_pretrained("path/to/gpt2")              # doctest: +SKIP
 >>> save_pretrained(model, tokenizer, "out/gpt2-copy")              # doctest: +SKIP
 
-Needs numpy and safetensors only; tokenizers (``pip install 'glassllm[hf]'``) when a tokenizer is
-read or written. The pure converters (configurations and tensor names, both ways) are in
+Needs numpy and safetensors only; tokenizers (``pip install -e '.[hf]'`` in the checkout) when a
+tokenizer is read. The pure converters (configurations and tensor names, both ways) are in
 `glassllm.hf.convert`.
 """
 

@@ -11,22 +11,26 @@ transformers' ``AutoModelForCausalLM.from_pretrained(out_dir)`` and
   ``tokenizers`` BPE models without merges: a char vocabulary one token per character, glued back
   by a ``Fuse`` decoder; the byte tokenizer GPT-2's byte-level alphabet with byte ``b`` at id ``b``.
 
-Writing a tokenizer needs the ``tokenizers`` package (``pip install 'glassllm[hf]'``); the model
-alone does not. The directory appears whole or not at all: everything is written into a temporary
-directory beside it, flushed, and renamed into place.
+Writing a BPE tokenizer needs the ``tokenizers`` package (the ``hf`` extra: ``pip install -e
+'.[hf]'`` in the checkout), which runs it; a char or byte tokenizer is written without it
+(`tokenizer_spec`), and so is the model. The directory appears whole or not at all: everything is
+written into a temporary directory beside it, flushed, and moved into place by
+`glassllm.atomic_directory.replace_directory`, so that after a kill at any moment the old
+directory or the new one is at the path; the next export puts back or removes what a killed one
+left (`glassllm.atomic_directory.recover`).
 """
 
 from __future__ import annotations
 
 import json
 import os
-import secrets
 import shutil
 from pathlib import Path
 from typing import Any
 
 from glassllm._foreign import foreign_call
 from glassllm._text import parse_json, utf8_problem
+from glassllm.atomic_directory import make_temporary, recover, replace_directory
 from glassllm.atomic_file import fsync_path
 from glassllm.data.bpe import END_OF_TEXT, BPETokenizer, byte_level_alphabet, import_tokenizers
 from glassllm.data.tokenizers import ByteTokenizer, CharTokenizer
@@ -53,6 +57,7 @@ def save_pretrained(
     if not isinstance(model, GPT):
         raise TypeError(f"save_pretrained writes a glassllm GPT, got {type(model).__name__}")
     out = Path(out_dir)
+    recover(out)  # what an export killed midway left: the old directory back, temporaries gone
     check_target(out, overwrite, source)
     config = model.config
     if tokenizer is not None and tokenizer.vocab_size > config.vocab_size:
@@ -62,25 +67,25 @@ def save_pretrained(
              f"{config.vocab_size}"],
         )  # fmt: skip
     tensors = state_dict_to_hf(model.state_dict(), config)
-    hf_tokenizer = None if tokenizer is None else hf_tokenizer_of(tokenizer)
+    if tokenizer is not None and not isinstance(tokenizer, BPETokenizer):
+        tokenizer_spec(tokenizer)  # an unknown kind is refused before anything is written
     eos = None
     if isinstance(tokenizer, BPETokenizer):
         eos = tokenizer.token_id(END_OF_TEXT)
     out.parent.mkdir(parents=True, exist_ok=True)
-    temporary = out.parent / f".{out.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp"
-    os.mkdir(temporary)
+    temporary = make_temporary(out)
     try:
         _write_json(temporary / CONFIG, config_to_hf(config, bos_token_id=eos, eos_token_id=eos))
         # through glassllm's boundary: a full disk is an OSError, not the library's own error
         write_file(temporary / WEIGHTS, tensors, metadata={"format": "pt"})
         # safetensors creates its file 0o600; give it the mode open() gave config.json (umask).
         os.chmod(temporary / WEIGHTS, (temporary / CONFIG).stat().st_mode & 0o777)
-        if hf_tokenizer is not None:
-            _write_tokenizer(hf_tokenizer, eos, config.block_size, temporary)
+        if tokenizer is not None:
+            _write_tokenizer(tokenizer, eos, config.block_size, temporary)
         for file in temporary.iterdir():
             fsync_path(file)
         fsync_path(temporary)
-        _move_into_place(temporary, out)
+        replace_directory(temporary, out)
     except BaseException:
         shutil.rmtree(temporary, ignore_errors=True)
         raise
@@ -88,38 +93,81 @@ def save_pretrained(
 
 
 def hf_tokenizer_of(tokenizer: CharTokenizer | ByteTokenizer | BPETokenizer) -> Any:
-    """A ``tokenizers.Tokenizer`` giving the same ids and text as a glassllm tokenizer."""
+    """A ``tokenizers.Tokenizer`` giving the same ids and text as a glassllm tokenizer (needs the
+    ``tokenizers`` package; `save_pretrained` writes a char or byte tokenizer without it)."""
     if isinstance(tokenizer, BPETokenizer):
         return tokenizer.tokenizer
-    tokenizers = import_tokenizers()
-    from tokenizers import decoders, models, pre_tokenizers
+    return import_tokenizers().Tokenizer.from_str(json.dumps(tokenizer_spec(tokenizer)))
 
+
+def tokenizer_spec(tokenizer: CharTokenizer | ByteTokenizer) -> dict[str, Any]:
+    """The ``tokenizer.json`` of a char or byte tokenizer, as the ``tokenizers`` library writes
+    it, built without that library: a BPE model with no merges (tests/hf/ hold it to the
+    library's own output). A char vocabulary is one token per character, glued back by a
+    ``Fuse`` decoder; the byte tokenizer is GPT-2's byte-level alphabet, byte ``b`` at id ``b``."""
     if isinstance(tokenizer, CharTokenizer):
         problem = utf8_problem("".join(tokenizer.chars))  # a checkpoint's JSON can hold one
         if problem is not None:
             raise HFFormatError("cannot export", [f"the character vocabulary: {problem}"])
-        with foreign_call(lambda why: HFFormatError("cannot export", [f"the tokenizer ({why})"])):
-            hf = tokenizers.Tokenizer(models.BPE(vocab=dict(tokenizer.stoi), merges=[]))
-        hf.decoder = decoders.Fuse()
-        return hf
-    if isinstance(tokenizer, ByteTokenizer):
-        vocab = {ch: byte for ch, byte in byte_level_alphabet().items()}
-        hf = tokenizers.Tokenizer(models.BPE(vocab=vocab, merges=[]))
-        hf.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)
-        hf.decoder = decoders.ByteLevel()
-        return hf
-    raise HFFormatError("cannot export", [f"no Hugging Face form for {type(tokenizer).__name__}"])
+        vocab, pre_tokenizer, decoder = dict(tokenizer.stoi), None, {"type": "Fuse"}
+    elif isinstance(tokenizer, ByteTokenizer):
+        vocab = dict(byte_level_alphabet())
+        byte_level = {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": True}
+        pre_tokenizer = {**byte_level, "use_regex": False}
+        decoder = {**byte_level, "add_prefix_space": True, "use_regex": True}  # the defaults
+    else:
+        raise HFFormatError(
+            "cannot export", [f"no Hugging Face form for {type(tokenizer).__name__}"]
+        )
+    vocab = dict(sorted(vocab.items(), key=lambda item: item[1]))  # in id order, as written
+    return {
+        "version": "1.0",
+        "truncation": None,
+        "padding": None,
+        "added_tokens": [],
+        "normalizer": None,
+        "pre_tokenizer": pre_tokenizer,
+        "post_processor": None,
+        "decoder": decoder,
+        "model": {
+            "type": "BPE",
+            "dropout": None,
+            "unk_token": None,
+            "continuing_subword_prefix": None,
+            "end_of_word_suffix": None,
+            "fuse_unk": False,
+            "byte_fallback": False,
+            "ignore_merges": False,
+            "vocab": vocab,
+            "merges": [],
+        },
+    }
 
 
-def _write_tokenizer(hf: Any, eos: int | None, block_size: int, directory: Path) -> None:
-    # Through the library boundary: whatever it raises (a full disk included) is an OSError.
-    with foreign_call(lambda why: OSError(f"cannot write the tokenizer in {directory} ({why})")):
-        text = hf.to_str(pretty=True)  # what hf.save writes, written here as every file is
-    (directory / TOKENIZER_JSON).write_text(text, encoding="utf-8")
-    spec = parse_json(text)
-    if (spec.get("model") or {}).get("type") == "BPE":
-        with foreign_call(lambda why: OSError(f"cannot write {directory} vocab.json ({why})")):
-            hf.model.save(str(directory))  # vocab.json + merges.txt, for GPT-2-era readers
+def _write_tokenizer(
+    tokenizer: CharTokenizer | ByteTokenizer | BPETokenizer,
+    eos: int | None,
+    block_size: int,
+    directory: Path,
+) -> None:
+    if isinstance(tokenizer, BPETokenizer):  # the library's own files, for any model it runs
+        hf = tokenizer.tokenizer
+        # Through the library boundary: whatever it raises (a full disk included) is an OSError.
+        with foreign_call(
+            lambda why: OSError(f"cannot write the tokenizer in {directory} ({why})")
+        ):
+            text = hf.to_str(pretty=True)  # what hf.save writes, written here as every file is
+        (directory / TOKENIZER_JSON).write_text(text, encoding="utf-8")
+        if (parse_json(text).get("model") or {}).get("type") == "BPE":
+            with foreign_call(lambda why: OSError(f"cannot write {directory} vocab.json ({why})")):
+                hf.model.save(str(directory))  # vocab.json + merges.txt, for GPT-2-era readers
+    else:  # a BPE without merges, written as the library writes it
+        spec = tokenizer_spec(tokenizer)
+        text = json.dumps(spec, indent=2, ensure_ascii=False)
+        (directory / TOKENIZER_JSON).write_text(text, encoding="utf-8")
+        vocab = json.dumps(spec["model"]["vocab"], ensure_ascii=False, separators=(",", ":"))
+        (directory / "vocab.json").write_text(vocab, encoding="utf-8")
+        (directory / "merges.txt").write_text("#version: 0.2\n", encoding="utf-8")
     config: dict[str, Any] = {
         "tokenizer_class": "PreTrainedTokenizerFast",
         "model_max_length": block_size,
@@ -159,22 +207,6 @@ def check_target(
             problems.append(f"it holds {what} ({inside}), which overwrite would delete")
     if problems:
         raise HFFormatError(str(out), problems)
-
-
-def _move_into_place(temporary: Path, out: Path) -> None:
-    """Rename the finished directory to ``out``; an existing ``out`` is moved aside first and
-    removed after, so ``out`` is at every moment either absent, the old one or the new one."""
-    if not out.exists():
-        os.rename(temporary, out)
-    elif not any(out.iterdir()):
-        out.rmdir()
-        os.rename(temporary, out)
-    else:
-        old = out.parent / f".{out.name}.{os.getpid()}.{secrets.token_hex(4)}.old"
-        os.rename(out, old)
-        os.rename(temporary, out)
-        shutil.rmtree(old, ignore_errors=True)
-    fsync_path(out.parent)
 
 
 def _write_json(path: Path, value: Any) -> None:

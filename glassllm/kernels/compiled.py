@@ -3,9 +3,9 @@
 NumPy runs a fused function as a chain of whole-array passes: LayerNorm's forward is five
 (row sums, centring, squares, scaling by ``rstd`` and ``w``), its VJP seven, each a trip through
 memory and the interpreter, and NumPy's broadcasting passes run at half speed. With the ``fast``
-extra (``pip install 'glassllm[fast]'``, numba) `layer_norm` runs each row in one compiled pass
-instead: at the tiny GPT's shape (768, 128) the forward takes 11-14 us against 55, the VJP 17
-against 92 (bench/RESULTS.md).
+extra (numba: ``pip install -e '.[fast]'`` in the checkout) `layer_norm` runs each row in one
+compiled pass instead: at the tiny GPT's shape (768, 128) the forward takes 11-14 us against
+55, the VJP 17 against 92 (bench/RESULTS.md).
 
 The NumPy code stays the definition: each function's docstring states the maths, its NumPy
 routine computes it, and ``tests/test_compiled.py`` holds every kernel to that routine (to

@@ -62,7 +62,7 @@ def test_sample_a_hugging_face_model_without_the_tokenizers_package(capsys, monk
 
     monkeypatch.setitem(sys.modules, "tokenizers", None)  # import tokenizers -> ImportError
     status, _, err = run(["sample", "--checkpoint", FIXTURE], capsys)
-    assert_one_line_error(status, err, "pip install 'glassllm[hf]'")
+    assert_one_line_error(status, err, "pip install -e '.[hf]' in glassllm's source checkout")
 
 
 def test_sample_a_hugging_face_model_without_tokenizer_files(tmp_path, capsys):
@@ -282,7 +282,7 @@ def test_bpe_without_the_tokenizers_package(tmp_path, capsys, monkeypatch):
 
     monkeypatch.setitem(sys.modules, "tokenizers", None)  # import tokenizers -> ImportError
     status, _, err = _train(["--tokenizer", "bpe"], tmp_path, capsys)
-    assert_one_line_error(status, err, "pip install 'glassllm[hf]'")
+    assert_one_line_error(status, err, "pip install -e '.[hf]' in glassllm's source checkout")
     assert not (tmp_path / "o").exists()
 
 
@@ -336,3 +336,24 @@ def test_open_checkpoint_rejects_bad_inputs_with_a_message(tmp_path, make, fragm
 
     with pytest.raises((ValueError, OSError), match=fragment):
         open_checkpoint(make(tmp_path))
+
+
+def test_export_of_a_char_run_needs_no_tokenizers_package(tmp_path, capsys, monkeypatch):
+    """A char (or byte) tokenizer is a table: written as tokenizer.json without the package."""
+    import sys
+
+    (tmp_path / "tiny.txt").write_text(TEXT)
+    argv = ["train", *TINY, "--data", str(tmp_path / "tiny.txt"), "--out-dir", str(tmp_path / "o")]
+    monkeypatch.setitem(sys.modules, "tokenizers", None)  # import tokenizers -> ImportError
+    assert main(argv) == 0
+    status, out, err = _export(tmp_path / "o" / CHECKPOINT_NAME, tmp_path / "hf", capsys)
+    assert status == 0 and err == "", err
+    names = {p.name for p in (tmp_path / "hf").iterdir()}
+    assert {"config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json"} <= names
+    monkeypatch.delitem(sys.modules, "tokenizers")
+    optional("tokenizers")
+    from glassllm.app.sample import open_model
+
+    _, tokenizer, _ = open_model(tmp_path / "o" / CHECKPOINT_NAME)
+    _, theirs, _ = open_model(tmp_path / "hf")
+    assert theirs.encode("lazy dog.\nline") == tokenizer.encode("lazy dog.\nline")

@@ -262,7 +262,7 @@ def test_plot_is_written_with_matplotlib(data, tmp_path):
 
 def test_fresh_run_does_not_inherit_an_old_log(data, tmp_path):
     Trainer(tiny(data, tmp_path, max_iters=10)).fit(progress=False)
-    Trainer(tiny(data, tmp_path, max_iters=5)).fit(progress=False)
+    Trainer(tiny(data, tmp_path, max_iters=5), overwrite=True).fit(progress=False)
     assert [r["iter"] for r in read_log(tmp_path)] == [0, 5]
 
 

@@ -171,7 +171,7 @@ def test_a_launcher_without_mpi4py_is_one_line_from_rank_0(text, tmp_path, rank)
     )
     assert out.returncode == 2
     if rank == 0:
-        assert out.stderr.count("\n") == 1 and "pip install 'glassllm[mpi]'" in out.stderr
+        assert out.stderr.count("\n") == 1 and "pip install -e '.[mpi]'" in out.stderr
     else:
         assert out.stderr == ""
     assert not (tmp_path / "out").exists()
@@ -214,13 +214,66 @@ def test_ranks_given_different_options_are_refused_at_the_start(mpiexec, text, t
 
 
 @pytest.mark.mpi
+def test_resume_given_to_one_rank_only_is_named(mpiexec, text, tmp_path):
+    out, _ = glassllm_train(mpiexec, 0, "--data", text, *TINY, "--max-iters", "2", cwd=tmp_path)
+    assert out.returncode == 0, out.stderr
+    before = (tmp_path / "out" / "ckpt.safetensors").read_bytes()
+    train = [sys.executable, "-m", "glassllm", "train", "--max-iters", "4"]
+    fresh = [*train, "--data", str(text), *TINY]
+    for ranks, message in (
+        ([[*train, "--resume"], fresh], "--resume is given to rank 0 but not to rank 1 of 2"),
+        ([fresh, [*train, "--resume"]], "--resume is given to rank 1 but not to rank 0 of 2"),
+        (
+            [[*train, "--resume"], [*train, "--resume", "--max-iters", "5", "--lr", "0.01"]],
+            "rank 1 has a different configuration: lr 0.01 (rank 0: not given); "
+            "max_iters 5 (rank 0: 4)",
+        ),
+    ):
+        out = run_job([mpiexec, "-n", "1", *ranks[0], ":", "-n", "1", *ranks[1]], tmp_path)
+        assert out.returncode == 2
+        assert out.stderr == f"glassllm: error: {message}" + (
+            ": give it to every rank or to none\n" if "resume" in message else "\n"
+        )
+    assert (tmp_path / "out" / "ckpt.safetensors").read_bytes() == before
+
+
+@pytest.mark.mpi
+def test_ranks_reading_different_text_are_refused_naming_them(mpiexec, tmp_path):
+    """``--data text.txt`` in another working directory (or on another machine) is another
+    file: the ranks compare digests of the text before training."""
+    # the same characters (the same vocabulary, the same model), another text
+    for folder, text in (("a", TEXT), ("b", TEXT.replace("lazy dog", "dog lazy"))):
+        (tmp_path / folder).mkdir()
+        (tmp_path / folder / "text.txt").write_text(text)
+    rank = [sys.executable, "-m", "glassllm", "train", "--data", "text.txt", *TINY]
+    rank += ["--max-iters", "2", "--out-dir", str(tmp_path / "run")]
+    same = [mpiexec, "-n", "1", "-wdir", "a", *rank, ":", "-n", "1", "-wdir", "a", *rank]
+    out = run_job(same, tmp_path)
+    assert out.returncode == 0, out.stderr
+    before = (tmp_path / "run" / "ckpt.safetensors").read_bytes()
+    rank.append("--overwrite")
+    other = [mpiexec, "-n", "1", "-wdir", "a", *rank, ":", "-n", "1", "-wdir", "b", *rank]
+    out = run_job(other, tmp_path)
+    assert out.returncode == 2
+    assert out.stderr.count("\n") == 1, out.stderr
+    assert out.stderr.startswith(
+        "glassllm: error: rank 1 read a different text from --data 'text.txt' than rank 0 "
+        "(sha256 rank 0 "
+    )
+    assert "give every rank the same file" in out.stderr
+    assert (tmp_path / "run" / "ckpt.safetensors").read_bytes() == before  # nothing replaced
+
+
+@pytest.mark.mpi
 def test_two_ranks_equal_one_process_accumulating_two_micro_batches(mpiexec, text, tmp_path):
     # 8 evaluation batches: two groups of 4 (one forward each), one group per rank
     common = ["--data", text, *TINY, "--max-iters", "20", "--eval-interval", "10"]
     common += ["--eval-iters", "8"]
+    # The README's case: as many BLAS threads in every process (here one, a rank's share of
+    # the two cores such a box has, and what it gives each rank by default).
     for ranks, extra, name in (
-        (2, [], "ranks"),
-        (0, ["--grad-accum", "2"], "accum"),
+        (2, ["--blas-threads", "1"], "ranks"),
+        (0, ["--grad-accum", "2", "--blas-threads", "1"], "accum"),
         (0, [], "plain"),
     ):
         out, _ = glassllm_train(mpiexec, ranks, *common, *extra, "--out-dir", name, cwd=tmp_path)
@@ -416,7 +469,9 @@ def test_a_killed_rank_is_named_within_the_timeout(mpiexec, text, tmp_path):
     assert len(named) == 1 and "rank 1 stopped answering: no word for 3 s" in named[0]
     assert iteration(tmp_path / "out") == 2
     assert_samples(tmp_path / "out", tmp_path)
-    out, seconds = fault_run(mpiexec, tmp_path, text, "kill", "--dist-timeout", "60")
+    out, seconds = fault_run(  # a new run in the same out_dir: --overwrite
+        mpiexec, tmp_path, text, "kill", "--dist-timeout", "60", "--overwrite"
+    )
     assert out.returncode != 0 and seconds < 30, out.stderr  # the launcher ended the job
     assert_samples(tmp_path / "out", tmp_path)
 

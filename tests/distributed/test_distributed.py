@@ -131,7 +131,7 @@ def test_launcher_without_mpi4py_names_the_extra():
     assert out.returncode == 0, out.stderr
     lines = out.stdout.strip().splitlines()
     assert len(lines) == 1
-    assert "started 2 processes" in lines[0] and "pip install 'glassllm[mpi]'" in lines[0]
+    assert "started 2 processes" in lines[0] and "pip install -e '.[mpi]'" in lines[0]
 
 
 def test_openblas_fallback_sets_the_thread_count_without_threadpoolctl():

@@ -152,7 +152,9 @@ def test_bpe_without_the_tokenizers_package(monkeypatch):
         lambda: tokenizer_from_dict({"type": "bpe", "tokenizer_json": "{}"}),
         lambda: load_pretrained(FIXTURE),
     ):
-        with pytest.raises(MissingDependencyError, match=r"pip install 'glassllm\[hf\]'") as err:
+        with pytest.raises(
+            MissingDependencyError, match=r"the glassllm\[hf\] extra: pip install -e '\.\[hf\]'"
+        ) as err:
             call()
         assert isinstance(err.value, ValueError) and isinstance(err.value, ImportError)
 

@@ -44,5 +44,5 @@ def make_run(out_dir, steps=60, eval_interval=20, stats_interval=2, seed=0, resu
         sample_tokens=0,
         stats_interval=stats_interval,
     )
-    Trainer(config, resume=resume).fit(progress=False)
+    Trainer(config, resume=resume, overwrite=not resume).fit(progress=False)  # a new run replaces
     return out_dir
