@@ -15,6 +15,7 @@ from glassllm._checks import check_int, check_probability
 from glassllm.autograd import is_grad_enabled
 from glassllm.functional._common import float_tensor
 from glassllm.kernels import attention as fast
+from glassllm.kernels import grouped_attention as grouped
 from glassllm.kernels.attention import CAUSAL_TILE, _causal_bias, _window_bias, split_packed_heads
 from glassllm.rng import dropout_mask
 from glassllm.tensor import Tensor, unbroadcast
@@ -159,8 +160,12 @@ def scaled_dot_product_attention(
     scale = _scale("attention", scale, head_dim)
 
     bias = _mask_bias(num_queries, num_keys, causal, mask, dtype, window)
-    attend = kernels.select(_attention_definition, fast.attention)
-    out, vjp = attend(q.data, k.data, v.data, scale, bias, dropout_p, rng, dtype, groups)
+    band = None  # the window of a causal self-attention with no other mask: tiles may run it
+    if causal and mask is None and num_queries == num_keys and (groups > 1 or window):
+        band = num_keys if window is None else window
+    kernel = fast.attention if groups == 1 and band is None else grouped.attention
+    attend = kernels.select(_attention_definition, kernel)
+    out, vjp = attend(q.data, k.data, v.data, scale, bias, dropout_p, rng, dtype, groups, band)
 
     def backward(grad: np.ndarray) -> tuple:
         dq, dk, dv = vjp(grad, q.requires_grad, k.requires_grad, v.requires_grad)
@@ -243,7 +248,8 @@ def attention_probabilities(
     num_queries, head_dim = q_data.shape[-2:]
     scale = _scale(name, scale, head_dim)
     bias = _mask_bias(num_queries, k_data.shape[-2], causal, mask, dtype, window)
-    probabilities = kernels.select(_probabilities_definition, fast.attention_probabilities)
+    kernel = fast.attention_probabilities if groups == 1 else grouped.attention_probabilities
+    probabilities = kernels.select(_probabilities_definition, kernel)
     return probabilities(q_data, k_data, scale, bias, dtype, groups)
 
 
@@ -299,8 +305,10 @@ def _attention_definition(
     rng: np.random.Generator | None,
     dtype: np.dtype,
     groups: int = 1,
+    band: int | None = None,
 ) -> tuple:
     """Attention in plain NumPy: ``(O, vjp)``, ``vjp(G, need_q, need_k, need_v) -> (dq, dk, dv)``.
+    (``band``, a hint for the kernels, that ``bias`` is a causal band they may tile, is unused.)
 
     Forward, with ``scale`` (default ``1/sqrt(d)``) and ``M`` the additive mask (``bias``)::
 

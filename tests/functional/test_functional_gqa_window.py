@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 import glassllm.functional as F
 from glassllm import Tensor, gradcheck, kernels
-from glassllm.kernels import attention as attention_kernels
+from glassllm.kernels import grouped_attention as grouped_kernels
 
 sdpa = F.scaled_dot_product_attention
 
@@ -125,26 +125,30 @@ def test_window_wider_than_the_keys_is_plain_causal_and_scale_none_is_one_over_s
     np.testing.assert_array_equal(sdpa(q, k, v, scale=0.5).data, sdpa(q, k, v).data)
 
 
-def test_the_kernel_never_repeats_k_or_v(monkeypatch):
-    """The fast path multiplies by the kv heads as they are: every array it computes with has
-    KV heads, never H, and np.repeat is never called."""
+@pytest.mark.parametrize("queries", [4, 1])  # causal tiles; stacked after a cache
+def test_the_kernel_never_repeats_k_or_v(monkeypatch, queries):
+    """The fast path multiplies by the kv heads as they are: every k and v it computes with has
+    KV heads (axis 1), never H, and np.repeat is never called."""
     seen = []
-    forward = attention_kernels._attention_forward
 
-    def spy(q, k, v, *args, **kwargs):
-        seen.append((k.shape, v.shape))
-        return forward(q, k, v, *args, **kwargs)
+    def spy(original):
+        def run(q, k, v, *args, **kwargs):
+            seen.append((k.shape[1], v.shape[1]))
+            return original(q, k, v, *args, **kwargs)
+
+        return run
 
     def no_repeat(*args, **kwargs):
         raise AssertionError("np.repeat called on the fast path")
 
-    monkeypatch.setattr(attention_kernels, "_attention_forward", spy)
+    for name in ("_attention_forward", "_causal_forward"):
+        monkeypatch.setattr(grouped_kernels, name, spy(getattr(grouped_kernels, name)))
     monkeypatch.setattr(np, "repeat", no_repeat)
-    q, k, v = qkv(heads=6, kv_heads=2, queries=4, keys=4)
+    q, k, v = qkv(heads=6, kv_heads=2, queries=queries, keys=4)
     out = sdpa(q, k, v, causal=True)
     out.backward(np.ones(out.shape))
     F.attention_probabilities(q, k, causal=True)
-    assert seen == [((2, 2, 4, 3), (2, 2, 4, 4))]
+    assert seen == [(2, 2)]
     assert k.grad.shape == (2, 2, 4, 3) and v.grad.shape == (2, 2, 4, 4)
 
 
