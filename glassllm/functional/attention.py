@@ -259,6 +259,9 @@ def packed_attention(
     causal: bool = False,
     dropout_p: float = 0.0,
     rng: np.random.Generator | None = None,
+    *,
+    scale: float | None = None,
+    window: int | None = None,
 ) -> Tensor:
     """Multi-head attention over one packed projection: ``qkv (B, T, 3E) -> (B, T, E)``.
 
@@ -266,9 +269,10 @@ def packed_attention(
     ``hs = E / num_heads`` features; the output puts the heads' outputs side by side again.
     The same numbers as splitting ``q, k, v`` into ``(B, nh, T, hs)``, calling
     `scaled_dot_product_attention` and merging the heads, but the split is a view and the
-    merge a strided write. The definition is `_packed_definition`; the kernel
-    (`glassllm.kernels.attention.packed_attention`) writes ``dq, dk, dv`` straight into one
-    ``(B, T, 3E)`` gradient and runs causal attention in tiles over the worker threads.
+    merge a strided write. ``scale`` and ``window`` as in `scaled_dot_product_attention`. The
+    definition is `_packed_definition`; the kernel (`glassllm.kernels.attention.packed_attention`)
+    writes ``dq, dk, dv`` straight into one ``(B, T, 3E)`` gradient and runs causal attention in
+    tiles over the worker threads.
 
     >>> qkv = Tensor(np.ones((2, 5, 12), dtype=np.float32))  # E = 4, two heads of 2
     >>> y = packed_attention(qkv, num_heads=2, causal=True)
@@ -283,11 +287,13 @@ def packed_attention(
             f"{num_heads}, got {qkv.shape}"
         )
     dropout_p = check_probability("attention: dropout_p", dropout_p)
+    window = _check_window("attention", causal, window)
     head_size = qkv.shape[-1] // 3 // num_heads
+    scale = _scale("attention", scale, head_size)
     heads = split_packed_heads(qkv.data, num_heads)  # (3, B, nh, T, hs) views
     attend = kernels.select(_packed_definition, fast.packed_attention)
     keep = is_grad_enabled() and qkv.requires_grad  # residuals only when a backward will run
-    out, vjp = attend(heads, 1.0 / math.sqrt(head_size), causal, dropout_p, rng, keep)
+    out, vjp = attend(heads, scale, causal, dropout_p, rng, keep, window)
 
     def backward(grad: np.ndarray) -> tuple:
         return (vjp(grad),)
@@ -392,6 +398,7 @@ def _packed_definition(
     dropout_p: float,
     rng: np.random.Generator | None,
     keep: bool,
+    window: int | None = None,
 ) -> tuple:
     """`packed_attention` in plain NumPy: ``(y, vjp)``, ``vjp(G (B, T, E)) -> dqkv (B, T, 3E)``.
 
@@ -401,7 +408,7 @@ def _packed_definition(
     dv]`` per position. ``keep`` (whether a backward will run) changes nothing here.
     """
     _, batch, num_heads, steps, head_size = heads.shape
-    bias = _mask_bias(steps, steps, causal, None, heads.dtype)
+    bias = _mask_bias(steps, steps, causal, None, heads.dtype, window)
     out, vjp_heads = _attention_definition(*heads, scale, bias, dropout_p, rng, heads.dtype)
     embed = num_heads * head_size
 

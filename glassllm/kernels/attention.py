@@ -105,10 +105,12 @@ def packed_attention(
     dropout_p: float,
     rng: np.random.Generator | None,
     keep: bool,
+    window: int | None = None,
 ) -> tuple:
     """``(y, vjp)`` for multi-head attention over ``heads = split_packed_heads(qkv, nh)``,
     ``(3, B, nh, T, hs)``: ``y (B, T, E)`` with the heads merged, ``vjp(G (B, T, E)) ->
-    dqkv (B, T, 3E)``. ``keep``: whether a backward will run (else no residuals are kept)."""
+    dqkv (B, T, 3E)``. ``keep``: whether a backward will run (else no residuals are kept).
+    ``window`` (with ``causal``): the tiles skip the keys left of the band too."""
     _, batch, num_heads, steps, head_size = heads.shape
     dtype = heads.dtype
     merged = np.empty((batch, steps, num_heads, head_size), dtype)  # (B, T, nh, hs)
@@ -116,7 +118,7 @@ def packed_attention(
     if causal:
         # (B, nh, T, hs) views into qkv; residuals only when a backward will read them
         residuals = _causal_forward(
-            heads[0], heads[1], heads[2], scale, dropout_p, rng, out, keep=keep
+            heads[0], heads[1], heads[2], scale, dropout_p, rng, out, keep=keep, window=window
         )
     else:
         _, residuals = _attention_forward(
@@ -127,7 +129,9 @@ def packed_attention(
         d_qkv = np.empty((batch, steps, 3 * num_heads * head_size), dtype)
         d_heads = split_packed_heads(d_qkv, num_heads)  # (3, B, nh, T, hs) views
         grad_heads = grad.reshape(batch, steps, num_heads, head_size).transpose(0, 2, 1, 3)
-        if causal:
+        if causal and window is not None:
+            _banded_backward(grad_heads, residuals, scale, *d_heads)
+        elif causal:
             _causal_backward(grad_heads, residuals, scale, *d_heads)
         else:
             _attention_backward(
@@ -302,6 +306,63 @@ def _causal_backward_block(
         )
         if not first:
             dk[..., :stop, :] += part
+    dk *= scale
+
+
+def _stack_rows(a: np.ndarray) -> np.ndarray:
+    """``(B, KV, groups, t, x) -> (B, KV, groups t, x)``: a group's rows as one block (4-D
+    arrays, one query head per kv head, stay as they are)."""
+    return a.reshape(a.shape[:2] + (-1, a.shape[-1]))
+
+
+def _banded_backward(
+    grad: np.ndarray,
+    residuals: list,
+    scale: float,
+    dq: np.ndarray,
+    dk: np.ndarray,
+    dv: np.ndarray,
+) -> None:
+    """The VJP of `_causal_forward` with a window or grouped heads, block by block as the
+    forward split the batch: ``dq`` written, ``dk``, ``dv`` (``(B, KV, T, .)``, strided views
+    are fine) zeroed here, then added to by each tile."""
+    dk[...] = 0
+    dv[...] = 0
+    run_blocks(
+        [
+            partial(_banded_backward_block, scale, grad[rows], block, dq[rows], dk[rows], dv[rows])
+            for rows, block in residuals
+        ],
+        uses_blas=True,
+    )
+
+
+def _banded_backward_block(
+    scale: float,
+    grad: np.ndarray,
+    residuals: tuple,
+    dq: np.ndarray,
+    dk: np.ndarray,
+    dv: np.ndarray,
+) -> None:
+    """The VJP of `_causal_forward_block` over ``(B, KV, [groups,] T, .)`` tiles, into ``dq`` and
+    (adding) ``dk``, ``dv`` ``(B, KV, T, .)``. Tile ``[start, stop)`` saw keys ``[lo, stop)``:
+    ``dv[lo:stop] += A^T G`` and ``dk[lo:stop] += dS^T q``, each one product over the group's
+    stacked rows (the sum over the query heads of the group)."""
+    q, k, v, tiles, drop, out = residuals
+    values_t = np.ascontiguousarray(np.swapaxes(v, -1, -2), dtype=out.dtype)  # (B, KV, [1,] dv, T)
+    for start, stop, lo, probs, weights in tiles:
+        g = grad[..., start:stop, :]  # (B, KV, groups, t, dv)
+        dv[..., lo:stop, :] += np.swapaxes(_stack_rows(weights), -1, -2) @ _stack_rows(g)
+        d_scores = g @ values_t[..., lo:stop]  # (B, KV, groups, t, stop - lo): dA, dP, dS
+        if drop is not None:
+            d_scores *= drop[..., start:stop, lo:stop]
+        d_scores -= np.einsum("...j,...j->...", g, out[..., start:stop, :])[..., None]
+        d_scores *= probs
+        dq_tile = np.matmul(d_scores, k[..., lo:stop, :], out=dq[..., start:stop, :])
+        dq_tile *= scale
+        q_rows = _stack_rows(q[..., start:stop, :])
+        dk[..., lo:stop, :] += np.swapaxes(_stack_rows(d_scores), -1, -2) @ q_rows
     dk *= scale
 
 

@@ -21,17 +21,15 @@ as the definition's. Equal to the definition to float rounding (``tests/kernels/
 
 from __future__ import annotations
 
-from functools import partial
-
 import numpy as np
 
 from glassllm.kernels.attention import (
     _attention_backward,
     _attention_forward,
+    _banded_backward,
     _causal_forward,
 )
 from glassllm.kernels.attention import attention_probabilities as _probabilities
-from glassllm.threads import run_blocks
 
 
 def attention(
@@ -139,51 +137,13 @@ def _banded_attention(
 
     def vjp(grad: np.ndarray, need_q: bool, need_k: bool, need_v: bool) -> tuple:
         dq = np.empty(q5.shape, dtype)
-        dk, dv = np.zeros(k5.shape, dtype), np.zeros(v5.shape, dtype)  # tiles add into them
+        dk, dv = np.empty(k.shape, dtype), np.empty(v.shape, dtype)  # (B, KV, T, .)
         grad5 = np.asarray(grad, dtype=dtype).reshape(out.shape)
-        tasks = [
-            partial(_banded_backward_block, scale, grad5[rows], block, dq[rows], dk[rows], dv[rows])
-            for rows, block in residuals
-        ]
-        run_blocks(tasks, uses_blas=True)
+        _banded_backward(grad5, residuals, scale, dq, dk, dv)
         return (
             dq.reshape(q.shape) if need_q else None,
-            dk[:, :, 0] if need_k else None,
-            dv[:, :, 0] if need_v else None,
+            dk if need_k else None,
+            dv if need_v else None,
         )
 
     return out.reshape(batch, heads, steps, v.shape[-1]), vjp
-
-
-def _stack_rows(a: np.ndarray) -> np.ndarray:
-    """``(B, KV, groups, t, x) -> (B, KV, groups t, x)``: a group's rows as one block."""
-    return a.reshape(a.shape[:2] + (-1, a.shape[-1]))
-
-
-def _banded_backward_block(
-    scale: float,
-    grad: np.ndarray,
-    residuals: tuple,
-    dq: np.ndarray,
-    dk: np.ndarray,
-    dv: np.ndarray,
-) -> None:
-    """The VJP of `_causal_forward_block` over ``(B, KV, groups, T, .)`` tiles, into ``dq`` and
-    (adding) ``dk``, ``dv`` ``(B, KV, 1, T, .)``. Tile ``[start, stop)`` saw keys ``[lo,
-    stop)``: ``dv[lo:stop] += A^T G`` and ``dk[lo:stop] += dS^T q``, each one product over the
-    group's stacked rows (the sum over the query heads of the group)."""
-    q, k, v, tiles, drop, out = residuals
-    values_t = np.ascontiguousarray(np.swapaxes(v, -1, -2))  # (B, KV, 1, dv, T)
-    for start, stop, lo, probs, weights in tiles:
-        g = grad[..., start:stop, :]  # (B, KV, groups, t, dv)
-        dv[:, :, 0, lo:stop] += np.swapaxes(_stack_rows(weights), -1, -2) @ _stack_rows(g)
-        d_scores = g @ values_t[..., lo:stop]  # (B, KV, groups, t, stop - lo): dA, dP, dS
-        if drop is not None:
-            d_scores *= drop[..., start:stop, lo:stop]
-        d_scores -= np.einsum("...j,...j->...", g, out[..., start:stop, :])[..., None]
-        d_scores *= probs
-        dq_tile = np.matmul(d_scores, k[..., lo:stop, :], out=dq[..., start:stop, :])
-        dq_tile *= scale
-        q_rows = _stack_rows(q[..., start:stop, :])
-        dk[:, :, 0, lo:stop] += np.swapaxes(_stack_rows(d_scores), -1, -2) @ q_rows
-    dk *= scale

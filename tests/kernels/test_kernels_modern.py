@@ -13,6 +13,7 @@ from glassllm import kernels
 from glassllm.functional.attention import (
     _attention_definition,
     _mask_bias,
+    _packed_definition,
     _probabilities_definition,
 )
 from glassllm.functional.normalization import _rms_norm_definition
@@ -152,3 +153,23 @@ def test_banded_tiles_match_the_definition_across_tile_edges(
     _close(out, want, dtype, 10.0)
     for got, expected in zip(vjp(g, True, True, True), want_vjp(g, True, True, True), strict=True):
         _close(got, expected, dtype, 100.0)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("window", [1, 2, 5])
+@pytest.mark.parametrize("dropout_p", [0.0, 0.3])
+def test_packed_attention_kernel_with_a_window_matches_its_definition(
+    monkeypatch, dtype, window, dropout_p
+):
+    monkeypatch.setattr(attention_kernels, "CAUSAL_TILE", 2)
+    rng = np.random.default_rng(3)
+    qkv = rng.standard_normal((2, 7, 3 * 2 * 4)).astype(dtype)
+    g = rng.standard_normal((2, 7, 8)).astype(dtype)
+    heads = attention_kernels.split_packed_heads(qkv, 2)
+    results = []
+    for fn in (_packed_definition, attention_kernels.packed_attention):
+        out, vjp = fn(heads, 0.7, True, dropout_p, np.random.default_rng(1), True, window)
+        results.append((out, vjp(g)))
+    (want, want_grad), (got, got_grad) = results
+    _close(got, want, dtype, 10.0)
+    _close(got_grad, want_grad, dtype, 100.0)
