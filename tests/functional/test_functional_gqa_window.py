@@ -252,3 +252,46 @@ def test_packed_attention_with_a_window_matches_split_attend_merge(monkeypatch, 
     np.testing.assert_allclose(g, g_ref, rtol=1e-4, atol=1e-6)
     with pytest.raises(ValueError, match="causal=True"):
         F.packed_attention(Tensor(qkv_data), 2, window=3)
+
+
+# ------------------------------------------------------------------ float32 throughout
+
+
+def _float32_cases():
+    rng = np.random.default_rng(0)
+
+    def f32(*shape):
+        return Tensor(rng.standard_normal(shape).astype(np.float32), requires_grad=True)
+
+    x, w = f32(2, 3, 8), f32(8)
+    q, k, v = f32(2, 4, 5, 8), f32(2, 2, 5, 8), f32(2, 2, 5, 8)
+    qkv = f32(2, 5, 24)
+    cos, sin = F.rotary_cos_sin(np.arange(3), F.rotary_frequencies(6))
+    return {
+        "rms_norm": (lambda: F.rms_norm(x, w), [x, w]),
+        "silu": (lambda: F.silu(x), [x]),
+        "swiglu": (lambda: F.swiglu(x, x * 2.0), [x]),
+        "rotary": (lambda: F.rotary(x, cos, sin), [x]),
+        "rotary_interleaved": (lambda: F.rotary(x, cos, sin, interleaved=True), [x]),
+        "gqa_tiles": (lambda: sdpa(q, k, v, causal=True, window=2, scale=1.0), [q, k, v]),
+        "gqa_cache": (lambda: sdpa(q[:, :, -1:], k, v, causal=True, dropout_p=0.1), [q, k, v]),
+        "packed_window": (lambda: F.packed_attention(qkv, 2, causal=True, window=2), [qkv]),
+    }
+
+
+@pytest.mark.parametrize("name", sorted(_float32_cases()))
+def test_float32_in_float32_out_with_no_float64_inside(monkeypatch, op_path, name):
+    """Every array an op makes and every gradient its backward returns stays float32."""
+    original = Tensor.from_op.__func__
+    returned = []
+
+    def spy(cls, data, parents, backward):
+        assert np.asarray(data).dtype == np.float32
+        return original(cls, data, parents, lambda g: returned.append(backward(g)) or returned[-1])
+
+    monkeypatch.setattr(Tensor, "from_op", classmethod(spy))
+    fn, inputs = _float32_cases()[name]
+    out = fn()
+    out.backward(np.ones(out.shape, dtype=np.float32))
+    assert all(g is None or g.dtype == np.float32 for grads in returned for g in grads)
+    assert all(t.grad.dtype == np.float32 for t in inputs)
