@@ -29,6 +29,7 @@ from glassllm.kernels.attention import (
     _banded_backward,
     _causal_forward,
 )
+from glassllm.kernels.attention import attention as _attention
 from glassllm.kernels.attention import attention_probabilities as _probabilities
 
 
@@ -48,11 +49,13 @@ def attention(
     tiled = (
         band is not None
         and q.ndim == k.ndim == v.ndim == 4
-        and q.shape[0] == k.shape[0] == v.shape[0]
+        and k.shape[:2] == v.shape[:2] == (q.shape[0], q.shape[1] // groups)  # no broadcasting
         and q.shape[-2] == k.shape[-2]
     )
     if tiled:
         return _banded_attention(q, k, v, scale, band, dropout_p, rng, dtype, groups)
+    if groups == 1:  # a band the tiles cannot take (other shapes): the bias holds it
+        return _attention(q, k, v, scale, bias, dropout_p, rng, dtype)
     return _stacked_attention(q, k, v, scale, bias, dropout_p, rng, dtype, groups)
 
 

@@ -295,3 +295,23 @@ def test_float32_in_float32_out_with_no_float64_inside(monkeypatch, op_path, nam
     out.backward(np.ones(out.shape, dtype=np.float32))
     assert all(g is None or g.dtype == np.float32 for grads in returned for g in grads)
     assert all(t.grad.dtype == np.float32 for t in inputs)
+
+
+@pytest.mark.parametrize(
+    "shapes",
+    [
+        ((6, 3), (6, 3), (6, 2)),  # no head axis at all
+        ((4, 6, 3), (4, 6, 3), (4, 6, 2)),  # heads, no batch
+        ((2, 4, 6, 3), (2, 1, 6, 3), (2, 1, 6, 2)),  # one kv head broadcast over four
+        ((2, 4, 6, 3), (1, 2, 6, 3), (1, 2, 6, 2)),  # grouped, the batch broadcast
+    ],
+)
+def test_window_and_groups_on_shapes_the_tiles_do_not_take(op_path, shapes):
+    q, k, v = (leaf(shape, seed) for seed, shape in enumerate(shapes))
+    fused = lambda q, k, v: sdpa(q, k, v, causal=True, window=2)  # noqa: E731
+    assert gradcheck(fused, [q, k, v])
+    groups = q.shape[-3] // k.shape[-3] if q.ndim > 2 and k.shape[-3] > 1 else 1
+    repeated = [t.data if groups == 1 else np.repeat(t.data, groups, axis=-3) for t in (k, v)]
+    allowed = band(6, 6, 2)
+    want = sdpa(q, *map(Tensor, repeated), mask=allowed)
+    np.testing.assert_allclose(fused(q, k, v).data, want.data, rtol=1e-12, atol=1e-14)
