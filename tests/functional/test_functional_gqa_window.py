@@ -72,7 +72,7 @@ def test_gradcheck_window_and_scale_without_groups(op_path):
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 @pytest.mark.parametrize("window", [None, 3])
-@pytest.mark.parametrize("queries,keys", [(6, 6), (1, 9), (3, 9)])
+@pytest.mark.parametrize("queries,keys", [(6, 6), (1, 9), (3, 9), (9, 12)])  # tiles; few, many rows
 def test_matches_torch_sdpa_with_enable_gqa(op_path, dtype, window, queries, keys):
     torch = optional("torch")
     q, k, v = qkv(heads=6, kv_heads=2, queries=queries, keys=keys, dim=8, dtype=dtype)
