@@ -156,6 +156,8 @@ def scaled_dot_product_attention(
     scale = _scale("attention", scale, head_dim)
 
     bias = _mask_bias(num_queries, num_keys, causal, mask, dtype, window)
+    if groups > 1 and bias is not None and num_queries == 1 and mask is None and window is None:
+        bias = None  # a decoding step: one query at the end sees every key (the bias is all 0)
     band = None  # the window of a causal self-attention with no other mask: tiles may run it
     if causal and mask is None and num_queries == num_keys and (groups > 1 or window):
         band = num_keys if window is None else window
