@@ -30,7 +30,9 @@ from glassllm.kernels.embedding import scatter_add_rows
 from glassllm.kernels.gelu import gelu_tanh
 from glassllm.kernels.layer_norm import layer_norm
 from glassllm.kernels.linear import matmul_rows
+from glassllm.kernels.rms_norm import rms_norm
 from glassllm.kernels.sums import sum_axes
+from glassllm.kernels.swiglu import swiglu
 
 __all__ = [
     "adam_in_blocks",
@@ -38,9 +40,11 @@ __all__ = [
     "layer_norm",
     "matmul_rows",
     "reference",
+    "rms_norm",
     "scatter_add_rows",
     "select",
     "sum_axes",
+    "swiglu",
     "use",
 ]
 
