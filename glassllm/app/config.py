@@ -257,6 +257,20 @@ class SampleConfig:
         min=1,
         max=sampling.MAX_TOP_K,
     )
+    top_p: float | None = option(
+        None,
+        "nucleus sampling: only among the most likely tokens whose probabilities add up to p "
+        "(after top-k; default: all)",
+        above=0.0,
+        max=1.0,
+    )
+    min_p: float | None = option(
+        None,
+        "only among the tokens at least min_p times as likely as the most likely one (after "
+        "top-p; default: all)",
+        min=0.0,
+        below=1.0,
+    )
     seed: int = option(1337, "seed of the sampling generator", min=0)
     explain: bool = option(
         False, "print each generated token's probability and the top alternatives"
@@ -277,7 +291,12 @@ class SampleConfig:
     def sampling_options(self) -> sampling.SamplingOptions:
         """The sampling options of this (validated) configuration."""
         return sampling.SamplingOptions(
-            self.max_new_tokens, self.temperature, self.top_k, self.seed
+            self.max_new_tokens,
+            self.temperature,
+            self.top_k,
+            self.seed,
+            top_p=self.top_p,
+            min_p=self.min_p,
         )
 
 

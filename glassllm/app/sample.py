@@ -3,8 +3,8 @@
 The checkpoint alone rebuilds everything (model shape, weights, tokenizer vocabulary); a Hugging
 Face directory does the same from its ``config.json``, ``model.safetensors`` and tokenizer files.
 With ``--explain`` each generated token is shown with the probability it was drawn with and the
-alternatives the model weighed: the distribution after temperature and top-k, exactly the one the
-sampler drew from.
+alternatives the model weighed: the distribution after temperature, top-k, top-p and min-p,
+exactly the one the sampler drew from.
 
 >>> from glassllm.app.sample import format_choice, TokenChoice
 >>> print(format_choice(TokenChoice(step=1, token="'e'", prob=0.5,
@@ -158,9 +158,21 @@ class SampleJob:
             )
         else:
             prompt = np.tile(np.asarray(self.prompt_ids, dtype=np.int64), (o.num_samples, 1))
-            ids = self.model.generate(
-                prompt, options.max_new_tokens, options.temperature, options.top_k, rng
-            )
+            if options.top_p is None and options.min_p is None:  # the model's own entry point
+                ids = self.model.generate(
+                    prompt, options.max_new_tokens, options.temperature, options.top_k, rng
+                )
+            else:  # GPT.generate takes neither filter
+                ids = generation.generate(
+                    self.model,
+                    prompt,
+                    options.max_new_tokens,
+                    options.temperature,
+                    options.top_k,
+                    rng,
+                    top_p=options.top_p,
+                    min_p=options.min_p,
+                )
             choices = None
         texts = [self.tokenizer.decode(row.tolist()) for row in ids]
         for b, text in enumerate(texts):

@@ -21,7 +21,16 @@ from glassllm.graph.examples import EXAMPLES, run_example
 from glassllm.models import sampling
 from glassllm.models.inspect import SOURCES, top_k
 
-from .fields import ApiError, bad, integer, number, optional_integer, text, token_ids
+from .fields import (
+    ApiError,
+    bad,
+    integer,
+    number,
+    optional_integer,
+    optional_number,
+    text,
+    token_ids,
+)
 from .run import Run
 
 # The viewer's own limits, for a server's sake (the bounds of sampling are the library's,
@@ -128,16 +137,21 @@ def generate(run: Run, body: dict[str, Any]) -> dict[str, Any]:
     seed and options give the same tokens and probabilities); every token with its alternatives.
 
     Request: ``prompt`` (text) or ``ids``, ``max_new_tokens`` (0..500, default 100),
-    ``temperature`` (default 0.8), ``top_k`` (null: all), ``seed`` (default 1337).
+    ``temperature`` (default 0.8), ``top_k`` (null: all), ``top_p`` (in (0, 1], null: all),
+    ``min_p`` (in [0, 1), null: all), ``seed`` (default 1337).
     """
     model = _model(run)
     ids = _ids_from(run, body, max_tokens=8 * MAX_PROMPT_CHARS)
     max_new = integer(body, "max_new_tokens", 100, 0, MAX_NEW_TOKENS)
     temperature = number(body, "temperature", 0.8, MIN_TEMPERATURE, MAX_TEMPERATURE)
     top_k = optional_integer(body, "top_k", 1, sampling.MAX_TOP_K)
+    top_p = optional_number(body, "top_p", 0.0, 1.0)
+    min_p = optional_number(body, "min_p", 0.0, 1.0)
     seed = integer(body, "seed", 1337, 0, SEED_MAX)
-    try:
-        options = sampling.SamplingOptions(max_new, temperature, top_k, seed)
+    try:  # the exclusive ends (top_p 0, min_p 1) are the library's to refuse
+        options = sampling.SamplingOptions(
+            max_new, temperature, top_k, seed, top_p=top_p, min_p=min_p
+        )
     except ValueError as err:
         raise bad(str(err)) from None
     rng = np.random.default_rng(seed)  # as glassllm sample: one generator, seeded once
@@ -158,18 +172,18 @@ def generate(run: Run, body: dict[str, Any]) -> dict[str, Any]:
             "max_new_tokens": max_new,
             "temperature": temperature,
             "top_k": top_k,
+            "top_p": top_p,
+            "min_p": min_p,
             "seed": seed,
         },
         "source": "glassllm/models/generation.py: explain",
     }
     if body.get("ids") is None:
-        answer["command"] = _sample_command(run, body["prompt"], max_new, temperature, top_k, seed)
+        answer["command"] = _sample_command(run, body["prompt"], options)
     return answer
 
 
-def _sample_command(
-    run: Run, prompt: str, max_new: int, temperature: float, top_k: int | None, seed: int
-) -> str:
+def _sample_command(run: Run, prompt: str, options: sampling.SamplingOptions) -> str:
     parts = [
         "glassllm",
         "sample",
@@ -180,16 +194,18 @@ def _sample_command(
         "--num-samples",
         "1",
         "--max-new-tokens",
-        str(max_new),
+        str(options.max_new_tokens),
         "--temperature",
-        repr(temperature),
+        repr(options.temperature),
         "--seed",
-        str(seed),
-        "--explain",
+        str(options.seed),
     ]
-    if top_k is not None:
-        parts[-1:-1] = ["--top-k", str(top_k)]
-    return shlex.join(parts)
+    for flag, value in (("--top-k", options.top_k), ("--top-p", options.top_p)):
+        if value is not None:
+            parts += [flag, repr(value)]
+    if options.min_p is not None:
+        parts += ["--min-p", repr(options.min_p)]
+    return shlex.join([*parts, "--explain"])
 
 
 def distribution(run: Run, body: dict[str, Any]) -> dict[str, Any]:
