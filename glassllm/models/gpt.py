@@ -14,91 +14,33 @@ exist only when ``config.bias`` is true (LayerNorm biases included, as nanoGPT).
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import math
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
 
 import glassllm.functional as F
 import glassllm.nn as nn
-from glassllm._checks import is_integer, is_number
-from glassllm._text import shown
 from glassllm.models import generation
+from glassllm.models.config import (  # noqa: F401  (re-exported: glassllm.models.gpt.X)
+    MAX_CONTEXT,
+    MAX_HEADS,
+    MAX_LAYERS,
+    MAX_VOCAB,
+    MAX_WIDTH,
+    GPTConfig,
+    llama_config,
+    parameter_count,
+    parameter_shapes,
+    size_problems,
+)
 from glassllm.optim import AdamW
 from glassllm.rng import get_rng
 from glassllm.tensor import Tensor
 
 # Scale of every Linear weight and embedding at initialisation (GPT-2).
 INIT_STD = 0.02
-
-# The largest shape a GPT read from a file may have (a glassllm checkpoint, a Hugging Face
-# directory, the command's options): far beyond what a NumPy GPT trains, and low enough that no
-# value within them asks for a model larger than any machine holds before the file's own
-# tensors are compared with it.
-MAX_LAYERS = 1024
-MAX_HEADS = 1024
-MAX_WIDTH = 65_536  # n_embd: GPT-3's is 12,288
-MAX_CONTEXT = 65_536  # block_size: one attention matrix of this many positions is 16 GiB
-MAX_VOCAB = 1_000_000_000
-
-
-@dataclasses.dataclass
-class GPTConfig:
-    """Shape of a GPT. ``bias`` adds biases to Linear and LayerNorm layers (GPT-2 has them; off is a
-    little better and faster, as nanoGPT found)."""
-
-    vocab_size: int
-    block_size: int
-    n_layer: int
-    n_head: int
-    n_embd: int
-    dropout: float = 0.0
-    bias: bool = False
-
-    def __post_init__(self) -> None:
-        for name in ("vocab_size", "block_size", "n_layer", "n_head", "n_embd"):
-            value = getattr(self, name)
-            if not is_integer(value):
-                raise ValueError(f"GPTConfig.{name} must be an integer, got {value!r}")
-            if value <= 0:
-                raise ValueError(f"GPTConfig.{name} must be positive, got {value}")
-            setattr(self, name, int(value))
-        if self.n_embd % self.n_head != 0:
-            raise ValueError(
-                f"GPTConfig.n_embd ({self.n_embd}) must be divisible by n_head ({self.n_head})"
-            )
-        if not is_number(self.dropout):
-            raise ValueError(f"GPTConfig.dropout must be a number, got {self.dropout!r}")
-        if not 0.0 <= self.dropout < 1.0:
-            raise ValueError(f"GPTConfig.dropout must be in [0, 1), got {self.dropout}")
-        self.dropout = float(self.dropout)
-        if not isinstance(self.bias, (bool, np.bool_)):
-            raise ValueError(f"GPTConfig.bias must be True or False, got {self.bias!r}")
-        self.bias = bool(self.bias)
-
-    def to_dict(self) -> dict[str, Any]:
-        """Plain JSON-serialisable dict, as stored in checkpoints."""
-        return dataclasses.asdict(self)
-
-    @classmethod
-    def from_dict(cls, values: Mapping[str, Any]) -> GPTConfig:
-        """Inverse of to_dict; unknown or missing keys raise a ValueError naming them."""
-        if not isinstance(values, Mapping):
-            raise TypeError(f"GPTConfig.from_dict expects a mapping, got {type(values).__name__}")
-        fields = {f.name: f for f in dataclasses.fields(cls)}
-        unknown = sorted(set(values) - set(fields))
-        if unknown:
-            raise ValueError(f"unknown GPTConfig keys {unknown}; known keys are {list(fields)}")
-        missing = [
-            name
-            for name, f in fields.items()
-            if f.default is dataclasses.MISSING and name not in values
-        ]
-        if missing:
-            raise ValueError(f"GPTConfig is missing required keys {missing}")
-        return cls(**values)
 
 
 class MLP(nn.Module):
@@ -359,80 +301,3 @@ class GPT(nn.Module):
             "GPT.from_pretrained was removed: the model does not read files; use "
             "glassllm.hf.load_model(path) (glassllm.hf.load_pretrained for its tokenizer too)"
         )
-
-
-# ------------------------------------------------------------------ the parameter table
-
-
-def parameter_shapes(config: GPTConfig, bias: bool | None = None) -> dict[str, tuple[int, ...]]:
-    """Every parameter of a GPT of ``config`` by name (the checkpoint tensor names), with its
-    shape, in the model's parameter order; ``bias`` (default ``config.bias``) adds the biases.
-
-    >>> config = GPTConfig(vocab_size=11, block_size=8, n_layer=2, n_head=2, n_embd=4)
-    >>> shapes = parameter_shapes(config)
-    >>> shapes["blocks.1.attn.qkv.weight"], len(shapes), len(parameter_shapes(config, bias=True))
-    ((4, 12), 15, 28)
-    """
-    bias = config.bias if bias is None else bias
-    E, V, T = config.n_embd, config.vocab_size, config.block_size
-    # Per block, each layer's weight and bias shapes; nanoGPT calls a block transformer.h.{i}.
-    per_block = {
-        "ln_1": ((E,), (E,)),
-        "attn.qkv": ((E, 3 * E), (3 * E,)),  # nanoGPT: attn.c_attn
-        "attn.proj": ((E, E), (E,)),  # nanoGPT: attn.c_proj
-        "ln_2": ((E,), (E,)),
-        "mlp.fc": ((E, 4 * E), (4 * E,)),  # nanoGPT: mlp.c_fc
-        "mlp.proj": ((4 * E, E), (E,)),  # nanoGPT: mlp.c_proj
-    }
-    shapes: dict[str, tuple[int, ...]] = {
-        "wte.weight": (V, E),  # token embedding, also the output head (tied)
-        "wpe.weight": (T, E),  # learned position embedding
-    }
-    for i in range(config.n_layer):
-        for layer, (weight, bias_shape) in per_block.items():
-            shapes[f"blocks.{i}.{layer}.weight"] = weight
-            if bias:
-                shapes[f"blocks.{i}.{layer}.bias"] = bias_shape
-    shapes["ln_f.weight"] = (E,)  # nanoGPT: transformer.ln_f
-    if bias:
-        shapes["ln_f.bias"] = (E,)
-    return shapes
-
-
-def size_problems(
-    shapes: Mapping[str, tuple[int, ...]],
-    config: GPTConfig,
-    source: str = "the configuration",
-    keys: Mapping[str, str] | None = None,
-) -> list[str]:
-    """Whether the tensors ``shapes`` (glassllm name -> shape) of a file hold a GPT of
-    ``config``'s size: as many blocks (distinct ``blocks.N.`` indices) as ``n_layer``, and
-    ``wte``/``wpe`` of shapes ``(vocab_size, n_embd)``/``(block_size, n_embd)``.
-
-    Cheap whatever ``config`` says, so it is checked before anything (`parameter_shapes`, the
-    model) is sized from a configuration read from a file: a model that passes is no larger than
-    the file's own tensors. Every name and shape is compared afterwards, against the model.
-    ``source`` names the configuration in messages and ``keys`` its fields where they differ from
-    GPTConfig's (a Hugging Face ``config.json`` calls ``block_size`` ``n_positions``).
-
-    >>> config = GPTConfig(vocab_size=11, block_size=8, n_layer=2, n_head=2, n_embd=4)
-    >>> size_problems({"wte.weight": (11, 4), "wpe.weight": (8, 4), "blocks.0.ln_1.weight": (4,)},
-    ...               config, "model_config")
-    ['model_config has n_layer=2 but the weights hold 1 block']
-    """
-    keys = keys or {}
-    problems = []
-    blocks = {name.split(".")[1] for name in shapes if name.startswith("blocks.")}
-    if len(blocks) != config.n_layer:
-        held = f"{len(blocks)} block{'' if len(blocks) == 1 else 's'}"
-        problems.append(f"{source} has n_layer={config.n_layer} but the weights hold {held}")
-    for name, rows, field in (("wte.weight", config.vocab_size, "vocab_size"),
-                              ("wpe.weight", config.block_size, "block_size")):  # fmt: skip
-        stated = f"{source}'s {keys.get(field, field)}={rows} and n_embd={config.n_embd}"
-        wanted = (rows, config.n_embd)
-        if name not in shapes:
-            problems.append(f"missing tensors: {name} (where {stated} need {wanted})")
-        elif tuple(shapes[name]) != wanted:
-            found = shown(tuple(shapes[name]))
-            problems.append(f"{name} has shape {found}, where {stated} need {wanted}")
-    return problems
