@@ -13,13 +13,13 @@ A fused function is its definition: input checks, forward and VJP in plain NumPy
 name of `glassllm.kernels.compiled`.
 
 Modules, by concept: ``shape`` (concatenate, stack, where), ``probability`` (logsumexp,
-softmax, log_softmax), ``losses`` (cross_entropy), ``activations`` (relu, gelu),
-``normalization`` (layer_norm), ``regularization`` (dropout), ``affine`` (linear,
+softmax, log_softmax), ``losses`` (cross_entropy), ``activations`` (relu, gelu, silu,
+swiglu), ``normalization`` (layer_norm, rms_norm), ``regularization`` (dropout), ``affine`` (linear,
 embedding), ``attention`` (scaled_dot_product_attention, packed_attention, and, on ndarrays,
 attention_probabilities and split_packed_heads), ``special`` (erf, erfc on ndarrays).
 """
 
-from glassllm.functional.activations import gelu, relu
+from glassllm.functional.activations import gelu, relu, silu, swiglu
 from glassllm.functional.affine import embedding, linear
 from glassllm.functional.attention import (
     attention_probabilities,
@@ -28,7 +28,7 @@ from glassllm.functional.attention import (
     split_packed_heads,
 )
 from glassllm.functional.losses import cross_entropy
-from glassllm.functional.normalization import layer_norm
+from glassllm.functional.normalization import layer_norm, rms_norm
 from glassllm.functional.probability import log_softmax, logsumexp, softmax
 from glassllm.functional.regularization import dropout
 from glassllm.functional.shape import concatenate, stack, where
@@ -44,7 +44,10 @@ __all__ = [
     "cross_entropy",
     "gelu",
     "relu",
+    "silu",
+    "swiglu",
     "layer_norm",
+    "rms_norm",
     "dropout",
     "embedding",
     "linear",
