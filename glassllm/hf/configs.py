@@ -126,7 +126,9 @@ class _Values:
         """A finite number in (low, high]."""
         value = self.values.get(key) if value is None else value
         ok = isinstance(value, (int, float)) and not isinstance(value, bool)
-        if not ok or not math.isfinite(value) or not low < value <= high:
+        # ints compare exactly whatever their size (10**400 too); floats must be finite
+        ok = ok and (isinstance(value, int) or math.isfinite(value)) and low < value <= high
+        if not ok:
             self.problems.append(f"{key}={shown(value)} (must be a number in ({low}, {high}])")
             return None
         return float(value)
@@ -156,9 +158,7 @@ class _Values:
             return self.int(key, MAX_WIDTH)
         if width is not None and heads is not None and width % heads:
             _, _, width_key, _, heads_key = SHAPE_KEYS[self.model_type]
-            self.problems.append(
-                f"{width_key}={width} is not divisible by {heads_key}={heads}"
-            )
+            self.problems.append(f"{width_key}={width} is not divisible by {heads_key}={heads}")
             return None
         return None if width is None or heads is None else width // heads
 
@@ -314,8 +314,10 @@ def _rope(
     elif rope_type == "llama3":
         original = params.get("original_max_position_embeddings",
                               hf.get("original_max_position_embeddings", context))  # fmt: skip
-        if isinstance(original, bool) or not isinstance(original, int) or not (
-            0 < original <= MAX_ROTARY_CONTEXT
+        if (
+            isinstance(original, bool)
+            or not isinstance(original, int)
+            or not (0 < original <= MAX_ROTARY_CONTEXT)
         ):
             v.problems.append(f"{where}.original_max_position_embeddings={shown(original)} "
                               f"(must be an integer in [1, {MAX_ROTARY_CONTEXT}])")  # fmt: skip
@@ -342,8 +344,10 @@ def _sliding_window(v: _Values, layers: int | None) -> dict[str, Any]:
     if types is None:
         start = v.int("max_window_layers", MAX_LAYERS, least=0) if window is not None else None
         local = () if start is None else tuple(range(start, layers))
-    elif not isinstance(types, list) or len(types) != layers or any(
-        t not in ("full_attention", "sliding_attention") for t in types
+    elif (
+        not isinstance(types, list)
+        or len(types) != layers
+        or any(t not in ("full_attention", "sliding_attention") for t in types)
     ):
         v.bad("layer_types", f"must list {layers} of 'full_attention', 'sliding_attention'")
         return {}

@@ -125,8 +125,8 @@ def state_dict_from_hf(
     family = FAMILIES[model_type]
     shapes = {name: np.shape(value) for name, value in tensors.items()}
     found, problems = plan(shapes, config, family, _SHAPE_KEYS[model_type])
-    if found.head is not None and not problems:
-        embedding = found.sources["wte.weight"][1][0]
+    embedding = found.sources.get("wte.weight", (None, ("",)))[1][0]
+    if found.head is not None and embedding in tensors:
         problems += _head_problems(tensors[found.head], tensors[embedding], found.head, embedding)
     if problems:
         raise HFFormatError(f"cannot convert the {model_type} tensors", problems)

@@ -50,6 +50,8 @@ class Family:
     tensors: Table
     buffers: tuple[str, ...] = ()  # regular expressions of names to drop
     optional_prefix: str = ""  # GPT-2 files are written with and without "transformer."
+    # Other names of a tensor: a model's state_dict may name it otherwise than its files do.
+    aliases: Mapping[str, str] = dataclasses.field(default_factory=dict)
 
     def block_index(self) -> re.Pattern[str]:
         """Matches a tensor name of a block; group 1 is the block's index."""
@@ -151,7 +153,7 @@ FAMILIES: dict[str, Family] = {
     "qwen3": Family("qwen3", "Qwen3ForCausalLM", "model.layers.", LLAMA, (_ROPE_FREQUENCIES,)),
     "gpt_neox": Family("gpt_neox", "GPTNeoXForCausalLM", "gpt_neox.layers.", GPT_NEOX,
                        (r"gpt_neox\.layers\.\d+\.attention\.(bias|masked_bias|rotary_emb\."
-                        r"inv_freq)",)),
+                        r"inv_freq)",), aliases={"lm_head.weight": "embed_out.weight"}),
     "gpt_neo": Family("gpt_neo", "GPTNeoForCausalLM", "transformer.h.", GPT_NEO,
                       (r"transformer\.h\.\d+\.attn\.attention\.(bias|masked_bias)",)),
 }  # fmt: skip

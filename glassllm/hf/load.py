@@ -169,7 +169,7 @@ def _check(path: Path) -> tuple[GPTConfig, Plan, dict[str, TensorEntry]]:
         problems += tensor_problems
         problems += [
             f"{name} has dtype {headers[name].dtype} (glassllm reads {', '.join(FLOAT_DTYPES)})"
-            for name in _used(tensor_plan)
+            for name in _used(tensor_plan, headers)
             if headers[name].dtype not in FLOAT_DTYPES
         ]
     if problems:
@@ -189,9 +189,11 @@ def family_of(hf_config: Any, subject: str) -> Family:
     return FAMILIES[model_type]
 
 
-def _used(tensor_plan: Plan) -> list[str]:
+def _used(tensor_plan: Plan, present: Mapping[str, Any]) -> list[str]:
+    """The file tensors the plan reads (those present: a missing one is a problem already)."""
     names = [name for _, sources in tensor_plan.sources.values() for name in sources]
-    return names + ([tensor_plan.head] if tensor_plan.head else [])
+    names += [tensor_plan.head] if tensor_plan.head else []
+    return [name for name in names if name in present]
 
 
 def _weight_files(path: Path) -> tuple[list[Path], list[str]]:
@@ -312,7 +314,7 @@ def model_from_hf(
     tensor_plan, problems = plan(shapes, config, family, SHAPE_KEYS[family.model_type])
     problems += [
         f"{name} has dtype {arrays[name].dtype} (glassllm reads float16, float32, float64)"
-        for name in _used(tensor_plan)
+        for name in _used(tensor_plan, arrays)
         if arrays[name].dtype not in (np.float16, np.float32, np.float64)
     ]
     if problems:

@@ -27,25 +27,11 @@ from glassllm.hf.tensors import to_hf
 from glassllm.hf.untrusted import HFFormatError, listed, shown
 from glassllm.models.gpt import GPTConfig, parameter_shapes
 
-# GPTConfig's fields beyond GPT-2's, at their defaults (a config without them means these).
-_DEFAULTS: dict[str, Any] = {
-    "n_kv_head": None, "head_dim": None, "norm": "layernorm", "norm_eps": 1e-5,
-    "mlp": "gelu_tanh", "mlp_hidden": None, "positions": "learned", "rotary_dim": None,
-    "rope_theta": 10000.0, "rope_scaling": None, "rotary_interleaved": False, "qkv_bias": None,
-    "attn_out_bias": None, "mlp_bias": None, "norm_bias": None, "qk_norm": False,
-    "parallel_residual": False, "tied_head": True, "attention_scale": None,
-    "attention_window": None, "local_layers": (),
-}  # fmt: skip
-
-
-def field(config: GPTConfig, name: str) -> Any:
-    return getattr(config, name, _DEFAULTS[name])
-
 
 def target_of(config: GPTConfig) -> Family:
     """The family a glassllm GPT is written as, or an HFFormatError naming every field no
     transformers class glassllm writes can represent."""
-    family = FAMILIES["gpt2" if field(config, "positions") == "learned" else "llama"]
+    family = FAMILIES["gpt2" if config.positions == "learned" else "llama"]
     problems = representation_problems(config, family)
     if problems:
         raise HFFormatError(f"cannot write the model as {family.architecture}", problems)
@@ -55,7 +41,7 @@ def target_of(config: GPTConfig) -> Family:
 def representation_problems(config: GPTConfig, family: Family) -> list[str]:
     """What ``family``'s class cannot compute of ``config`` (GPTConfig field = value)."""
     H = config.n_head
-    head_dim = field(config, "head_dim") or config.n_embd // H
+    head_dim = config.head_dim or config.n_embd // H
     wanted: dict[str, tuple[Any, ...]] = {
         "qk_norm": (False,), "parallel_residual": (False,), "local_layers": ((),)
     }  # fmt: skip
@@ -66,21 +52,23 @@ def representation_problems(config: GPTConfig, family: Family) -> list[str]:
     else:
         wanted.update(norm=("rmsnorm",), mlp=("swiglu",), rotary_dim=(None, head_dim),
                       rotary_interleaved=(False,))  # fmt: skip
-        scale = field(config, "attention_scale")
+        scale = config.attention_scale
         if scale is not None and math.isclose(scale, head_dim**-0.5, rel_tol=1e-7):
             wanted["attention_scale"] = (scale,)
         else:
             wanted["attention_scale"] = (None,)
     problems = []
     for name, allowed in wanted.items():
-        value = field(config, name)
+        value = getattr(config, name)
         value = tuple(value) if isinstance(value, list) else value
         if value not in allowed:
             needs = " or ".join(map(repr, allowed))
             problems.append(f"{name}={shown(value)} ({family.architecture} needs {needs})")
-    scaling = field(config, "rope_scaling")
-    if family.model_type != "gpt2" and scaling is not None and (
-        scaling.get("rope_type") not in ("linear", "llama3")
+    scaling = config.rope_scaling
+    if (
+        family.model_type != "gpt2"
+        and scaling is not None
+        and (scaling.get("rope_type") not in ("linear", "llama3"))
     ):
         problems.append(f"rope_scaling={shown(scaling)} (glassllm writes linear or llama3)")
     return problems
@@ -107,18 +95,18 @@ def _gpt2(config: GPTConfig, bos: int | None, eos: int | None) -> dict[str, Any]
         "n_embd": config.n_embd,
         "n_layer": config.n_layer,
         "n_head": config.n_head,
-        "n_inner": field(config, "mlp_hidden"),
-        "activation_function": "gelu" if field(config, "mlp") == "gelu" else "gelu_new",
-        "layer_norm_epsilon": field(config, "norm_eps"),
+        "n_inner": config.mlp_hidden,
+        "activation_function": "gelu" if config.mlp == "gelu" else "gelu_new",
+        "layer_norm_epsilon": config.norm_eps,
         "resid_pdrop": config.dropout,
         "embd_pdrop": config.dropout,
         "attn_pdrop": config.dropout,
         "initializer_range": 0.02,
-        "scale_attn_weights": field(config, "attention_scale") is None,
+        "scale_attn_weights": config.attention_scale is None,
         "scale_attn_by_inverse_layer_idx": False,
         "reorder_and_upcast_attn": False,
         "add_cross_attention": False,
-        "tie_word_embeddings": field(config, "tied_head"),
+        "tie_word_embeddings": config.tied_head,
         "use_cache": True,
         "bos_token_id": bos,
         "eos_token_id": eos,
@@ -130,35 +118,32 @@ def _gpt2(config: GPTConfig, bos: int | None, eos: int | None) -> dict[str, Any]
 def _biases(config: GPTConfig) -> tuple[bool, bool]:
     """(attention_bias, mlp_bias) of a Llama file: on when any of the layers has one (the others
     are written as zeros)."""
-    bias = config.bias
-    qkv, out, mlp = (field(config, n) for n in ("qkv_bias", "attn_out_bias", "mlp_bias"))
-    qkv, out, mlp = (bias if v is None else v for v in (qkv, out, mlp))
-    return bool(qkv or out), bool(mlp)
+    return config.has_bias("qkv") or config.has_bias("attn_out"), config.has_bias("mlp")
 
 
 def _llama(config: GPTConfig, bos: int | None, eos: int | None) -> dict[str, Any]:
     attention_bias, mlp_bias = _biases(config)
-    rope: dict[str, Any] = {"rope_theta": float(field(config, "rope_theta")),
+    rope: dict[str, Any] = {"rope_theta": float(config.rope_theta),
                             "rope_type": "default"}  # fmt: skip
-    rope.update(field(config, "rope_scaling") or {})
+    rope.update(config.rope_scaling or {})
     return {
         "architectures": ["LlamaForCausalLM"],
         "model_type": "llama",
         "vocab_size": config.vocab_size,
         "max_position_embeddings": config.block_size,
         "hidden_size": config.n_embd,
-        "intermediate_size": field(config, "mlp_hidden") or 4 * config.n_embd,
+        "intermediate_size": config.mlp_hidden or 4 * config.n_embd,
         "num_hidden_layers": config.n_layer,
         "num_attention_heads": config.n_head,
-        "num_key_value_heads": field(config, "n_kv_head") or config.n_head,
-        "head_dim": field(config, "head_dim") or config.n_embd // config.n_head,
+        "num_key_value_heads": config.n_kv_head or config.n_head,
+        "head_dim": config.head_dim or config.n_embd // config.n_head,
         "hidden_act": "silu",
-        "rms_norm_eps": field(config, "norm_eps"),
+        "rms_norm_eps": config.norm_eps,
         "rope_parameters": rope,
         "attention_bias": attention_bias,
         "mlp_bias": mlp_bias,
         "attention_dropout": config.dropout,
-        "tie_word_embeddings": field(config, "tied_head"),
+        "tie_word_embeddings": config.tied_head,
         "initializer_range": 0.02,
         "use_cache": True,
         "bos_token_id": bos,
@@ -187,7 +172,7 @@ def state_dict_to_hf(
         for name, shape in wanted.items()
         if name in state and np.shape(state[name]) != shape
     ]
-    family = FAMILIES["gpt2" if field(config, "positions") == "learned" else "llama"]
+    family = FAMILIES["gpt2" if config.positions == "learned" else "llama"]
     if problems:
         raise HFFormatError(f"cannot write the model as {family.architecture}", problems)
     family = target_of(config)

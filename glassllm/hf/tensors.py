@@ -43,23 +43,19 @@ class Plan:
 
 def heads(config: GPTConfig) -> tuple[int, int, int]:
     """(query heads, key/value heads, head width) of ``config``."""
-    H = config.n_head
-    KV = getattr(config, "n_kv_head", None) or H
-    hd = getattr(config, "head_dim", None) or config.n_embd // H
-    return H, KV, hd
+    return config.n_head, config.kv_heads, config.head_size
 
 
-def canonical_names(
-    names: list[str], family: Family
-) -> tuple[dict[str, str], list[str]]:
+def canonical_names(names: list[str], family: Family) -> tuple[dict[str, str], list[str]]:
     """``{canonical name: file name}``: GPT-2 files written without the ``transformer.`` prefix
-    get it (the head never has it), so both spellings match one table; a tensor given in both
-    spellings is a problem."""
+    get it (the head never has it), a family's aliases their table name, so every spelling
+    matches one table; a tensor given in two spellings is a problem."""
     prefix = family.optional_prefix
     canonical: dict[str, str] = {}
     twice = []
     for name in names:
         full = prefix + name if prefix and not name.startswith(prefix) and name != HEAD else name
+        full = family.aliases.get(full, full)
         if full in canonical:
             twice.append(f"{canonical[full]} and {name}")
         else:
@@ -86,9 +82,11 @@ def size_problems(
     blocks = {m.group(1) for m in map(pattern.match, shapes) if m}
     if len(blocks) != config.n_layer:
         held = f"{len(blocks)} block{'' if len(blocks) == 1 else 's'}"
-        problems.append(f"config.json has {layers_key}={config.n_layer} but the weights hold {held}")
+        problems.append(
+            f"config.json has {layers_key}={config.n_layer} but the weights hold {held}"
+        )
     embeddings = [("wte.weight", config.vocab_size, vocab_key)]
-    if getattr(config, "positions", "learned") == "learned":
+    if config.positions == "learned":
         embeddings.append(("wpe.weight", config.block_size, context_key))
     for ours, rows, key in embeddings:
         name = family.tensors[ours][1][0]
@@ -114,15 +112,15 @@ def plan(
     another size: then nothing is matched)."""
     canonical, problems = canonical_names(list(shapes), family)
     by_name = {full: tuple(shapes[name]) for full, name in canonical.items()}
-    problems += size_problems(by_name, config, family, keys)
-    if problems:
-        return Plan({}), problems
+    sized = size_problems(by_name, config, family, keys)
+    if sized:
+        return Plan({}), problems + sized
     used: set[str] = set()
     sources: dict[str, tuple[str, tuple[str, ...]]] = {}
     missing, wrong = [], []
     for ours, shape in parameter_shapes(config).items():
         block = _BLOCK.match(ours)
-        pattern = f"blocks.{{i}}.{ours[block.end():]}" if block else ours
+        pattern = f"blocks.{{i}}.{ours[block.end() :]}" if block else ours
         if pattern not in family.tensors:
             raise RuntimeError(f"{family.model_type} has no tensor for glassllm's {ours}")
         how, names = family.tensors[pattern]
