@@ -21,7 +21,15 @@ from glassllm.app.options import field_problems, option, type_problems
 from glassllm.data import MIN_BPE_VOCAB_SIZE, TOKENIZER_KINDS, MissingDependencyError
 from glassllm.data.bpe import DEFAULT_BPE_VOCAB_SIZE, import_tokenizers
 from glassllm.models import sampling
-from glassllm.models.gpt import MAX_CONTEXT, MAX_HEADS, MAX_LAYERS, MAX_VOCAB, MAX_WIDTH
+from glassllm.models.gpt import (
+    MAX_CONTEXT,
+    MAX_HEADS,
+    MAX_LAYERS,
+    MAX_VOCAB,
+    MAX_WIDTH,
+    GPTConfig,
+    llama_config,
+)
 
 # The files a run writes in out_dir, and what each is (for messages).
 CHECKPOINT_NAME = "ckpt.safetensors"
@@ -35,6 +43,12 @@ OUT_FILES = {
     STATS_NAME: "training statistics",
 }
 DEFAULT_OUT_DIR = "out"
+
+# The model recipes of --arch: GPT-2's, and a Llama-style one (glassllm.models.config.llama_config)
+ARCHS = ("gpt2", "llama")
+# Fields a configuration of today writes only when they differ from these (so a GPT-2 run's
+# train_config is the dict it was before --arch existed, and older checkpoints read as gpt2).
+_ADDED_FIELDS = {"arch": "gpt2", "n_kv_head": None}
 
 # Upper bounds of the options (shown by --help), whether typed or read from a checkpoint: the
 # model's shape as glassllm.models.gpt bounds it (MAX_LAYERS, ...), and no value that makes a
@@ -62,6 +76,20 @@ class TrainConfig:
     block_size: int = option(64, "context length in tokens", min=1, max=MAX_CONTEXT)
     dropout: float = option(0.0, "dropout probability (0 for small models)", min=0.0, below=1.0)
     bias: bool = option(False, "biases in Linear and LayerNorm layers")
+    arch: str = option(
+        "gpt2",
+        "'gpt2' (LayerNorm, GELU MLP, learned positions, multi-head attention) or 'llama' "
+        "(RMSNorm, SwiGLU MLP of the same parameter count, rotary positions, grouped-query "
+        "attention, tied head)",
+        choices=ARCHS,
+    )
+    n_kv_head: int | None = option(
+        None,
+        "key/value heads with --arch llama (must divide n_head; default n_head // 2 when n_head "
+        "is even, else n_head)",
+        min=1,
+        max=MAX_HEADS,
+    )
     # data
     data: str = option(
         "builtin",
@@ -145,6 +173,13 @@ class TrainConfig:
                 f"{label('n_embd')} ({self.n_embd}) must be divisible by {label('n_head')} "
                 f"({self.n_head})"
             )
+        if self.n_kv_head is not None and self.arch != "llama":
+            problems.append(f"{label('n_kv_head')} is for --arch llama only, not {self.arch!r}")
+        elif self.n_kv_head is not None and self.n_head % self.n_kv_head != 0:
+            problems.append(
+                f"{label('n_kv_head')} ({self.n_kv_head}) must divide {label('n_head')} "
+                f"({self.n_head})"
+            )
         if self.vocab_size is not None and self.tokenizer != "bpe":
             problems.append(
                 f"{label('vocab_size')} ({self.vocab_size}) is for the 'bpe' tokenizer only, not "
@@ -184,8 +219,27 @@ class TrainConfig:
             return max(self.max_iters, self.warmup_iters)
         return self.lr_decay_iters
 
+    def model_config(self, vocab_size: int) -> GPTConfig:
+        """The GPTConfig this (validated) run trains, for a tokenizer of ``vocab_size``."""
+        shape = dict(
+            vocab_size=vocab_size,
+            block_size=self.block_size,
+            n_layer=self.n_layer,
+            n_head=self.n_head,
+            n_embd=self.n_embd,
+            dropout=self.dropout,
+            bias=self.bias,
+        )
+        if self.arch == "llama":
+            return llama_config(**shape, n_kv_head=self.n_kv_head)
+        return GPTConfig(**shape)
+
     def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
+        values = dataclasses.asdict(self)
+        for name, default in _ADDED_FIELDS.items():
+            if values[name] == default:
+                del values[name]
+        return values
 
     @classmethod
     def from_dict(cls, values: dict[str, Any]) -> TrainConfig:

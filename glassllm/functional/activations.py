@@ -1,4 +1,5 @@
-"""Elementwise activations: gelu (tanh approximation or exact, via erf) and relu."""
+"""Elementwise activations: gelu (tanh approximation or exact, via erf), relu, silu, and the
+gated swiglu of Llama-family MLPs."""
 
 from __future__ import annotations
 
@@ -85,5 +86,72 @@ def _gelu_tanh_definition(x: np.ndarray) -> tuple:
     def vjp(g: np.ndarray) -> np.ndarray:
         du = _SQRT_2_OVER_PI * (1.0 + 3.0 * _GELU_CUBIC * x * x)  # u'
         return g * s * (1.0 + 2.0 * x * du * (1.0 - s))
+
+    return y, vjp
+
+
+def silu(x: Tensor) -> Tensor:
+    """Sigmoid linear unit (Elfwing et al., 2017; "swish"): ``y = x sigmoid(x)``.
+
+    VJP: with ``s = sigmoid(x)`` (kept from the forward), ``ds/dx = s (1 - s)``, so
+    ``dy/dx = s + x s (1 - s) = s (1 + x (1 - s))``. Stability: ``s = 1/(1 + exp(-x))``;
+    ``exp`` overflowing to inf for ``x << 0`` gives ``s = 0``, the right limit (``y = -0``), and
+    ``s`` rounds to 1 for ``x >> 0`` (``y = x``, slope 1). The definition is
+    `_swiglu_definition` with no ``up``.
+
+    >>> y = silu(Tensor(np.array([-1e4, 0.0, 2.0], dtype=np.float32)))
+    >>> y.data.astype(float).round(4).tolist(), y.dtype
+    ([-0.0, 0.0, 1.7616], dtype('float32'))
+    """
+    x = float_tensor(x, "silu: x")
+    out, vjp = _swiglu_definition(x.data, None)
+
+    def backward(grad: np.ndarray) -> tuple:
+        return (vjp(grad, True, False)[0],)
+
+    return Tensor.from_op(out, (x,), backward).named("silu")
+
+
+def swiglu(gate: Tensor, up: Tensor) -> Tensor:
+    """The gated linear unit of Llama-family MLPs (Shazeer, 2020): ``y = silu(gate) * up``.
+
+    ``gate`` and ``up`` (same shape) are the two projections of the MLP's input; the MLP is
+    ``down(swiglu(x W_gate, x W_up))`` (`glassllm.nn.SwiGLU`). One fused node: with
+    ``s = sigmoid(gate)`` kept from the forward, ``d_up = dy silu(gate) = dy gate s`` and
+    ``d_gate = dy up s (1 + gate (1 - s))`` (`silu`'s slope). Stability as `silu`.
+
+    >>> gate, up = (Tensor(np.array(v, dtype=np.float32)) for v in ([0.0, 2.0], [5.0, 2.0]))
+    >>> y = swiglu(gate, up)
+    >>> y.data.astype(float).round(4).tolist(), y.dtype
+    ([0.0, 3.5232], dtype('float32'))
+    """
+    gate = float_tensor(gate, "swiglu: gate")
+    up = float_tensor(up, "swiglu: up")
+    if gate.shape != up.shape:
+        raise ValueError(f"swiglu: gate {gate.shape} and up {up.shape} must have the same shape")
+    dtype = np.result_type(gate.dtype, up.dtype)
+    out, vjp = _swiglu_definition(
+        gate.data.astype(dtype, copy=False), up.data.astype(dtype, copy=False)
+    )
+
+    def backward(grad: np.ndarray) -> tuple:
+        return vjp(grad, gate.requires_grad, up.requires_grad)
+
+    return Tensor.from_op(out, (gate, up), backward).named("swiglu")
+
+
+def _swiglu_definition(gate: np.ndarray, up: np.ndarray | None) -> tuple:
+    """``silu(gate) * up`` (``up`` None: ``silu(gate)``) in plain NumPy: ``(y, vjp)``,
+    ``vjp(g, need_gate, need_up) -> (d_gate, d_up)``."""
+    with np.errstate(over="ignore"):
+        s = 1.0 / (1.0 + np.exp(-gate))  # sigmoid(gate); exp -> inf gives s = 0
+    act = gate * s  # silu(gate)
+    y = act if up is None else act * up
+
+    def vjp(g: np.ndarray, need_gate: bool, need_up: bool) -> tuple:
+        d_act = g if up is None else g * up
+        d_gate = d_act * s * (1.0 + gate * (1.0 - s)) if need_gate else None
+        d_up = g * act if need_up and up is not None else None
+        return d_gate, d_up
 
     return y, vjp

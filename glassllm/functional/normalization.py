@@ -1,4 +1,4 @@
-"""Layer normalization over the last axis, with its fused backward."""
+"""Normalization over the last axis, with fused backwards: layer_norm and rms_norm."""
 
 from __future__ import annotations
 
@@ -86,5 +86,70 @@ def _layer_norm_definition(
         dw = (dy * xhat).sum(axis=0) if need_w else None
         db = dy.sum(axis=0) if need_b else None
         return dx, dw, db
+
+    return y, vjp
+
+
+def rms_norm(x: Tensor, weight: Tensor | None = None, eps: float = 1e-6) -> Tensor:
+    """Root-mean-square normalization over the last axis (Zhang and Sennrich, 2019), then scale.
+
+    Forward, per row of ``D`` values: ``r = 1/sqrt(mean(x^2) + eps)``, ``xhat = x r``,
+    ``y = xhat w`` (transformers' ``LlamaRMSNorm`` order: normalise, then multiply by the
+    weight; no centring, no bias). ``weight`` ``(D,)`` is optional.
+
+    VJP, with ``g = dy * w``: ``dr/dx_j = -r^3 x_j / D``, so ``dxhat_i/dx_j = r ([i = j] -
+    xhat_i xhat_j / D)`` (symmetric) and ``dx = r (g - xhat mean(g xhat))``;
+    ``dw = sum_rows(dy xhat)``. Stability: ``mean(x^2)`` is a sum of squares, nothing cancels;
+    ``eps > 0`` keeps an all-zero row finite (``y = 0``). The VJP keeps ``r`` per row and
+    rebuilds ``xhat`` from ``x``. The definition is `_rms_norm_definition`;
+    `glassllm.kernels.rms_norm` runs it with BLAS row sums, equal to float rounding.
+
+    >>> x = Tensor(np.array([[3.0, 4.0]], dtype=np.float32))
+    >>> y = rms_norm(x, eps=0.0)
+    >>> [round(float(v), 4) for v in y.data[0]], y.dtype
+    ([0.8485, 1.1314], dtype('float32'))
+    """
+    x = float_tensor(x, "rms_norm: x")
+    if x.ndim == 0 or x.shape[-1] == 0:
+        raise ValueError(
+            f"rms_norm: x needs a non-empty last axis to normalize, got shape {x.shape}"
+        )
+    if not float(eps) >= 0.0:
+        raise ValueError(f"rms_norm: eps must be >= 0, got {eps!r}")
+    dim = x.shape[-1]
+    if weight is not None and tuple(weight.shape) != (dim,):
+        raise ValueError(
+            f"rms_norm: weight shape {tuple(weight.shape)} must be ({dim},), the size of the "
+            f"last axis of x {x.shape}"
+        )
+    w = None if weight is None else float_tensor(weight, "rms_norm: weight", dtype=x.dtype)
+    x2 = x.data.reshape(-1, dim)  # (N, D)
+    wd = None if w is None else w.data
+    out, vjp = kernels.select(_rms_norm_definition, kernels.rms_norm)(x2, wd, float(eps))
+
+    def backward(grad: np.ndarray) -> tuple:
+        need_w = w is not None and w.requires_grad
+        dx, dw = vjp(grad.reshape(-1, dim), x.requires_grad, need_w)
+        dx = None if dx is None else dx.reshape(x.shape)
+        dw = None if dw is None else as_dtype(dw, w.dtype)
+        return (dx,) + ((dw,) if w is not None else ())
+
+    parents = (x,) if w is None else (x, w)
+    return Tensor.from_op(out.reshape(x.shape), parents, backward).named("rms_norm")
+
+
+def _rms_norm_definition(x: np.ndarray, w: np.ndarray | None, eps: float) -> tuple:
+    """`rms_norm` on rows ``x (N, D)`` in plain NumPy: ``(y, vjp)``, ``vjp(dy, need_x, need_w)
+    -> (dx, dw)``. What `glassllm.kernels.rms_norm` computes; ``kernels.use("reference")``
+    runs this instead."""
+    rstd = 1.0 / np.sqrt((x * x).mean(axis=-1, keepdims=True) + eps)  # (N, 1)
+    xhat = x * rstd  # (N, D)
+    y = xhat if w is None else xhat * w
+
+    def vjp(dy: np.ndarray, need_x: bool, need_w: bool) -> tuple:
+        g = dy if w is None else dy * w  # dL/dxhat
+        dx = rstd * (g - xhat * (g * xhat).mean(axis=-1, keepdims=True)) if need_x else None
+        dw = (dy * xhat).sum(axis=0) if need_w else None
+        return dx, dw
 
     return y, vjp

@@ -28,8 +28,9 @@ from typing import TypeVar
 from glassllm.kernels.gelu import gelu_tanh
 from glassllm.kernels.layer_norm import layer_norm
 from glassllm.kernels.linear import matmul_rows
+from glassllm.kernels.rms_norm import rms_norm
 
-__all__ = ["gelu_tanh", "layer_norm", "matmul_rows", "reference", "select", "use"]
+__all__ = ["gelu_tanh", "layer_norm", "matmul_rows", "reference", "rms_norm", "select", "use"]
 
 MODES = ("fast", "reference")
 _reference = os.environ.get("GLASSLLM_KERNELS", "fast") == "reference"

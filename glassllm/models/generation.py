@@ -11,11 +11,13 @@ transformers' order, are `glassllm.models.sampling`'s); one ``u ~ U[0, 1)`` per 
 ``u * sum(p)`` (the inverse-CDF draw). The cached and the uncached paths draw the same random
 numbers and compute the same logits, so they give the same tokens for the same seed.
 
-The key/value cache: each block keeps an ``nn.KVCache``, so after the prompt a new token costs
-one position. Positions are learned and absolute: once the context exceeds ``block_size``,
-sliding the window shifts every token's position and invalidates what is cached, so from then
-on each token runs the uncached forward over the last ``block_size`` tokens, of which the last
-block computes only the last position (``last_position_hidden``).
+The key/value cache: each block keeps an ``nn.KVCache`` (of its ``n_kv_head`` key/value heads,
+already rotated where positions are rotary; a local layer's window applies to the cached keys
+as to the recomputed ones), so after the prompt a new token costs one position. Once the context
+exceeds ``block_size``, sliding the window shifts every token's position (learned or rotary) and
+invalidates what is cached, so from then on each token runs the uncached forward over the last
+``block_size`` tokens, of which the last block computes only the last position
+(``last_position_hidden``): the same numbers as the model's own forward over that window.
 """
 
 from __future__ import annotations
@@ -205,7 +207,7 @@ def sample(probs: np.ndarray, rng: np.random.Generator) -> np.ndarray:
 
 
 def last_position_hidden(model: GPT, idx: np.ndarray) -> Tensor:
-    """The final-LayerNorm output at the last position only, (B, 1, E), without caches.
+    """The final-norm output at the last position only, (B, 1, E), without caches.
 
     Equal to ``model.hidden_states(idx)[:, -1:]``; the last block computes only that position
     (``block_last_position``). For generation, under no_grad; ``idx`` is already checked.
@@ -226,8 +228,7 @@ def block_last_position(block: Block, x: Tensor) -> Tensor:
     cache = nn.KVCache(capacity=x.shape[1])
     if x.shape[1] > 1:
         block.attn.prefill(h[:, :-1], cache)  # keys/values of positions 0..T-2
-    x = x[:, -1:] + block.attn(h[:, -1:], kv_cache=cache)  # (B, 1, E)
-    return x + block.mlp(block.ln_2(x))  # (B, 1, E)
+    return block.residual(x[:, -1:], block.attn(h[:, -1:], kv_cache=cache))  # (B, 1, E)
 
 
 @contextmanager

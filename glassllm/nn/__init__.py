@@ -9,15 +9,17 @@
 """
 
 from glassllm.nn import init, utils
-from glassllm.nn.activation import GELU, ReLU, Tanh
+from glassllm.nn.activation import GELU, ReLU, SiLU, Tanh
 from glassllm.nn.attention import CausalSelfAttention, MultiHeadAttention
 from glassllm.nn.container import ModuleList, Sequential
 from glassllm.nn.dropout import Dropout
 from glassllm.nn.embedding import Embedding
 from glassllm.nn.kv_cache import KVCache
 from glassllm.nn.linear import Linear
+from glassllm.nn.mlp import SwiGLU
 from glassllm.nn.module import IncompatibleKeys, Module, eval_mode
-from glassllm.nn.normalization import LayerNorm
+from glassllm.nn.normalization import LayerNorm, RMSNorm
+from glassllm.nn.rotary import RotaryEmbedding
 
 __all__ = [
     "CausalSelfAttention",
@@ -32,7 +34,11 @@ __all__ = [
     "ModuleList",
     "MultiHeadAttention",
     "ReLU",
+    "RMSNorm",
+    "RotaryEmbedding",
     "Sequential",
+    "SiLU",
+    "SwiGLU",
     "Tanh",
     "eval_mode",
     "init",

@@ -1,6 +1,6 @@
 """Elementwise activations as modules, for use in `Sequential`.
 
-The maths and the gradients live in `glassllm.functional` (GELU, ReLU) and the engine (tanh).
+The maths and the gradients live in `glassllm.functional` (GELU, ReLU, SiLU) and the engine (tanh).
 
 >>> import numpy as np
 >>> from glassllm import Tensor
@@ -35,6 +35,13 @@ class GELU(Module):
 
     def extra_repr(self) -> str:
         return f"approximate={self.approximate!r}"
+
+
+class SiLU(Module):
+    """Sigmoid linear unit, ``x * sigmoid(x)`` (PyTorch's ``nn.SiLU``; "swish")."""
+
+    def forward(self, x: Tensor) -> Tensor:
+        return F.silu(x)
 
 
 class ReLU(Module):

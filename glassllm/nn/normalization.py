@@ -1,9 +1,10 @@
-"""`LayerNorm` over the last axis (Ba, Kiros & Hinton, 2016).
+"""`LayerNorm` (Ba, Kiros & Hinton, 2016) and `RMSNorm` (Zhang & Sennrich, 2019) over the last axis.
 
 ``y = (x - mean) / sqrt(var + eps) * weight + bias`` with the mean and the biased variance taken
 over the last axis; ``weight`` starts at ones and ``bias`` at zeros. ``bias=False`` drops the bias,
 as nanoGPT's LayerNorm does (PyTorch 2.1+ spells it the same way). The fused forward and backward
-are `glassllm.functional.layer_norm`.
+are `glassllm.functional.layer_norm`. `RMSNorm` (Llama, Qwen, SmolLM2) drops the centring and the
+bias: ``y = x / sqrt(mean(x^2) + eps) * weight`` (`glassllm.functional.rms_norm`).
 
 >>> import numpy as np
 >>> from glassllm import Tensor
@@ -51,3 +52,31 @@ class LayerNorm(Module):
         return (
             f"{self.dim}, eps={self.eps}, bias={self.bias is not None}, dtype={self.weight.dtype}"
         )
+
+
+class RMSNorm(Module):
+    """Scale the last axis (size ``dim``) to unit root mean square, then by ``weight``.
+
+    ``y = x / sqrt(mean(x^2) + eps) * weight``, as transformers' ``LlamaRMSNorm`` (normalise,
+    then multiply by the weight); ``weight`` (dim,) ones, float32 unless ``dtype`` says
+    otherwise. No bias. eps: 1e-5 in SmolLM2 and Llama, 1e-6 in Qwen.
+
+    >>> norm = RMSNorm(2, eps=0.0)
+    >>> norm(Tensor(np.array([[3.0, 4.0]], dtype=np.float32))).data.astype(float).round(4).tolist()
+    [[0.8485, 1.1314]]
+    """
+
+    def __init__(self, dim: int, eps: float = 1e-6, dtype: Any = np.float32) -> None:
+        super().__init__()
+        self.dim = check_int("dim", dim, min=1)
+        if not float(eps) >= 0.0:
+            raise ValueError(f"eps must be >= 0, got {eps!r}")
+        self.eps = float(eps)
+        dtype = check_float_dtype(dtype)
+        self.weight = Tensor(np.ones(self.dim, dtype=dtype), requires_grad=True)
+
+    def forward(self, x: Tensor) -> Tensor:
+        return F.rms_norm(x, self.weight, eps=self.eps)  # (..., dim) -> (..., dim)
+
+    def extra_repr(self) -> str:
+        return f"{self.dim}, eps={self.eps}, dtype={self.weight.dtype}"

@@ -1,0 +1,71 @@
+"""The kernels of the modern-model ops (RMSNorm; grouped-query attention) held to their plain
+definitions in glassllm.functional, on every thread count."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from conftest import on_threads
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from glassllm import kernels
+from glassllm.functional.normalization import _rms_norm_definition
+
+DTYPES = [np.float32, np.float64]
+TOLERANCE = {np.float32: dict(rtol=2e-5, atol=2e-5), np.float64: dict(rtol=1e-12, atol=1e-12)}
+
+
+def _close(got, want, dtype, scale=1.0):
+    assert got.dtype == want.dtype == np.dtype(dtype)
+    tolerance = TOLERANCE[dtype]
+    np.testing.assert_allclose(got, want, rtol=tolerance["rtol"], atol=tolerance["atol"] * scale)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("count", [1, 2])
+@settings(max_examples=15, deadline=None)
+@given(
+    rows=st.sampled_from([1, 3, 700, 2100]),
+    dim=st.integers(1, 40),
+    weighted=st.booleans(),
+    seed=st.integers(0, 2**16),
+)
+def test_rms_norm_kernel_matches_its_definition(dtype, count, rows, dim, weighted, seed):
+    rng = np.random.default_rng(seed)
+    x = (rng.standard_normal((rows, dim)) * 3 + 1).astype(dtype)
+    dy = rng.standard_normal((rows, dim)).astype(dtype)
+    w = rng.standard_normal(dim).astype(dtype) if weighted else None
+    want, want_vjp = _rms_norm_definition(x, w, 1e-5)
+
+    def run():
+        got, got_vjp = kernels.rms_norm(x, w, 1e-5)
+        return got, got_vjp(dy, True, weighted)
+
+    got, grads = on_threads(count, run)
+    _close(got, want, dtype)
+    for g, h in zip(grads, want_vjp(dy, True, weighted), strict=True):
+        assert (g is None) == (h is None)
+        if g is not None:
+            _close(g, h, dtype, scale=np.sqrt(rows))
+
+
+@pytest.mark.parametrize("need_x,need_w", [(True, False), (False, True), (False, False)])
+def test_rms_norm_kernel_computes_only_the_gradients_asked_for(need_x, need_w):
+    x = np.random.default_rng(0).standard_normal((5, 6)).astype(np.float32)
+    _, vjp = kernels.rms_norm(x, np.ones(6, np.float32), 1e-6)
+    dx, dw = vjp(np.ones_like(x), need_x, need_w)
+    assert (dx is not None) == need_x and (dw is not None) == need_w
+
+
+def test_rms_norm_kernel_stays_finite_where_r_cubed_overflows():
+    """Rows of rms 1e-20 with eps 0: r^3 mean(g x) overflows float32; the VJP takes the xhat
+    form there and matches the definition."""
+    x = np.array([[1e-20, -2e-20, 3e-20], [1.0, 2.0, 3.0]], np.float32)
+    dy = np.array([[1.0, 0.5, -1.0], [0.3, 0.2, 0.1]], np.float32)
+    w = np.array([1.0, 2.0, 0.5], np.float32)
+    want = _rms_norm_definition(x, w, 0.0)[1](dy, True, True)
+    got = kernels.rms_norm(x, w, 0.0)[1](dy, True, True)
+    for g, h in zip(got, want, strict=True):
+        assert np.isfinite(g).all()
+        np.testing.assert_allclose(g, h, rtol=1e-5)
