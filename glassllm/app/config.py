@@ -291,8 +291,8 @@ class SampleConfig:
 
     checkpoint: str = option(
         str(Path(DEFAULT_OUT_DIR) / CHECKPOINT_NAME),
-        "a glassllm checkpoint file, or a Hugging Face GPT-2 directory (config.json, "
-        "model.safetensors and tokenizer files) or its model.safetensors",
+        "a glassllm checkpoint file, a Hugging Face model directory (config.json, "
+        "model.safetensors and tokenizer files) or its model.safetensors, or a GGUF file",
         metavar="PATH",
     )
     prompt: str = option(
@@ -366,8 +366,8 @@ class ViewConfig:
     )
     checkpoint: str | None = option(
         None,
-        "a glassllm checkpoint or a Hugging Face GPT-2 directory to look at (default: "
-        "OUT_DIR/ckpt.safetensors)",
+        "a glassllm checkpoint, a Hugging Face model directory or a GGUF file to look at "
+        "(default: OUT_DIR/ckpt.safetensors)",
         metavar="PATH",
         if_empty="checkpoint must name a file or a directory",
     )

@@ -190,9 +190,11 @@ def _token_entry(tokenizer: Tokenizer, token_id: int) -> dict[str, Any]:
 
 
 def _is_pretrained(path: Path) -> bool:
+    """A model read once (a Hugging Face directory, a GGUF file), not a run's checkpoint."""
+    from glassllm.gguf import is_gguf_path
     from glassllm.hf import is_pretrained_path
 
-    return is_pretrained_path(path)
+    return is_gguf_path(path) or is_pretrained_path(path)
 
 
 def _records(path: Path, since: int) -> list[dict[str, Any]]:
