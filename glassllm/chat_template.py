@@ -69,11 +69,15 @@ class ChatTemplate:
         self,
         messages: Sequence[Mapping[str, Any]],
         add_generation_prompt: bool = True,
+        *,
+        tools: Sequence[Mapping[str, Any]] | None = None,
+        documents: Sequence[Mapping[str, Any]] | None = None,
         **variables: Any,
     ) -> str:
         """The prompt text of ``messages`` (each a dict with ``role`` and ``content``), as
         ``apply_chat_template(messages, add_generation_prompt=..., tokenize=False)`` gives it;
-        ``variables`` are passed to the template too (e.g. ``enable_thinking=False``)."""
+        ``tools`` (JSON schemas), ``documents`` and ``variables`` are passed to the template too
+        (e.g. ``enable_thinking=False``)."""
         if not messages:
             raise ChatTemplateError(
                 "cannot render an empty conversation: give at least one message"
@@ -89,8 +93,8 @@ class ChatTemplate:
             dict(
                 context,
                 messages=chat,
-                tools=None,
-                documents=None,
+                tools=None if tools is None else _plain(list(tools), "a tool"),
+                documents=None if documents is None else _plain(list(documents), "a document"),
                 add_generation_prompt=bool(add_generation_prompt),
             ),
         )
@@ -244,7 +248,7 @@ def _environment() -> Any:
                         _Budget.charge_text(sized(seq) * max(n, 0))
             elif operator == "+":
                 _Budget.charge_text(sized(left) + sized(right))
-            elif operator == "**" and isinstance(right, (int, float)) and abs(right) > 1024:
+            elif operator == "**" and _huge_power(left, right):
                 raise ChatTemplateError(f"the chat template raises a number to the power {right}")
             elif operator == "%" and isinstance(left, str):
                 widths = [int(w) for w in re.findall(r"%[-+ #0]*(\d+)", left)]
@@ -324,6 +328,13 @@ def _environment() -> Any:
     env.globals["dict"] = TemplateDict()
     env.globals["namespace"] = TemplateNamespace
     return env
+
+
+def _huge_power(base: Any, exponent: Any) -> bool:
+    """Whether ``base ** exponent`` is an integer of over a million bits (a float overflows)."""
+    if isinstance(base, bool) or not isinstance(base, int) or not isinstance(exponent, int):
+        return False
+    return abs(base) > 1 and exponent > 0 and base.bit_length() * exponent > 2**20
 
 
 def _bounded_join(join: Any) -> Any:
