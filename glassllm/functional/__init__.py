@@ -14,9 +14,10 @@ name of `glassllm.kernels.compiled`.
 
 Modules, by concept: ``shape`` (concatenate, stack, where), ``probability`` (logsumexp,
 softmax, log_softmax), ``losses`` (cross_entropy), ``activations`` (relu, gelu, silu,
-swiglu), ``normalization`` (layer_norm, rms_norm), ``regularization`` (dropout), ``affine`` (linear,
-embedding), ``attention`` (scaled_dot_product_attention, packed_attention, and, on ndarrays,
-attention_probabilities and split_packed_heads), ``special`` (erf, erfc on ndarrays).
+swiglu), ``normalization`` (layer_norm, rms_norm), ``regularization`` (dropout), ``rotary``
+(rotary_frequencies, rotary_cos_sin, rotary), ``affine`` (linear, embedding), ``attention``
+(scaled_dot_product_attention, packed_attention, and, on ndarrays, attention_probabilities and
+split_packed_heads), ``special`` (erf, erfc on ndarrays).
 """
 
 from glassllm.functional.activations import gelu, relu, silu, swiglu
@@ -31,6 +32,7 @@ from glassllm.functional.losses import cross_entropy
 from glassllm.functional.normalization import layer_norm, rms_norm
 from glassllm.functional.probability import log_softmax, logsumexp, softmax
 from glassllm.functional.regularization import dropout
+from glassllm.functional.rotary import rotary, rotary_cos_sin, rotary_frequencies
 from glassllm.functional.shape import concatenate, stack, where
 from glassllm.functional.special import erf, erfc
 
@@ -49,6 +51,9 @@ __all__ = [
     "layer_norm",
     "rms_norm",
     "dropout",
+    "rotary",
+    "rotary_cos_sin",
+    "rotary_frequencies",
     "embedding",
     "linear",
     "scaled_dot_product_attention",

@@ -19,6 +19,7 @@ from glassllm.nn.linear import Linear
 from glassllm.nn.mlp import SwiGLU
 from glassllm.nn.module import IncompatibleKeys, Module, eval_mode
 from glassllm.nn.normalization import LayerNorm, RMSNorm
+from glassllm.nn.rotary import RotaryEmbedding
 
 __all__ = [
     "CausalSelfAttention",
@@ -34,6 +35,7 @@ __all__ = [
     "MultiHeadAttention",
     "ReLU",
     "RMSNorm",
+    "RotaryEmbedding",
     "Sequential",
     "SiLU",
     "SwiGLU",

@@ -113,3 +113,52 @@ def test_swiglu_gradcheck_and_transformers_llama_mlp(bias):
     x = rng.standard_normal((2, 3, 4))
     want = reference(torch.tensor(x)).detach().numpy()
     np.testing.assert_allclose(mlp(Tensor(x)).data, want, rtol=1e-12, atol=1e-14)
+
+
+# ----------------------------------------------------------------------------- RotaryEmbedding
+
+
+def test_rotary_embedding_has_no_parameters_and_a_repr():
+    rope = nn.RotaryEmbedding(8, theta=100000.0)
+    assert list(rope.named_parameters()) == [] and rope.state_dict() == {}
+    assert repr(rope) == "RotaryEmbedding(8, theta=100000.0, interleaved=False)"
+    scaled = nn.RotaryEmbedding(8, scaling={"rope_type": "linear", "factor": 2.0})
+    assert "scaling={'rope_type': 'linear', 'factor': 2.0}" in repr(scaled)
+    with pytest.raises(ValueError, match="'yarn'"):
+        nn.RotaryEmbedding(8, scaling={"rope_type": "yarn", "factor": 2.0})
+    with pytest.raises(ValueError, match="start"):
+        rope(Tensor(np.ones((2, 8))), start=-1)
+
+
+@pytest.mark.parametrize("interleaved", [False, True])
+def test_rotary_embedding_decoding_steps_match_the_full_forward_across_table_growth(interleaved):
+    rope = nn.RotaryEmbedding(6, interleaved=interleaved)  # head 8, 6 rotary dims
+    x = np.random.default_rng(4).standard_normal((1, 2, 300, 8)).astype(np.float32)
+    steps = [rope(Tensor(x[:, :, :250])).data]  # the table covers 256 positions
+    steps += [rope(Tensor(x[:, :, t : t + 1]), start=t).data for t in range(250, 300)]  # grows
+    fresh = nn.RotaryEmbedding(6, interleaved=interleaved)
+    np.testing.assert_array_equal(np.concatenate(steps, axis=2), fresh(Tensor(x)).data)
+    gradcheck_module(
+        nn.RotaryEmbedding(4, interleaved=interleaved), rand(np.random.default_rng(5), 2, 3, 6)
+    )
+
+
+def test_rotary_embedding_matches_transformers_llama_attention_rotation():
+    torch = optional("torch")
+    transformers = optional("transformers")
+    modeling_llama = optional("transformers.models.llama.modeling_llama")
+    config = transformers.LlamaConfig(
+        hidden_size=64,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        rope_parameters={"rope_theta": 100000.0, "rope_type": "default"},
+        max_position_embeddings=64,
+    )
+    reference = modeling_llama.LlamaRotaryEmbedding(config)
+    q = np.random.default_rng(6).standard_normal((2, 4, 9, 16)).astype(np.float32)
+    positions = torch.arange(5, 14)[None]
+    cos, sin = reference(torch.zeros(1), positions)
+    want, _ = modeling_llama.apply_rotary_pos_emb(torch.tensor(q), torch.tensor(q), cos, sin)
+    got = nn.RotaryEmbedding(16, theta=100000.0)(Tensor(q), start=5).data
+    assert got.dtype == np.float32
+    np.testing.assert_allclose(got, want.numpy(), rtol=0, atol=2e-6)
