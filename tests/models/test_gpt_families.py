@@ -165,7 +165,7 @@ def test_a_gpt2_config_writes_todays_dict_and_old_dicts_load():
         (dict(norm="rmsnorm", norm_bias=True), "norm_bias must not be True"),
         (dict(attention_scale=0.0), "attention_scale must be a positive"),
         (dict(norm_eps=float("nan")), "norm_eps must be a positive finite"),
-        (dict(positions="rotary", rope_scaling={"rope_type": "yarn"}), "rope_scaling .* 'yarn'"),
+        (dict(positions="rotary", rope_scaling={"rope_type": "yarn"}), "rope_scaling: .*'yarn'"),
         (dict(qk_norm="yes"), "qk_norm must be True or False"),
         (dict(head_dim=0), "head_dim must be positive"),
     ],
