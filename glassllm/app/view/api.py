@@ -117,7 +117,7 @@ MLP_ACTIVATIONS = {"gelu_tanh": "GELU", "gelu": "GELU (erf)", "swiglu": "silu(ga
 
 def architecture(config: GPTConfig) -> str:
     """The model's kind for the page's header: "GPT", with the choices beyond GPT-2's in
-    parentheses ("GPT (RMSNorm, SwiGLU, rotary positions, 2 key/value heads)")."""
+    parentheses ("GPT (2 key/value heads, RMSNorm, SwiGLU, rotary positions)")."""
     named = {
         "norm": "RMSNorm",
         "mlp": {"gelu": "GELU (erf)", "swiglu": "SwiGLU"}.get(config.mlp, ""),
