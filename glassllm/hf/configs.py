@@ -309,8 +309,8 @@ def _rope(
         v.problems.append(f"{where} keys {unknown} (not used by rope_type {rope_type!r})")
     scaling = None
     if rope_type == "linear":
-        scaling = {"rope_type": "linear",
-                   "factor": v.number(f"{where}.factor", 0.0, 1e6, params.get("factor"))}  # fmt: skip
+        factor = v.number(f"{where}.factor", 0.0, 1e6, params.get("factor"))
+        scaling = {"rope_type": "linear", "factor": factor}
     elif rope_type == "llama3":
         original = params.get("original_max_position_embeddings",
                               hf.get("original_max_position_embeddings", context))  # fmt: skip

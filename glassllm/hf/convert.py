@@ -34,15 +34,14 @@ mask buffers; transformers' own ``save_pretrained`` writes the prefix and no buf
 
 from __future__ import annotations
 
-import math
 import re
 from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
 
-from glassllm.hf.configs import config_from_hf
 from glassllm.hf.configs import SHAPE_KEYS as _SHAPE_KEYS
+from glassllm.hf.configs import config_from_hf
 from glassllm.hf.families import FAMILIES
 from glassllm.hf.targets import config_to_hf, state_dict_to_hf
 from glassllm.hf.tensors import from_hf, plan

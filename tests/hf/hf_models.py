@@ -20,17 +20,19 @@ VOCAB = 300
 SEED = 21
 COMMON = dict(hidden_size=64, num_hidden_layers=2, num_attention_heads=4, intermediate_size=128,
               max_position_embeddings=64)  # fmt: skip
-WORDS = ("the cat sat on a mat and then it ran to the door; dogs bark at night, birds sing "
-         "in trees. def f(x): return x + 1 if x > 0 else -x # 2026 {a: [1, 2]}").split()  # fmt: skip
+WORDS = (
+    "the cat sat on a mat and then it ran to the door; dogs bark at night, birds sing "
+    "in trees. def f(x): return x + 1 if x > 0 else -x # 2026 {a: [1, 2]}"
+).split()
 
 
 def _llama(t, **kw):
-    return t.LlamaConfig(**COMMON, vocab_size=VOCAB, num_key_value_heads=2, **kw)
+    return t.LlamaConfig(**{**COMMON, "vocab_size": VOCAB, "num_key_value_heads": 2, **kw})
 
 
 def _qwen2(t, **kw):
-    return t.Qwen2Config(**COMMON, vocab_size=VOCAB, num_key_value_heads=2,
-                         tie_word_embeddings=True, **kw)  # fmt: skip
+    return t.Qwen2Config(**{**COMMON, "vocab_size": VOCAB, "num_key_value_heads": 2,
+                            "tie_word_embeddings": True, **kw})  # fmt: skip
 
 
 def _neox(t, **kw):
@@ -38,9 +40,10 @@ def _neox(t, **kw):
 
 
 def _neo(t, **kw):
+    local = [[["global", "local"], 1]]
     return t.GPTNeoConfig(vocab_size=VOCAB, hidden_size=64, num_layers=2, num_heads=4,
                           intermediate_size=128, max_position_embeddings=64,
-                          attention_types=[[["global", "local"], 1]], window_size=4, **kw)  # fmt: skip
+                          attention_types=local, window_size=4, **kw)  # fmt: skip
 
 
 LLAMA3 = {"rope_type": "llama3", "rope_theta": 500000.0, "factor": 8.0, "low_freq_factor": 1.0,

@@ -95,9 +95,9 @@ def test_every_unsupported_config_value_is_listed_at_once():
 
 def test_gpt2_choices_the_model_now_computes():
     """Values GPT-2 files may hold that glassllm's configurable model computes exactly."""
-    config = config_from_hf({**GPT2_CONFIG, "activation_function": "gelu",
-                             "layer_norm_epsilon": 1e-6, "n_inner": 100,
-                             "scale_attn_weights": False, "tie_word_embeddings": False})  # fmt: skip
+    changes = {"activation_function": "gelu", "layer_norm_epsilon": 1e-6, "n_inner": 100,
+               "scale_attn_weights": False, "tie_word_embeddings": False}  # fmt: skip
+    config = config_from_hf({**GPT2_CONFIG, **changes})
     assert (config.mlp, config.norm_eps, config.mlp_hidden) == ("gelu", 1e-6, 100)
     assert (config.attention_scale, config.tied_head) == (1.0, False)
     assert config_from_hf(GPT2_CONFIG).mlp_hidden is None  # n_inner null: 4 * n_embd

@@ -111,7 +111,9 @@ def test_model_from_hf_is_the_directory_load(models, variant):
     for tensors in sources:
         model = model_from_hf(hf_config, tensors, source=variant)
         assert isinstance(model, GPT) and model.config == loaded.config
-        for (name, a), (_, b) in zip(model.state_dict().items(), loaded.state_dict().items()):
+        for (name, a), (_, b) in zip(
+            model.state_dict().items(), loaded.state_dict().items(), strict=True
+        ):
             assert np.array_equal(a, b), (variant, name)
 
 
