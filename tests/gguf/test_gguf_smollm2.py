@@ -231,3 +231,34 @@ def _source(glass_model, path):
     from glassllm.models.source import ModelSource
 
     return ModelSource("gguf", path, glass_model[0].config, glass_model[1].kind)
+
+
+def test_an_answer_ends_at_the_end_token_as_transformers_does(gguf_file, glass_model, theirs):
+    """Greedy, with room to spare: both stop at <|im_end|> (id 2) after the same tokens."""
+    torch = optional("torch")
+    from glassllm.app import chat as chat_app
+
+    question = "What is the capital of France?"
+    ids = theirs[0].apply_chat_template(
+        [{"role": "user", "content": question}], add_generation_prompt=True, return_dict=False
+    )
+    with torch.no_grad():
+        generated = theirs[1].generate(
+            torch.tensor([list(ids)]), max_new_tokens=40, do_sample=False, eos_token_id=2
+        )
+    answer = generated[0, len(ids) :].tolist()
+    assert answer[-1] == 2 and len(answer) < 40  # it ended, well before the limit
+    expected = theirs[0].decode(answer[:-1])
+    assert expected == "The capital of France is Paris."
+
+    config = chat_app.ChatConfig(checkpoint=str(gguf_file), top_k=1, max_new_tokens=40)
+    opened = chat_app.Opened(*glass_model[:2], source=_source(glass_model, gguf_file))
+    chat = chat_app.Chat(
+        opened,
+        glass_model[2],
+        frozenset({2}),
+        config.sampling_options(),
+        [],
+        np.random.default_rng(0),
+    )
+    assert chat.answer(question, io.StringIO()) == expected
