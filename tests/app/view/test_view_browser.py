@@ -442,3 +442,20 @@ def test_page_reshapes_the_distribution_as_the_sampler_does(page, temperature, t
     )
     expected = generation.probabilities(logits[None].astype(np.float64), temperature, top_k)[0]
     np.testing.assert_allclose(mine, expected, rtol=1e-12, atol=1e-15)
+
+
+@pytest.mark.parametrize("top_p, min_p", [(0.5, None), (None, 0.2), (0.9, 0.05), (1.0, 0.0)])
+def test_page_applies_top_p_and_min_p_as_the_sampler_does(page, top_p, min_p):
+    """The page's distribution after top-k, top-p and min-p equals sampling.distribution's."""
+    import numpy as np
+
+    from glassllm.models import sampling
+
+    logits = np.random.default_rng(7).normal(size=46) * 2.0
+    mine = page.evaluate(
+        "async ([z, t, k, p, m]) => (await import('/sample.js')).probabilities(z, t, k, p, m)",
+        [logits.tolist(), 0.8, 30, top_p, min_p],
+    )
+    expected = sampling.distribution(logits[None], 0.8, 30, top_p, min_p)[0]
+    np.testing.assert_array_equal(np.asarray(mine) > 0, expected > 0)
+    np.testing.assert_allclose(mine, expected, rtol=1e-12, atol=1e-15)
