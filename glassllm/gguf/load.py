@@ -53,9 +53,11 @@ def is_gguf_path(path: str | os.PathLike[str]) -> bool:
     path = Path(path)
     if path.suffix.lower() == SUFFIX:
         return True
+    if not path.is_file():  # a directory, or a FIFO that an open() would wait on
+        return False
     try:
         with open(path, "rb") as handle:
-            return path.is_file() and handle.read(4) == b"GGUF"
+            return handle.read(4) == b"GGUF"
     except OSError:
         return False
 

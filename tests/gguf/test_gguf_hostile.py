@@ -233,3 +233,39 @@ def test_a_config_and_tensors_that_disagree(tmp_path):
         GGUFFormatError, match=r"ffn_gate.weight is 16 x 8, the config implies 12 x 8"
     ):
         read_gguf(path)
+
+
+def test_without_the_gguf_package_one_line_names_the_extra(honest, monkeypatch):
+    import builtins
+
+    from glassllm.data.bpe import MissingDependencyError
+    from glassllm.gguf import read_gguf
+
+    real_import = builtins.__import__
+
+    def no_gguf(name, *args, **kwargs):
+        if name == "gguf" or name.startswith("gguf."):
+            raise ImportError(name)
+        return real_import(name, *args, **kwargs)
+
+    monkeypatch.setattr(builtins, "__import__", no_gguf)
+    with pytest.raises(
+        MissingDependencyError, match=r"gguf package: pip install 'glassllm\[gguf\]'"
+    ):
+        read_gguf(honest[0])
+    read_header(honest[0])  # the header needs no package
+
+
+def test_only_gguf_files_are_taken_for_gguf(tmp_path, honest):
+    from glassllm.gguf import is_gguf_path
+
+    assert is_gguf_path(honest[0]) and is_gguf_path(tmp_path / "missing.gguf")
+    renamed = tmp_path / "model.bin"
+    renamed.write_bytes(honest[0].read_bytes())
+    assert is_gguf_path(renamed)
+    (tmp_path / "ckpt.safetensors").write_bytes(b"\x08\x00\x00\x00\x00\x00\x00\x00{}      ")
+    assert not is_gguf_path(tmp_path / "ckpt.safetensors")
+    assert not is_gguf_path(tmp_path)
+    if hasattr(os, "mkfifo"):
+        os.mkfifo(tmp_path / "pipe")
+        assert not is_gguf_path(tmp_path / "pipe")  # never opened: it would block
