@@ -28,6 +28,7 @@ Jinja2 is the optional extra ``pip install 'glassllm[chat]'``, imported at the f
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import os
 import re
@@ -256,11 +257,16 @@ def _environment() -> Any:
             return super().call_binop(context, operator, left, right)
 
         def call(__self, __context: Any, __obj: Any, *args: Any, **kwargs: Any) -> Any:  # noqa: N805
-            # no call asks for more characters (ljust, center, indent, range...) than allowed
-            for value in (*args, *kwargs.values()):
-                if isinstance(value, int) and not isinstance(value, bool):
-                    _Budget.charge_text(abs(value))
+            # no call asks for more characters (ljust, center, range...) than allowed
+            _charge_sizes((*args, *kwargs.values()))
             return super().call(__context, __obj, *args, **kwargs)
+
+        def wrap_str_format(self, value: Any) -> Any:
+            wrapped = super().wrap_str_format(value)
+            if wrapped is not None:  # '{:>999999999}'.format(x): the width is in the text
+                widths = re.findall(r"\{[^{}]*?:[^{}]*?(\d+)", value.__self__)
+                _Budget.charge_text(len(value.__self__) + sum(int(w) for w in widths))
+            return wrapped
 
     class Generation(jinja2.ext.Extension):
         """``{% generation %}...{% endgeneration %}``: transformers marks the assistant's text
@@ -323,11 +329,32 @@ def _environment() -> Any:
         trim_blocks=True, lstrip_blocks=True, extensions=[Generation, jinja2.ext.loopcontrols]
     )
     env.filters["tojson"] = tojson
+    # filters are called directly, not through `call`: each checks its size arguments itself
+    env.filters = {name: _bounded_filter(f) for name, f in env.filters.items()}
     env.globals["raise_exception"] = raise_exception
     env.globals["strftime_now"] = strftime_now
     env.globals["dict"] = TemplateDict()
     env.globals["namespace"] = TemplateNamespace
     return env
+
+
+def _charge_sizes(values: Any) -> None:
+    for value in values:
+        if isinstance(value, int) and not isinstance(value, bool):
+            _Budget.charge_text(abs(value))
+
+
+def _bounded_filter(f: Any) -> Any:
+    """``f`` refusing a size argument (``center(10**10)``, ``indent(10**10)``) over the bound
+    before it allocates; the filtered value itself (first, after a context) is not a size."""
+    skip = 2 if hasattr(f, "jinja_pass_arg") else 1
+
+    @functools.wraps(f)
+    def bounded(*args: Any, **kwargs: Any) -> Any:
+        _charge_sizes((*args[skip:], *kwargs.values()))
+        return f(*args, **kwargs)
+
+    return bounded
 
 
 def _huge_power(base: Any, exponent: Any) -> bool:
