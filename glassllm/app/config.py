@@ -175,11 +175,16 @@ class TrainConfig:
             )
         if self.n_kv_head is not None and self.arch != "llama":
             problems.append(f"{label('n_kv_head')} is for --arch llama only, not {self.arch!r}")
-        elif self.n_kv_head is not None and self.n_head % self.n_kv_head != 0:
+        elif self.n_kv_head is not None and self.n_kv_head >= 1 and self.n_head % self.n_kv_head:
             problems.append(
                 f"{label('n_kv_head')} ({self.n_kv_head}) must divide {label('n_head')} "
                 f"({self.n_head})"
             )
+        if self.arch == "llama" and not problems:
+            try:  # rotary positions rotate pairs: an odd head size cannot
+                self.model_config(vocab_size=1)
+            except ValueError as err:
+                problems.append(f"--arch llama: {str(err).removeprefix('GPTConfig: ')}")
         if self.vocab_size is not None and self.tokenizer != "bpe":
             problems.append(
                 f"{label('vocab_size')} ({self.vocab_size}) is for the 'bpe' tokenizer only, not "

@@ -37,6 +37,17 @@ def _causal_bias(num_queries: int, num_keys: int, dtype: np.dtype) -> np.ndarray
     return bias
 
 
+@lru_cache(maxsize=32)
+def _window_bias(num_queries: int, num_keys: int, window: int, dtype: np.dtype) -> np.ndarray:
+    """``(Tq, Tk)``: 0 where query ``i``, at aligned position ``a = Tk - Tq + i``, may see key
+    ``j`` with ``0 <= a - j < window`` (causal, the ``window`` latest keys), ``-inf`` elsewhere."""
+    offset = num_keys - num_queries  # j - i of the diagonal a = j
+    bias = np.triu(np.full((num_queries, num_keys), -np.inf, dtype=dtype), k=offset + 1)
+    bias += np.tril(np.full((num_queries, num_keys), -np.inf, dtype=dtype), k=offset - window)
+    bias.flags.writeable = False
+    return bias
+
+
 def split_packed_heads(qkv: np.ndarray, num_heads: int) -> np.ndarray:
     """A packed ``qkv (B, T, 3E)`` as a ``(3, B, nh, T, hs)`` view: ``q, k, v = heads``, each
     ``(B, nh, T, hs)``, with ``E = nh hs``; the inverse of merging heads, without a copy.
@@ -70,9 +81,13 @@ def attention(
     dropout_p: float,
     rng: np.random.Generator | None,
     dtype: np.dtype,
+    groups: int = 1,
 ) -> tuple:
     """``(O, vjp)`` for ``O = dropout(softmax(q k^T scale + bias)) v``;
-    ``vjp(G, need_q, need_k, need_v) -> (dq, dk, dv)`` in the broadcast batch shape."""
+    ``vjp(G, need_q, need_k, need_v) -> (dq, dk, dv)`` in the broadcast batch shape.
+    ``groups > 1``: grouped-query attention (`_grouped_attention`)."""
+    if groups > 1:
+        return _grouped_attention(q, k, v, scale, bias, dropout_p, rng, dtype, groups)
     out, residuals = _attention_forward(q, k, v, scale, bias, dropout_p, rng, dtype)
 
     def vjp(grad: np.ndarray, need_q: bool, need_k: bool, need_v: bool) -> tuple:
@@ -121,10 +136,70 @@ def packed_attention(
     return merged.reshape(batch, steps, num_heads * head_size), vjp
 
 
+def _grouped_attention(
+    q: np.ndarray,
+    k: np.ndarray,
+    v: np.ndarray,
+    scale: float,
+    bias: np.ndarray | None,
+    dropout_p: float,
+    rng: np.random.Generator | None,
+    dtype: np.dtype,
+    groups: int,
+) -> tuple:
+    """Grouped-query attention, ``q (..., H, Tq, d)``, ``k, v (..., KV, Tk, d)``, ``H = KV
+    groups``, without repeating k or v: the ``groups`` query heads that read one kv head are
+    stacked into one ``(groups Tq, d)`` block, ``(..., KV, groups Tq, d)`` (a reshape: head
+    ``h = j groups + g`` is row block ``g`` of group ``j``), so each product runs once per kv
+    head on its k and v, and ``dk = dS^T q``, ``dv = A^T G`` sum over the group inside the
+    product. The scores are ``(..., H, Tq, Tk)`` in memory either way, so the dropout mask is the
+    same draw as the definition's."""
+    lead, (heads, steps, _) = q.shape[:-3], q.shape[-3:]
+    stacked = np.asarray(q, dtype=dtype).reshape(lead + (heads // groups, groups * steps, -1))
+    out, residuals = _attention_forward(
+        stacked, k, v, scale, _group_bias(bias, heads, groups, steps), dropout_p, rng, dtype
+    )
+    out_shape = out.shape[:-3] + (heads, steps, out.shape[-1])
+
+    def vjp(grad: np.ndarray, need_q: bool, need_k: bool, need_v: bool) -> tuple:
+        grad = grad.reshape(out.shape)  # (..., KV, groups Tq, dv)
+        dq, dk, dv = _attention_backward(grad, residuals, scale, need_q, need_k, need_v)
+        return (None if dq is None else dq.reshape(out_shape[:-1] + (dq.shape[-1],)), dk, dv)
+
+    return out.reshape(out_shape), vjp
+
+
+def _group_bias(bias: np.ndarray | None, heads: int, groups: int, steps: int) -> np.ndarray | None:
+    """The scores' bias ``(..., H or 1, Tq or 1, Tk)`` in `_grouped_attention`'s layout
+    ``(..., KV or 1, groups Tq, Tk)``; one without a head axis is stacked ``groups`` times
+    (``(groups Tq, Tk)``: each query head of a group sees the same positions)."""
+    if bias is None:
+        return None
+    bias = np.broadcast_to(bias, bias.shape[:-2] + (steps, bias.shape[-1]))
+    if bias.ndim < 3 or bias.shape[-3] == 1:
+        return np.concatenate([bias] * groups, axis=-2)
+    return np.ascontiguousarray(bias).reshape(
+        bias.shape[:-3] + (heads // groups, groups * steps, bias.shape[-1])
+    )
+
+
 def attention_probabilities(
-    q: np.ndarray, k: np.ndarray, scale: float, bias: np.ndarray | None, dtype: np.dtype
+    q: np.ndarray,
+    k: np.ndarray,
+    scale: float,
+    bias: np.ndarray | None,
+    dtype: np.dtype,
+    groups: int = 1,
 ) -> np.ndarray:
-    """``softmax(q k^T scale + bias)`` with `_attention_forward`'s arithmetic, as a new array."""
+    """``softmax(q k^T scale + bias)`` with `_attention_forward`'s arithmetic, as a new array
+    (``groups > 1``: each group's query heads stacked on its one k head, `_grouped_attention`)."""
+    if groups > 1:
+        lead, (heads, steps, _) = q.shape[:-3], q.shape[-3:]
+        stacked = np.asarray(q).reshape(lead + (heads // groups, groups * steps, -1))
+        probs = attention_probabilities(
+            stacked, k, scale, _group_bias(bias, heads, groups, steps), dtype
+        )
+        return probs.reshape(probs.shape[:-3] + (heads, steps, probs.shape[-1]))
     scores = np.asarray(q, dtype=dtype) @ _scaled_keys_t(k, scale, dtype)
     if bias is not None:
         scores = scores + bias  # (..., Tq, Tk)

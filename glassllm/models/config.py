@@ -35,6 +35,7 @@ from typing import Any
 
 import numpy as np
 
+import glassllm.functional as F
 from glassllm._checks import is_integer, is_number
 from glassllm._text import shown
 
@@ -52,7 +53,6 @@ MAX_VOCAB = 1_000_000_000
 NORMS = ("layernorm", "rmsnorm")
 MLPS = ("gelu_tanh", "gelu", "swiglu")
 POSITIONS = ("learned", "rotary")
-ROPE_TYPES = ("llama3", "linear")  # the rope_scaling types F.rotary_frequencies builds
 
 # The fields of today's GPT-2 config: `to_dict` writes them always, the others when not default.
 _GPT2_FIELDS = ("vocab_size", "block_size", "n_layer", "n_head", "n_embd", "dropout", "bias")
@@ -162,14 +162,15 @@ class GPTConfig:
                 "(or give an even rotary_dim)"
             )
         if self.rope_scaling is not None:
-            scaling = self.rope_scaling
-            if not isinstance(scaling, Mapping) or scaling.get("rope_type") not in ROPE_TYPES:
-                kind = scaling.get("rope_type") if isinstance(scaling, Mapping) else scaling
+            if not isinstance(self.rope_scaling, Mapping):
                 raise ValueError(
-                    f"GPTConfig.rope_scaling must be None or a dict with rope_type in "
-                    f"{list(ROPE_TYPES)}, got {shown(kind)}"
+                    f"GPTConfig.rope_scaling must be None or a dict, got {shown(self.rope_scaling)}"
                 )
-            self.rope_scaling = dict(scaling)
+            self.rope_scaling = dict(self.rope_scaling)
+        try:  # the frequencies' own checks (a rope_type nobody implements, a missing key)
+            F.rotary_frequencies(self.rotary_size, self.rope_theta, self.rope_scaling)
+        except (TypeError, ValueError) as err:
+            raise ValueError(f"GPTConfig.rope_scaling: {err}") from None
 
     def _check_local_layers(self) -> None:
         layers = self.local_layers
@@ -228,6 +229,35 @@ class GPTConfig:
     def window_of(self, layer: int) -> int | None:
         """The attention window of block ``layer`` (None: it sees every earlier position)."""
         return self.attention_window if layer in self.local_layers else None
+
+    def gpt2_differences(self) -> list[str]:
+        """The fields whose choice GPT-2 does not make (empty: a GPT-2, however it is spelled),
+        for writers of formats that hold GPT-2 only.
+
+        >>> GPTConfig(vocab_size=11, block_size=8, n_layer=1, n_head=2, n_embd=8, n_kv_head=2,
+        ...           tied_head=False).gpt2_differences()
+        ['tied_head']
+        """
+        E, hd = self.n_embd, self.head_size
+        differs = {
+            "n_kv_head": self.kv_heads != self.n_head,
+            "head_dim": hd * self.n_head != E,
+            "norm": self.norm != "layernorm",
+            "norm_eps": self.norm_eps != 1e-5,
+            "mlp": self.mlp != "gelu_tanh",
+            "mlp_hidden": self.mlp_size != 4 * E,
+            "positions": self.positions != "learned",
+            **{
+                f"{kind}_bias": self.has_bias(kind) != self.bias
+                for kind in ("qkv", "attn_out", "mlp", "norm")
+            },  # fmt: skip
+            "qk_norm": self.qk_norm,
+            "parallel_residual": self.parallel_residual,
+            "tied_head": not self.tied_head,
+            "attention_scale": self.attention_scale not in (None, 1.0 / math.sqrt(hd)),
+            "local_layers": bool(self.local_layers),
+        }
+        return [name for name, different in differs.items() if different]
 
     # ---------------------------------------------------------- dict form
 

@@ -10,7 +10,13 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from glassllm import kernels
+from glassllm.functional.attention import (
+    _attention_definition,
+    _mask_bias,
+    _probabilities_definition,
+)
 from glassllm.functional.normalization import _rms_norm_definition
+from glassllm.kernels import attention as attention_kernels
 
 DTYPES = [np.float32, np.float64]
 TOLERANCE = {np.float32: dict(rtol=2e-5, atol=2e-5), np.float64: dict(rtol=1e-12, atol=1e-12)}
@@ -69,3 +75,53 @@ def test_rms_norm_kernel_stays_finite_where_r_cubed_overflows():
     for g, h in zip(got, want, strict=True):
         assert np.isfinite(g).all()
         np.testing.assert_allclose(g, h, rtol=1e-5)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("count", [1, 2])
+@settings(max_examples=15, deadline=None)
+@given(
+    batch=st.sampled_from([(), (2,)]),
+    kv_heads=st.integers(1, 3),
+    groups=st.integers(2, 3),
+    queries=st.integers(1, 6),
+    extra_keys=st.integers(0, 4),
+    mask=st.sampled_from(["none", "causal", "window", "heads", "padding"]),
+    dropout_p=st.sampled_from([0.0, 0.3]),
+    seed=st.integers(0, 2**16),
+)
+def test_grouped_attention_kernel_matches_its_definition(
+    dtype, count, batch, kv_heads, groups, queries, extra_keys, mask, dropout_p, seed
+):
+    """`kernels.attention.attention` with ``groups > 1`` (each group's query heads stacked on
+    its one k and v) is the definition (k and v repeated per query head) to rounding, with the
+    same dropout draw, under every kind of bias: causal, a window, per-head and padding masks."""
+    rng = np.random.default_rng(seed)
+    heads, keys = kv_heads * groups, queries + extra_keys
+    q = (rng.standard_normal(batch + (heads, queries, 4)) * 2).astype(dtype)
+    k = (rng.standard_normal(batch + (kv_heads, keys, 4)) * 2).astype(dtype)
+    v = rng.standard_normal(batch + (kv_heads, keys, 3)).astype(dtype)
+    user = {
+        "heads": rng.random((heads, queries, keys)) > 0.3,
+        "padding": rng.random((2, 1, 1, keys)) > 0.3,
+    }.get(mask)
+    causal = mask in ("causal", "window")
+    window = 2 if mask == "window" else None
+    bias = _mask_bias(queries, keys, causal, user, np.dtype(dtype), window)
+    want, want_vjp = _attention_definition(
+        q, k, v, 0.5, bias, dropout_p, np.random.default_rng(1), dtype, groups
+    )
+    out, vjp = on_threads(
+        count,
+        lambda: attention_kernels.attention(
+            q, k, v, 0.5, bias, dropout_p, np.random.default_rng(1), dtype, groups
+        ),
+    )
+    _close(out, want, dtype, 10.0)
+    g = rng.standard_normal(out.shape).astype(dtype)  # a padding mask adds a batch axis
+    for got, expected in zip(vjp(g, True, True, True), want_vjp(g, True, True, True), strict=True):
+        _close(got, expected, dtype, 10.0 * keys * groups)
+    assert vjp(g, False, True, False)[::2] == (None, None)
+    probabilities = attention_kernels.attention_probabilities(q, k, 0.5, bias, dtype, groups)
+    want_probabilities = _probabilities_definition(q, k, 0.5, bias, dtype, groups)
+    _close(probabilities, want_probabilities, dtype, 10.0)

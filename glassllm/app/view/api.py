@@ -18,7 +18,7 @@ import glassllm
 from glassllm.app.sample import EXPLAIN_TOP, generate_explained
 from glassllm.autograd import no_grad
 from glassllm.graph.examples import EXAMPLES, run_example
-from glassllm.models import sampling
+from glassllm.models import GPTConfig, sampling
 from glassllm.models.inspect import SOURCES, top_k
 
 from .fields import ApiError, bad, integer, number, optional_integer, text, token_ids
@@ -102,12 +102,39 @@ def info(run: Run, query: dict[str, Any]) -> dict[str, Any]:
             "iteration": source.iteration,
             "best_val_loss": source.best_val_loss,
             "model_config": run.model.config.to_dict(),
+            "architecture": architecture(run.model.config),
             "parameters": run.model.num_parameters(),
             "tokenizer": source.tokenizer_kind,
         }
         if query.get("brief") != "1":
             answer["checkpoint"]["vocab"] = run.tokens()
         return answer
+
+
+# How the page names each MLP's units (the input of the MLP's output projection).
+MLP_ACTIVATIONS = {"gelu_tanh": "GELU", "gelu": "GELU (erf)", "swiglu": "silu(gate) × up"}
+
+
+def architecture(config: GPTConfig) -> str:
+    """The model's kind for the page's header: "GPT", with the choices beyond GPT-2's in
+    parentheses ("GPT (2 key/value heads, RMSNorm, SwiGLU, rotary positions)")."""
+    named = {
+        "norm": "RMSNorm",
+        "mlp": {"gelu": "GELU (erf)", "swiglu": "SwiGLU"}.get(config.mlp, ""),
+        "positions": "rotary positions",
+        "n_kv_head": f"{config.kv_heads} key/value heads",
+        "head_dim": f"heads of {config.head_size}",
+        "qk_norm": "QK-norm",
+        "parallel_residual": "parallel residual",
+        "tied_head": "untied head",
+        "attention_scale": f"attention scale {config.attention_scale:g}"
+        if config.attention_scale is not None
+        else "",
+        "local_layers": f"local attention ({config.attention_window}) in blocks "
+        + ", ".join(map(str, config.local_layers)),
+    }
+    choices = [named[name] for name in config.gpt2_differences() if named.get(name)]
+    return f"GPT ({', '.join(choices)})" if choices else "GPT"
 
 
 def log(run: Run, query: dict[str, Any]) -> dict[str, Any]:
@@ -240,6 +267,7 @@ def inspect(run: Run, body: dict[str, Any]) -> dict[str, Any]:
             "top_values": _rounded(np.stack(mlp_values), 4),
             "active_fraction": _rounded((seen.mlp > 0).mean(axis=(1, 2)), 4),
             "units": int(seen.mlp.shape[-1]),
+            "activation": MLP_ACTIVATIONS[model.config.mlp],
         },
         "attention": _rounded(seen.attention) if inline else None,
         "sources": SOURCES,
@@ -260,11 +288,12 @@ def attention(run: Run, body: dict[str, Any]) -> dict[str, Any]:
 
 
 def neuron(run: Run, body: dict[str, Any]) -> dict[str, Any]:
-    """The GELU activation of unit ``index`` of ``layer``'s MLP at every position of ``ids``."""
+    """The activation of unit ``index`` of ``layer``'s MLP at every position of ``ids``: what its
+    output projection reads (GELU's output, or ``silu(gate) * up`` in a SwiGLU MLP)."""
     model = _model(run)
     ids = token_ids(body, "ids", model.config.vocab_size, model.config.block_size)
     layer = integer(body, "layer", None, 0, model.config.n_layer - 1)
-    index = integer(body, "index", None, 0, 4 * model.config.n_embd - 1)
+    index = integer(body, "index", None, 0, model.config.mlp_size - 1)
     values = run.inspection(ids).mlp[layer, :, index]
     return {"layer": layer, "index": index, "values": _rounded(values, 5), "source": SOURCES["mlp"]}
 
