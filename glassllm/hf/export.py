@@ -51,13 +51,6 @@ def save_pretrained(
     cannot be written, or a directory that may not be replaced."""
     if not isinstance(model, GPT):
         raise TypeError(f"save_pretrained writes a glassllm GPT, got {type(model).__name__}")
-    unsupported = model.config.gpt2_differences()
-    if unsupported:  # a GPT-2 directory would silently drop these choices
-        raise HFFormatError(
-            "cannot export",
-            [f"a Hugging Face GPT-2 directory cannot hold this model's {', '.join(unsupported)} "
-             "(only a GPT-2 configuration exports)"],
-        )  # fmt: skip
     out = Path(out_dir)
     check_target(out, overwrite, source)
     config = model.config
