@@ -1,4 +1,6 @@
-"""Open a Hugging Face GPT-2 directory as a glassllm GPT (and its tokenizer).
+"""Open a Hugging Face directory as a glassllm GPT (and its tokenizer): ``model_type`` gpt2,
+llama, qwen2, qwen3, gpt_neox or gpt_neo (`glassllm.hf.families`), in float32 (F16, BF16 and F64
+files widened).
 
 A directory holds ``config.json``, the weights in ``model.safetensors`` (or shards listed in
 ``model.safetensors.index.json``: plain ``.safetensors`` file names in the directory), and a
@@ -8,8 +10,11 @@ tensors (the number of blocks, the embeddings' shapes) before anything is sized 
 malformed directory costs no more than reading its headers. Every check runs before a byte of
 weights is read (but one: a stored ``lm_head.weight`` is compared with ``wte.weight`` after both
 are read), and every problem found goes into one `HFFormatError`. The model is built without
-drawing random initial weights (each array is read from the file into place): a load costs the
-file read, not an initialisation too.
+drawing random initial weights (each array is read from the file into place, or through one
+small temporary where the layout changes): a load costs the file read, not an initialisation.
+
+`model_from_hf` runs the same checks and conversion on a config dict and tensors already in
+memory (a GGUF file's, dequantized): one conversion for every source.
 """
 
 from __future__ import annotations
@@ -40,14 +45,15 @@ VOCAB, MERGES = "vocab.json", "merges.txt"
 def load_pretrained(
     path: str | os.PathLike[str], dtype: Any = np.float32, require_tokenizer: bool = False
 ) -> tuple[GPT, BPETokenizer | None]:
-    """``(model, tokenizer)`` from a Hugging Face GPT-2 directory, or from its ``model.safetensors``
+    """``(model, tokenizer)`` from a Hugging Face directory, or from its ``model.safetensors``
     with a ``config.json`` beside it.
 
     The model is in eval mode, its parameters ``dtype`` (float32: F16, BF16 and F64 files are
     converted), dropout 0. The tokenizer comes from ``tokenizer.json`` or ``vocab.json`` +
     ``merges.txt`` (needs the ``tokenizers`` package); None when the directory has neither, or an
-    HFFormatError then with ``require_tokenizer``. Raises HFFormatError (a ValueError) listing
-    every problem with the files.
+    HFFormatError then with ``require_tokenizer``; a tokenizer may be smaller than the model's
+    vocabulary (Pythia pads it), not larger. Raises HFFormatError (a ValueError) listing every
+    problem with the files, a configuration value the model cannot compute exactly included.
     """
     path = Path(path)
     config, tensor_plan, headers = _check(path)
@@ -69,7 +75,7 @@ def load_pretrained(
 
 
 def load_model(path: str | os.PathLike[str], dtype: Any = np.float32) -> GPT:
-    """The GPT of a Hugging Face GPT-2 directory or ``model.safetensors``; see `load_pretrained`."""
+    """The GPT of a Hugging Face directory or ``model.safetensors``; see `load_pretrained`."""
     path = Path(path)
     config, tensor_plan, headers = _check(path)
     return _build_from_files(path, config, tensor_plan, headers, dtype)

@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 import glassllm.functional as F
 from glassllm import Tensor, gradcheck, kernels
 from glassllm.kernels import attention as attention_kernels
+from glassllm.kernels import grouped_attention as grouped_kernels
 
 sdpa = F.scaled_dot_product_attention
 
@@ -125,26 +126,30 @@ def test_window_wider_than_the_keys_is_plain_causal_and_scale_none_is_one_over_s
     np.testing.assert_array_equal(sdpa(q, k, v, scale=0.5).data, sdpa(q, k, v).data)
 
 
-def test_the_kernel_never_repeats_k_or_v(monkeypatch):
-    """The fast path multiplies by the kv heads as they are: every array it computes with has
-    KV heads, never H, and np.repeat is never called."""
+@pytest.mark.parametrize("queries", [4, 1])  # causal tiles; stacked after a cache
+def test_the_kernel_never_repeats_k_or_v(monkeypatch, queries):
+    """The fast path multiplies by the kv heads as they are: every k and v it computes with has
+    KV heads (axis 1), never H, and np.repeat is never called."""
     seen = []
-    forward = attention_kernels._attention_forward
 
-    def spy(q, k, v, *args, **kwargs):
-        seen.append((k.shape, v.shape))
-        return forward(q, k, v, *args, **kwargs)
+    def spy(original):
+        def run(q, k, v, *args, **kwargs):
+            seen.append((k.shape[1], v.shape[1]))
+            return original(q, k, v, *args, **kwargs)
+
+        return run
 
     def no_repeat(*args, **kwargs):
         raise AssertionError("np.repeat called on the fast path")
 
-    monkeypatch.setattr(attention_kernels, "_attention_forward", spy)
+    for name in ("_attention_forward", "_causal_forward"):
+        monkeypatch.setattr(grouped_kernels, name, spy(getattr(grouped_kernels, name)))
     monkeypatch.setattr(np, "repeat", no_repeat)
-    q, k, v = qkv(heads=6, kv_heads=2, queries=4, keys=4)
+    q, k, v = qkv(heads=6, kv_heads=2, queries=queries, keys=4)
     out = sdpa(q, k, v, causal=True)
     out.backward(np.ones(out.shape))
     F.attention_probabilities(q, k, causal=True)
-    assert seen == [((2, 2, 4, 3), (2, 2, 4, 4))]
+    assert seen == [(2, 2)]
     assert k.grad.shape == (2, 2, 4, 3) and v.grad.shape == (2, 2, 4, 4)
 
 
@@ -205,3 +210,45 @@ def test_bad_input_raises_a_clear_error(call, error, words):
     with pytest.raises(error) as info:
         call()
     assert words in str(info.value)
+
+
+# ------------------------------------------------------------------ packed_attention
+
+
+def unfused(qkv, num_heads, **kwargs):
+    """Split the packed heads with Tensor indexing, attend, merge (the fused op's reference)."""
+    batch, steps, three_embed = qkv.shape
+    head_size = three_embed // 3 // num_heads
+    heads = qkv.reshape(batch, steps, 3, num_heads, head_size).transpose(2, 0, 3, 1, 4)
+    y = sdpa(heads[0], heads[1], heads[2], **kwargs)
+    return y.transpose(0, 2, 1, 3).reshape(batch, steps, three_embed // 3)
+
+
+@pytest.mark.parametrize("window", [None, 1, 3])
+def test_gradcheck_packed_attention_with_scale_and_window_across_tiles(
+    monkeypatch, op_path, window
+):
+    monkeypatch.setattr(attention_kernels, "CAUSAL_TILE", 2)  # 7 steps: tiles of 2, 2, 2, 1
+    qkv = leaf((2, 7, 12))
+    fused = lambda t: F.packed_attention(t, 2, causal=True, scale=1.0, window=window)  # noqa: E731
+    assert gradcheck(fused, [qkv])
+
+
+@pytest.mark.parametrize("dropout_p", [0.0, 0.3])
+def test_packed_attention_with_a_window_matches_split_attend_merge(monkeypatch, dropout_p):
+    monkeypatch.setattr(attention_kernels, "CAUSAL_TILE", 4)
+    qkv_data = np.random.default_rng(1).standard_normal((3, 11, 24)).astype(np.float32)
+    upstream = np.random.default_rng(2).standard_normal((3, 11, 8)).astype(np.float32)
+    results = []
+    for fn in (F.packed_attention, unfused):
+        qkv = Tensor(qkv_data.copy(), requires_grad=True)
+        kwargs = dict(causal=True, dropout_p=dropout_p, rng=np.random.default_rng(7))
+        y = fn(qkv, 2, scale=0.5, window=3, **kwargs)
+        y.backward(upstream)
+        assert y.dtype == qkv.grad.dtype == np.float32
+        results.append((y.data, qkv.grad))
+    (y, g), (y_ref, g_ref) = results
+    np.testing.assert_allclose(y, y_ref, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(g, g_ref, rtol=1e-4, atol=1e-6)
+    with pytest.raises(ValueError, match="causal=True"):
+        F.packed_attention(Tensor(qkv_data), 2, window=3)
