@@ -216,6 +216,8 @@ class CausalSelfAttention(Module):
         self.num_kv_heads = kv
         self.dropout = check_probability("dropout", dropout)
         self.scale = None if scale is None else check_float("scale", scale)
+        if self.scale is not None and self.scale <= 0:
+            raise ValueError(f"scale must be positive, got {self.scale}")
         self.window = None if window is None else check_int("window", window, min=1)
         self.rng = check_generator("rng", rng)
         init_rng = get_rng(self.rng)
