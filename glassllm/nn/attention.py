@@ -6,7 +6,9 @@ into ``num_heads`` heads of size ``hs = E // num_heads``:
 * `MultiHeadAttention`: general attention with separate query, key and value inputs, as
   ``torch.nn.MultiheadAttention(batch_first=True)`` computes it;
 * `CausalSelfAttention`: the GPT block (nanoGPT's ``CausalSelfAttention``): one fused projection to
-  queries, keys and values, a causal mask, and an optional `KVCache` for generation.
+  queries, keys and values, a causal mask, and an optional `KVCache` for generation; with the
+  choices of the modern families (grouped-query heads, a free head size, QK-norm, rotary
+  positions, a scale, a local window), each off by default.
 
 Masks are boolean with **True = may attend** (the convention of `scaled_dot_product_attention`);
 note that ``torch.nn.MultiheadAttention``'s boolean ``attn_mask`` means the opposite.
