@@ -100,22 +100,18 @@ class Chat:
         config.validate()
         assert config.checkpoint is not None
         opened = open_checkpoint(config.checkpoint)
-        template = opened.chat_template
-        if template is None and opened.source.kind == "huggingface":
-            path = Path(config.checkpoint)
-            template = ChatTemplate.from_directory(path if path.is_dir() else path.parent)
+        template, stop_ids = chat_setup(opened)
         if template is None:
             raise ValueError(
                 f"{config.checkpoint} has no chat template (a base model? chat needs an instruct "
                 "model whose files carry one)"
             )
-        stop_ids = _stop_ids(opened, template, Path(config.checkpoint))
         if not stop_ids:
             raise ValueError(f"{config.checkpoint} names no end-of-answer token (eos_token)")
         system = [{"role": "system", "content": config.system}] if config.system else []
         options = config.sampling_options()
         rng = np.random.default_rng(config.seed)
-        return cls(opened, template, frozenset(stop_ids), options, system, rng)
+        return cls(opened, template, stop_ids, options, system, rng)
 
     def prompt_ids(self) -> list[int]:
         """The conversation rendered and encoded, its oldest turns left out until it fits the
@@ -161,6 +157,18 @@ class Chat:
         reply = tokenizer.decode(answer_ids)
         self.messages.append({"role": "assistant", "content": reply})
         return reply
+
+
+def chat_setup(opened: Opened) -> tuple[ChatTemplate | None, frozenset[int]]:
+    """The chat template of an opened model (a GGUF file's, a Hugging Face directory's; None for
+    a glassllm checkpoint or a model without one) and the tokens that end an answer."""
+    template = opened.chat_template
+    path = opened.source.path
+    if template is None and opened.source.kind == "huggingface" and path is not None:
+        template = ChatTemplate.from_directory(path if path.is_dir() else path.parent)
+    if template is None or path is None:
+        return template, frozenset()
+    return template, frozenset(_stop_ids(opened, template, path))
 
 
 def _stop_ids(opened: Opened, template: ChatTemplate, path: Path) -> set[int]:

@@ -169,19 +169,8 @@ def generate(run: Run, body: dict[str, Any]) -> dict[str, Any]:
     """
     model = _model(run)
     ids = _ids_from(run, body, max_tokens=8 * MAX_PROMPT_CHARS)
-    max_new = integer(body, "max_new_tokens", 100, 0, MAX_NEW_TOKENS)
-    temperature = number(body, "temperature", 0.8, MIN_TEMPERATURE, MAX_TEMPERATURE)
-    top_k = optional_integer(body, "top_k", 1, sampling.MAX_TOP_K)
-    top_p = optional_number(body, "top_p", 0.0, 1.0)
-    min_p = optional_number(body, "min_p", 0.0, 1.0)
-    seed = integer(body, "seed", 1337, 0, SEED_MAX)
-    try:  # the exclusive ends (top_p 0, min_p 1) are the library's to refuse
-        options = sampling.SamplingOptions(
-            max_new, temperature, top_k, seed, top_p=top_p, min_p=min_p
-        )
-    except ValueError as err:
-        raise bad(str(err)) from None
-    rng = np.random.default_rng(seed)  # as glassllm sample: one generator, seeded once
+    options, fields = sampling_fields(body)
+    rng = np.random.default_rng(options.seed)  # as glassllm sample: one generator, seeded once
     _, choices = generate_explained(model, run.tokenizer, ids, 1, options, rng)
     tokens = [
         {
@@ -195,19 +184,28 @@ def generate(run: Run, body: dict[str, Any]) -> dict[str, Any]:
     answer = {
         "prompt": [_token(run, i) for i in ids],
         "tokens": tokens,
-        "options": {
-            "max_new_tokens": max_new,
-            "temperature": temperature,
-            "top_k": top_k,
-            "top_p": top_p,
-            "min_p": min_p,
-            "seed": seed,
-        },
+        "options": fields,
         "source": "glassllm/models/generation.py: explain",
     }
     if body.get("ids") is None:
         answer["command"] = _sample_command(run, body["prompt"], options)
     return answer
+
+
+def sampling_fields(body: dict[str, Any]) -> tuple[sampling.SamplingOptions, dict[str, Any]]:
+    """The request's sampling options, checked, and as the answer echoes them."""
+    fields = {
+        "max_new_tokens": integer(body, "max_new_tokens", 100, 0, MAX_NEW_TOKENS),
+        "temperature": number(body, "temperature", 0.8, MIN_TEMPERATURE, MAX_TEMPERATURE),
+        "top_k": optional_integer(body, "top_k", 1, sampling.MAX_TOP_K),
+        "top_p": optional_number(body, "top_p", 0.0, 1.0),
+        "min_p": optional_number(body, "min_p", 0.0, 1.0),
+        "seed": integer(body, "seed", 1337, 0, SEED_MAX),
+    }
+    try:  # the exclusive ends (top_p 0, min_p 1) are the library's to refuse
+        return sampling.SamplingOptions(**fields), fields
+    except ValueError as err:
+        raise bad(str(err)) from None
 
 
 def _sample_command(run: Run, prompt: str, options: sampling.SamplingOptions) -> str:
@@ -338,6 +336,12 @@ def graph(_run: Run, body: dict[str, Any]) -> dict[str, Any]:
         raise bad(str(err)) from None
 
 
+def _chat(run: Run, body: dict[str, Any]) -> dict[str, Any]:
+    from .chat_api import chat  # the Sample tab's chat mode
+
+    return chat(run, body)
+
+
 # (method, path) -> (function, needs the model lock)
 Endpoint = Callable[[Run, dict[str, Any]], dict[str, Any]]
 ROUTES: dict[tuple[str, str], tuple[Endpoint, bool]] = {
@@ -345,6 +349,7 @@ ROUTES: dict[tuple[str, str], tuple[Endpoint, bool]] = {
     ("GET", "/api/log"): (log, False),
     ("GET", "/api/graph/examples"): (graph_examples, False),
     ("POST", "/api/generate"): (generate, True),
+    ("POST", "/api/chat"): (_chat, True),
     ("POST", "/api/distribution"): (distribution, True),
     ("POST", "/api/inspect"): (inspect, True),
     ("POST", "/api/attention"): (attention, True),

@@ -7,6 +7,7 @@ import { el, percent, probColour, state, tokenSpan, visible } from "./util.js";
 
 const $ = (id) => document.getElementById(id);
 const history = []; // {label, result}
+const conversation = []; // the chat mode's messages, {role, content}
 let current = null; // the /api/generate answer on show
 let dist = null; // {logits, drawn}
 
@@ -164,11 +165,47 @@ function drawDistribution() {
   }
 }
 
+// Chat mode: the prompt box holds the next user message; /api/chat (glassllm/app/view/chat_api.py)
+// renders the whole conversation with the model's chat template and answers it, explained.
+function renderConversation() {
+  const log = $("chat-log");
+  log.replaceChildren();
+  for (const m of conversation) {
+    log.appendChild(el("div", { class: `msg ${m.role === "user" ? "user" : "assistant"}` }, `${m.role}: ${m.content}`));
+  }
+  log.hidden = conversation.length === 0;
+}
+
+async function sendChat() {
+  const message = $("prompt").value;
+  if (!message.trim()) return;
+  clearError();
+  $("generate").disabled = true;
+  try {
+    const messages = [...conversation, { role: "user", content: message }];
+    const result = await call("/api/chat", { ...options(), messages });
+    if (!result) return;
+    conversation.push(messages[messages.length - 1], { role: "assistant", content: result.reply });
+    $("prompt").value = "";
+    renderConversation();
+    history.push({ label: `chat: “${visible(message).slice(0, 24)}”`, result });
+    render(result);
+  } finally {
+    $("generate").disabled = false;
+  }
+}
+
 export function initSample() {
   $("generate").addEventListener("click", () => {
+    if ($("chat-mode").checked) return sendChat();
     const prompt = $("prompt").value;
     generate({ prompt }, `“${visible(prompt).slice(0, 24)}” seed ${$("seed").value}`);
   });
+  $("chat-mode").addEventListener("change", () => {
+    $("generate").textContent = $("chat-mode").checked ? "Send" : "Generate";
+    $("chat-reset").hidden = !$("chat-mode").checked;
+  });
+  $("chat-reset").addEventListener("click", () => { conversation.length = 0; renderConversation(); });
   $("dist-temp").addEventListener("input", drawDistribution);
   $("dist-topk").addEventListener("input", drawDistribution);
   document.querySelectorAll(".swatch").forEach((s) => { s.style.background = probColour(Number(s.dataset.p)); });
