@@ -52,7 +52,10 @@ def chat(run: Run, body: dict[str, Any]) -> dict[str, Any]:
     from .api import _model, _token, sampling_fields
 
     model = _model(run)
-    template, stop_ids = run.chat_setup()
+    try:
+        template, stop_ids = run.chat_setup()
+    except ValueError as err:  # a malformed tokenizer_config.json or chat_template.jinja
+        raise ApiError(409, f"the model's chat template cannot be read: {err}") from None
     if template is None:
         raise ApiError(409, "this model has no chat template (chat needs an instruct model)")
     messages = messages_of(body)
