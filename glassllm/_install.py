@@ -11,7 +11,7 @@ checkout (tests/test_install_hints.py holds every hint in the package and the do
 
 from __future__ import annotations
 
-EXTRAS = ("hf", "mpi", "fast", "plot", "test", "dev")
+EXTRAS = ("hf", "mpi", "fast", "plot", "gguf", "chat", "test", "dev")
 
 
 def install_hint(extra: str) -> str:

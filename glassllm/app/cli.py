@@ -1,8 +1,9 @@
-"""The ``glassllm`` command: ``glassllm train``, ``sample``, ``export`` and ``view``.
+"""The ``glassllm`` command: ``glassllm train``, ``sample``, ``chat``, ``export`` and ``view``.
 
 The options of each command are the fields of its configuration dataclass
 (:class:`glassllm.app.config.TrainConfig`, :class:`glassllm.app.config.SampleConfig`,
-:class:`glassllm.app.export.ExportConfig`, :class:`glassllm.app.config.ViewConfig`), built by
+:class:`glassllm.app.chat.ChatConfig`, :class:`glassllm.app.export.ExportConfig`,
+:class:`glassllm.app.config.ViewConfig`), built by
 `glassllm.app.options.add_options`: the name with dashes (``n_layer`` -> ``--n-layer``), parsed
 with the field's type, help showing its range and default. Bad input (a missing data file, an
 impossible configuration, a broken checkpoint, ...) ends with one line on stderr,
@@ -78,7 +79,7 @@ def build_parser() -> argparse.ArgumentParser:
         prog="glassllm",
         description="Train a tiny GPT on text with a NumPy autograd engine, and sample from it.",
     )
-    commands = parser.add_subparsers(dest="command", metavar="{train,sample,export,view}")
+    commands = parser.add_subparsers(dest="command", metavar="{train,sample,chat,export,view}")
 
     train = commands.add_parser(
         "train",
@@ -110,6 +111,17 @@ def build_parser() -> argparse.ArgumentParser:
         "tokenizer), or from a Hugging Face GPT-2 directory such as a downloaded gpt2.",
     )
     add_options(sample, SampleConfig)
+
+    from glassllm.app.chat import ChatConfig
+
+    chat = commands.add_parser(
+        "chat",
+        help="chat with an instruct model (a GGUF file or a Hugging Face directory)",
+        description="Chat in the terminal with an instruct model through its own chat template: "
+        "one message per line of standard input, the answer streamed as it is generated. "
+        "Ctrl-C stops an answer; Ctrl-D (the end of input) ends the chat.",
+    )
+    add_options(chat, ChatConfig)
 
     from glassllm.app.export import ExportConfig
 
@@ -226,6 +238,19 @@ def _run_sample(args: argparse.Namespace) -> int:
     return 0
 
 
+def _run_chat(args: argparse.Namespace) -> int:
+    from glassllm.app.chat import ChatConfig, main_chat
+    from glassllm.app.options import given_options
+
+    try:
+        main_chat(ChatConfig(**given_options(args, ChatConfig)))
+    except BrokenPipeError:
+        raise
+    except _INPUT_ERRORS as err:
+        return _fail(_describe(err, None))
+    return 0
+
+
 def _run_export(args: argparse.Namespace) -> int:
     from glassllm.app.export import ExportConfig, export
     from glassllm.app.options import given_options
@@ -290,7 +315,7 @@ def _main(argv: Sequence[str] | None) -> int:
     args = parser.parse_args(argv)
     if args.command is None:
         parser.print_help(sys.stderr)
-        return _fail("choose a command: train, sample, export or view")
+        return _fail("choose a command: train, sample, export or view")  # (or chat)
 
     from glassllm.app.allocator import tune_allocator
 
@@ -302,6 +327,8 @@ def _main(argv: Sequence[str] | None) -> int:
             return _run_export(args)
         if args.command == "view":
             return _run_view(args)
+        if args.command == "chat":
+            return _run_chat(args)
         return _run_sample(args)
     except BrokenPipeError:  # e.g. `glassllm sample | head`: the reader left, nothing to report
         sys.stderr.close()

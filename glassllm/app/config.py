@@ -21,7 +21,15 @@ from glassllm.app.options import field_problems, option, type_problems
 from glassllm.data import MIN_BPE_VOCAB_SIZE, TOKENIZER_KINDS, MissingDependencyError
 from glassllm.data.bpe import DEFAULT_BPE_VOCAB_SIZE, import_tokenizers
 from glassllm.models import sampling
-from glassllm.models.gpt import MAX_CONTEXT, MAX_HEADS, MAX_LAYERS, MAX_VOCAB, MAX_WIDTH
+from glassllm.models.gpt import (
+    MAX_CONTEXT,
+    MAX_HEADS,
+    MAX_LAYERS,
+    MAX_VOCAB,
+    MAX_WIDTH,
+    GPTConfig,
+    llama_config,
+)
 
 # The files a run writes in out_dir, and what each is (for messages).
 CHECKPOINT_NAME = "ckpt.safetensors"
@@ -35,6 +43,12 @@ OUT_FILES = {
     STATS_NAME: "training statistics",
 }
 DEFAULT_OUT_DIR = "out"
+
+# The model recipes of --arch: GPT-2's, and a Llama-style one (glassllm.models.config.llama_config)
+ARCHS = ("gpt2", "llama")
+# Fields a configuration of today writes only when they differ from these (so a GPT-2 run's
+# train_config is the dict it was before --arch existed, and older checkpoints read as gpt2).
+_ADDED_FIELDS = {"arch": "gpt2", "n_kv_head": None}
 
 # Upper bounds of the options (shown by --help), whether typed or read from a checkpoint: the
 # model's shape as glassllm.models.gpt bounds it (MAX_LAYERS, ...), and no value that makes a
@@ -62,6 +76,20 @@ class TrainConfig:
     block_size: int = option(64, "context length in tokens", min=1, max=MAX_CONTEXT)
     dropout: float = option(0.0, "dropout probability (0 for small models)", min=0.0, below=1.0)
     bias: bool = option(False, "biases in Linear and LayerNorm layers")
+    arch: str = option(
+        "gpt2",
+        "'gpt2' (LayerNorm, GELU MLP, learned positions, multi-head attention) or 'llama' "
+        "(RMSNorm, SwiGLU MLP of the same parameter count, rotary positions, grouped-query "
+        "attention, tied head)",
+        choices=ARCHS,
+    )
+    n_kv_head: int | None = option(
+        None,
+        "key/value heads with --arch llama (must divide n_head; default n_head // 2 when n_head "
+        "is even, else n_head)",
+        min=1,
+        max=MAX_HEADS,
+    )
     # data
     data: str = option(
         "builtin",
@@ -145,6 +173,18 @@ class TrainConfig:
                 f"{label('n_embd')} ({self.n_embd}) must be divisible by {label('n_head')} "
                 f"({self.n_head})"
             )
+        if self.n_kv_head is not None and self.arch != "llama":
+            problems.append(f"{label('n_kv_head')} is for --arch llama only, not {self.arch!r}")
+        elif self.n_kv_head is not None and self.n_kv_head >= 1 and self.n_head % self.n_kv_head:
+            problems.append(
+                f"{label('n_kv_head')} ({self.n_kv_head}) must divide {label('n_head')} "
+                f"({self.n_head})"
+            )
+        if self.arch == "llama" and not problems:
+            try:  # rotary positions rotate pairs: an odd head size cannot
+                self.model_config(vocab_size=1)
+            except ValueError as err:
+                problems.append(f"--arch llama: {str(err).removeprefix('GPTConfig: ')}")
         if self.vocab_size is not None and self.tokenizer != "bpe":
             problems.append(
                 f"{label('vocab_size')} ({self.vocab_size}) is for the 'bpe' tokenizer only, not "
@@ -184,8 +224,27 @@ class TrainConfig:
             return max(self.max_iters, self.warmup_iters)
         return self.lr_decay_iters
 
+    def model_config(self, vocab_size: int) -> GPTConfig:
+        """The GPTConfig this (validated) run trains, for a tokenizer of ``vocab_size``."""
+        shape = dict(
+            vocab_size=vocab_size,
+            block_size=self.block_size,
+            n_layer=self.n_layer,
+            n_head=self.n_head,
+            n_embd=self.n_embd,
+            dropout=self.dropout,
+            bias=self.bias,
+        )
+        if self.arch == "llama":
+            return llama_config(**shape, n_kv_head=self.n_kv_head)
+        return GPTConfig(**shape)
+
     def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
+        values = dataclasses.asdict(self)
+        for name, default in _ADDED_FIELDS.items():
+            if values[name] == default:
+                del values[name]
+        return values
 
     @classmethod
     def from_dict(cls, values: dict[str, Any]) -> TrainConfig:
@@ -237,8 +296,8 @@ class SampleConfig:
 
     checkpoint: str = option(
         str(Path(DEFAULT_OUT_DIR) / CHECKPOINT_NAME),
-        "a glassllm checkpoint file, or a Hugging Face GPT-2 directory (config.json, "
-        "model.safetensors and tokenizer files) or its model.safetensors",
+        "a glassllm checkpoint file, a Hugging Face model directory (config.json, "
+        "model.safetensors and tokenizer files) or its model.safetensors, or a GGUF file",
         metavar="PATH",
     )
     prompt: str = option(
@@ -256,6 +315,20 @@ class SampleConfig:
         "sample only among the k most likely tokens (default: all)",
         min=1,
         max=sampling.MAX_TOP_K,
+    )
+    top_p: float | None = option(
+        None,
+        "nucleus sampling: only among the most likely tokens whose probabilities add up to p "
+        "(after top-k; default: all)",
+        above=0.0,
+        max=1.0,
+    )
+    min_p: float | None = option(
+        None,
+        "only among the tokens at least min_p times as likely as the most likely one (after "
+        "top-p; default: all)",
+        min=0.0,
+        below=1.0,
     )
     seed: int = option(1337, "seed of the sampling generator", min=0)
     explain: bool = option(
@@ -277,7 +350,12 @@ class SampleConfig:
     def sampling_options(self) -> sampling.SamplingOptions:
         """The sampling options of this (validated) configuration."""
         return sampling.SamplingOptions(
-            self.max_new_tokens, self.temperature, self.top_k, self.seed
+            self.max_new_tokens,
+            self.temperature,
+            self.top_k,
+            self.seed,
+            top_p=self.top_p,
+            min_p=self.min_p,
         )
 
 
@@ -293,8 +371,8 @@ class ViewConfig:
     )
     checkpoint: str | None = option(
         None,
-        "a glassllm checkpoint or a Hugging Face GPT-2 directory to look at (default: "
-        "OUT_DIR/ckpt.safetensors)",
+        "a glassllm checkpoint, a Hugging Face model directory or a GGUF file to look at "
+        "(default: OUT_DIR/ckpt.safetensors)",
         metavar="PATH",
         if_empty="checkpoint must name a file or a directory",
     )

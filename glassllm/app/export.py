@@ -1,12 +1,13 @@
 """Write a trained model in another format: ``glassllm export``.
 
 ``glassllm export --checkpoint out/ckpt.safetensors --format hf --out-dir DIR`` writes a Hugging
-Face GPT-2 directory (``config.json``, ``model.safetensors``, tokenizer files) that transformers'
-``AutoModelForCausalLM`` and ``AutoTokenizer`` load and that computes the same logits (see
-`glassllm.hf.save_pretrained`). The source may also be a Hugging Face directory (copied in
-glassllm's layout). The directory appears whole or not at all; an existing non-empty one is
-refused unless ``--overwrite``, which replaces only a directory that `glassllm.hf.check_target`
-allows (one holding a ``config.json``, and neither the source nor the working directory).
+Face directory (``config.json``, ``model.safetensors``, tokenizer files: GPT-2 for learned
+positions, Llama for rotary ones) that transformers' ``AutoModelForCausalLM`` and
+``AutoTokenizer`` load and that computes the same logits (see `glassllm.hf.save_pretrained`).
+The source may also be a Hugging Face directory (copied in glassllm's layout). The directory
+appears whole or not at all; an existing non-empty one is refused unless ``--overwrite``, which
+replaces only a directory that `glassllm.hf.check_target` allows (one holding a
+``config.json``, and neither the source nor the working directory).
 """
 
 from __future__ import annotations
@@ -32,7 +33,9 @@ class ExportConfig:
         metavar="PATH",
         if_empty="--checkpoint must name a checkpoint file",
     )
-    format: str = option("hf", "'hf': a Hugging Face GPT-2 directory", choices=EXPORT_FORMATS)
+    format: str = option(
+        "hf", "'hf': a Hugging Face directory (GPT-2 or Llama)", choices=EXPORT_FORMATS
+    )
     out_dir: str | None = option(
         None,
         "the directory to write (default: none, required)",

@@ -80,6 +80,10 @@ FIXED_ON_RESUME = (
     "seed",
 )
 
+# The model recipe's fields (--arch), fixed on resume as those above; a tuple of their own, as
+# FIXED_ON_RESUME lists the fields every checkpoint has had since the first.
+FIXED_ARCHITECTURE = ("arch", "n_kv_head")
+
 
 @dataclasses.dataclass(frozen=True)
 class GeneratorStates:
@@ -212,6 +216,7 @@ class RunState:
                     for name in ("n_layer", "n_head", "n_embd", "block_size", "dropout", "bias")
                     if getattr(model_config, name) != getattr(config, name)
                 ]
+                problems += _architecture_problems(model_config, config)
         if model_config is not None and tokenizer is not None:
             if model_config.vocab_size != tokenizer.vocab_size:
                 problems.append(
@@ -365,7 +370,7 @@ class SavedRun:
         saved = self.state.config
         conflicts = [
             f"{name}={getattr(config, name)!r} (checkpoint: {getattr(saved, name)!r})"
-            for name in FIXED_ON_RESUME
+            for name in FIXED_ON_RESUME + FIXED_ARCHITECTURE
             if getattr(config, name) != getattr(saved, name)
         ]
         if conflicts:
@@ -373,6 +378,21 @@ class SavedRun:
                 f"cannot change {', '.join(conflicts)} when resuming: the model, data, tokenizer "
                 "and seed come from the checkpoint"
             )
+
+
+def _architecture_problems(model_config: GPTConfig, config: TrainConfig) -> list[str]:
+    """Where ``model_config`` is not the model ``config`` (its --arch) trains, field by field."""
+    try:
+        expected = config.model_config(model_config.vocab_size)
+    except ValueError as err:
+        return [f"train_config does not describe a model: {err}"]
+    return [
+        f"model_config.{field.name} ({getattr(model_config, field.name)!r}) is not what "
+        f"train_config.arch {config.arch!r} trains ({getattr(expected, field.name)!r})"
+        for field in dataclasses.fields(GPTConfig)
+        if getattr(model_config, field.name) != getattr(expected, field.name)
+        and field.name not in ("n_layer", "n_head", "n_embd", "block_size", "dropout", "bias")
+    ]
 
 
 def _tensor_problems(config: GPTConfig, tensors: Mapping[str, np.ndarray]) -> list[str]:

@@ -1,10 +1,11 @@
-"""Sample text from a trained checkpoint or a Hugging Face GPT-2: ``glassllm sample``.
+"""Sample text from a trained checkpoint, a Hugging Face model or a GGUF file: ``glassllm sample``.
 
 The checkpoint alone rebuilds everything (model shape, weights, tokenizer vocabulary); a Hugging
-Face directory does the same from its ``config.json``, ``model.safetensors`` and tokenizer files.
+Face directory does the same from its ``config.json``, ``model.safetensors`` and tokenizer files,
+a GGUF file from its metadata and tensors.
 With ``--explain`` each generated token is shown with the probability it was drawn with and the
-alternatives the model weighed: the distribution after temperature and top-k, exactly the one the
-sampler drew from.
+alternatives the model weighed: the distribution after temperature, top-k, top-p and min-p,
+exactly the one the sampler drew from.
 
 >>> from glassllm.app.sample import format_choice, TokenChoice
 >>> print(format_choice(TokenChoice(step=1, token="'e'", prob=0.5,
@@ -22,6 +23,7 @@ import numpy as np
 
 from glassllm.app.config import SampleConfig
 from glassllm.app.run_state import RunState, SavedRun
+from glassllm.chat_template import ChatTemplate
 from glassllm.data import Tokenizer
 from glassllm.models import GPT, generation
 from glassllm.models.sampling import SamplingOptions
@@ -80,14 +82,23 @@ class Opened:
     tokenizer: Tokenizer
     source: ModelSource
     state: RunState | None = None
+    chat_template: ChatTemplate | None = None  # a GGUF file's (a directory's: ChatTemplate's)
 
 
 def open_checkpoint(path: str | Path) -> Opened:
-    """Open any model the program accepts: a glassllm checkpoint, or a Hugging Face GPT-2
-    directory (or its ``model.safetensors`` beside a ``config.json``: see
-    `glassllm.hf.is_pretrained_path`). Raises ValueError (or OSError) with a message for the
-    user; a Hugging Face model without tokenizer files is one."""
+    """Open any model the program accepts: a glassllm checkpoint, a Hugging Face directory (or
+    its ``model.safetensors`` beside a ``config.json``: see `glassllm.hf.is_pretrained_path`),
+    or a GGUF file (``.gguf``, or a file starting with the GGUF magic). Raises ValueError (or
+    OSError) with a message for the user; a Hugging Face model without tokenizer files is one."""
+    from glassllm.gguf import is_gguf_path
     from glassllm.hf import is_pretrained_path, load_pretrained
+
+    if is_gguf_path(path):
+        from glassllm.gguf import load_gguf
+
+        model, tokenizer, chat_template = load_gguf(path)
+        source = ModelSource("gguf", Path(path), model.config, tokenizer.kind)
+        return Opened(model, tokenizer, source, chat_template=chat_template)
 
     if Path(path).is_dir() and not (Path(path) / "config.json").is_file():
         raise ValueError(
@@ -158,9 +169,21 @@ class SampleJob:
             )
         else:
             prompt = np.tile(np.asarray(self.prompt_ids, dtype=np.int64), (o.num_samples, 1))
-            ids = self.model.generate(
-                prompt, options.max_new_tokens, options.temperature, options.top_k, rng
-            )
+            if options.top_p is None and options.min_p is None:  # the model's own entry point
+                ids = self.model.generate(
+                    prompt, options.max_new_tokens, options.temperature, options.top_k, rng
+                )
+            else:  # GPT.generate takes neither filter
+                ids = generation.generate(
+                    self.model,
+                    prompt,
+                    options.max_new_tokens,
+                    options.temperature,
+                    options.top_k,
+                    rng,
+                    top_p=options.top_p,
+                    min_p=options.min_p,
+                )
             choices = None
         texts = [self.tokenizer.decode(row.tolist()) for row in ids]
         for b, text in enumerate(texts):

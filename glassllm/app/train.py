@@ -63,9 +63,12 @@ from glassllm.data import (
 )
 from glassllm.distributed import World
 from glassllm.kernels import compiled
-from glassllm.models import GPT, GPTConfig
+from glassllm.models import GPT
 from glassllm.nn.utils import clip_grad_norm_
 from glassllm.optim.lr_scheduler import cosine_with_warmup
+
+# How the start-up line names the model of each --arch.
+_ARCH_NAMES = {"gpt2": "GPT", "llama": "Llama-style GPT"}
 
 __all__ = ["TrainConfig", "TrainResult", "Trainer", "TrainingDiverged", "train"]
 
@@ -159,15 +162,7 @@ class Trainer:
             split: characters_per_token(self.tokenizer, ids)
             for split, ids in (("train", self.corpus.train), ("val", self.corpus.val))
         }
-        self.model_config = GPTConfig(
-            vocab_size=self.tokenizer.vocab_size,
-            block_size=config.block_size,
-            n_layer=config.n_layer,
-            n_head=config.n_head,
-            n_embd=config.n_embd,
-            dropout=config.dropout,
-            bias=config.bias,
-        )
+        self.model_config = config.model_config(self.tokenizer.vocab_size)
         self.model = GPT(self.model_config, rng=self.model_rng)
         self.optimizer = self.model.configure_optimizer(
             config.lr, config.weight_decay, (config.beta1, config.beta2)
@@ -448,12 +443,17 @@ class Trainer:
             elapsed_s=self.elapsed_s,
         )
 
+    def _heads(self) -> str:
+        kv = self.model_config.kv_heads
+        grouped = "" if kv == self.config.n_head else f" ({kv} key/value)"
+        return f"{self.config.n_head} heads{grouped}"
+
     def _describe(self) -> str:
         cfg = self.config
         start = f"resuming at step {self.iteration}" if self.resumed else "training from scratch"
         return (
-            f"glassllm: {start} -> {cfg.max_iters} steps | GPT {cfg.n_layer} layers x "
-            f"{cfg.n_embd} wide, {cfg.n_head} heads, context {cfg.block_size}: "
+            f"glassllm: {start} -> {cfg.max_iters} steps | {_ARCH_NAMES[cfg.arch]} {cfg.n_layer} "
+            f"layers x {cfg.n_embd} wide, {self._heads()}, context {cfg.block_size}: "
             f"{self.model.num_parameters() / 1e6:.2f}M parameters | {cfg.tokenizer} tokenizer, "
             f"vocabulary {self.tokenizer.vocab_size} | data {cfg.data}: {len(self.corpus.train):,} "
             f"training and {len(self.corpus.val):,} validation tokens | out_dir {cfg.out_dir}"

@@ -1,11 +1,15 @@
-"""Write a glassllm GPT (and its tokenizer) as a Hugging Face GPT-2 directory.
+"""Write a glassllm GPT (and its tokenizer) as a Hugging Face directory: ``GPT2LMHeadModel`` for
+learned positions, ``LlamaForCausalLM`` for rotary ones (`glassllm.hf.targets`; any other
+configuration is refused by name).
 
 transformers' ``AutoModelForCausalLM.from_pretrained(out_dir)`` and
 ``AutoTokenizer.from_pretrained(out_dir)`` load the result and compute the same logits and ids:
 
-* ``config.json``: GPT-2 with the model's shape (`glassllm.hf.convert.config_to_hf`);
-* ``model.safetensors``: float32, ``transformer.``-prefixed names as transformers writes them, no
-  mask buffers, no ``lm_head.weight`` (tied); a ``bias=False`` model gets zero biases;
+* ``config.json``: in transformers' spelling, with the model's shape and choices
+  (`glassllm.hf.targets.config_to_hf`);
+* ``model.safetensors``: float32 in torch's layout under transformers' names (GPT-2's
+  ``transformer.``-prefixed), no buffers, no tied head; a bias the class has and the model
+  lacks is written as zeros;
 * with a tokenizer, ``tokenizer.json`` + ``tokenizer_config.json`` (``PreTrainedTokenizerFast``),
   and ``vocab.json`` + ``merges.txt`` for a BPE model. The char and byte tokenizers become
   ``tokenizers`` BPE models without merges: a char vocabulary one token per character, glued back
@@ -49,7 +53,7 @@ def save_pretrained(
     overwrite: bool = False,
     source: str | os.PathLike[str] | None = None,
 ) -> Path:
-    """Write ``model`` (and ``tokenizer``, unless None) as a Hugging Face GPT-2 directory; returns
+    """Write ``model`` (and ``tokenizer``, unless None) as a Hugging Face directory; returns
     its path. An existing non-empty ``out_dir`` is refused unless ``overwrite``, then replaced as a
     whole, and only when `check_target` allows it (``source``: the file or directory the model was
     read from, never replaced). Raises HFFormatError (a ValueError) for a model or tokenizer that

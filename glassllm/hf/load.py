@@ -1,4 +1,6 @@
-"""Open a Hugging Face GPT-2 directory as a glassllm GPT (and its tokenizer).
+"""Open a Hugging Face directory as a glassllm GPT (and its tokenizer): ``model_type`` gpt2,
+llama, qwen2, qwen3, gpt_neox or gpt_neo (`glassllm.hf.families`), in float32 (F16, BF16 and F64
+files widened).
 
 A directory holds ``config.json``, the weights in ``model.safetensors`` (or shards listed in
 ``model.safetensors.index.json``: plain ``.safetensors`` file names in the directory), and a
@@ -8,21 +10,27 @@ tensors (the number of blocks, the embeddings' shapes) before anything is sized 
 malformed directory costs no more than reading its headers. Every check runs before a byte of
 weights is read (but one: a stored ``lm_head.weight`` is compared with ``wte.weight`` after both
 are read), and every problem found goes into one `HFFormatError`. The model is built without
-drawing random initial weights (each array is read from the file into place): a load costs the
-file read, not an initialisation too.
+drawing random initial weights (each array is read from the file into place, or through one
+small temporary where the layout changes): a load costs the file read, not an initialisation.
+
+`model_from_hf` runs the same checks and conversion on a config dict and tensors already in
+memory (a GGUF file's, dequantized): one conversion for every source.
 """
 
 from __future__ import annotations
 
 import os
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from glassllm.data.bpe import BPETokenizer, MissingDependencyError
-from glassllm.hf.convert import HEAD, PREFIX, config_from_hf, head_problems, rename_from_hf
+from glassllm.hf.configs import SHAPE_KEYS, config_from_hf, supported
+from glassllm.hf.families import COPY, FAMILIES, Family
 from glassllm.hf.safetensors_file import FLOAT_DTYPES, TensorEntry, read_header, read_into
+from glassllm.hf.tensors import Plan, from_hf, head_problems, plan
 from glassllm.hf.untrusted import MAX_TOKENIZER_BYTES, HFFormatError, listed, read_json, shown
 from glassllm.models.gpt import GPT, GPTConfig
 
@@ -37,17 +45,18 @@ VOCAB, MERGES = "vocab.json", "merges.txt"
 def load_pretrained(
     path: str | os.PathLike[str], dtype: Any = np.float32, require_tokenizer: bool = False
 ) -> tuple[GPT, BPETokenizer | None]:
-    """``(model, tokenizer)`` from a Hugging Face GPT-2 directory, or from its ``model.safetensors``
+    """``(model, tokenizer)`` from a Hugging Face directory, or from its ``model.safetensors``
     with a ``config.json`` beside it.
 
     The model is in eval mode, its parameters ``dtype`` (float32: F16, BF16 and F64 files are
     converted), dropout 0. The tokenizer comes from ``tokenizer.json`` or ``vocab.json`` +
     ``merges.txt`` (needs the ``tokenizers`` package); None when the directory has neither, or an
-    HFFormatError then with ``require_tokenizer``. Raises HFFormatError (a ValueError) listing
-    every problem with the files.
+    HFFormatError then with ``require_tokenizer``; a tokenizer may be smaller than the model's
+    vocabulary (Pythia pads it), not larger. Raises HFFormatError (a ValueError) listing every
+    problem with the files, a configuration value the model cannot compute exactly included.
     """
     path = Path(path)
-    config, entries, head = _check(path)
+    config, tensor_plan, headers = _check(path)
     directory = _directory_of(path)
     tokenizer = find_tokenizer(directory)
     if tokenizer is None and require_tokenizer:
@@ -62,14 +71,14 @@ def load_pretrained(
                 f"only {config.vocab_size}"
             ],
         )
-    return _build(path, config, entries, head, dtype), tokenizer
+    return _build_from_files(path, config, tensor_plan, headers, dtype), tokenizer
 
 
 def load_model(path: str | os.PathLike[str], dtype: Any = np.float32) -> GPT:
-    """The GPT of a Hugging Face GPT-2 directory or ``model.safetensors``; see `load_pretrained`."""
+    """The GPT of a Hugging Face directory or ``model.safetensors``; see `load_pretrained`."""
     path = Path(path)
-    config, entries, head = _check(path)
-    return _build(path, config, entries, head, dtype)
+    config, tensor_plan, headers = _check(path)
+    return _build_from_files(path, config, tensor_plan, headers, dtype)
 
 
 def find_tokenizer(directory: str | os.PathLike[str]) -> BPETokenizer | None:
@@ -128,24 +137,19 @@ def _directory_of(path: Path) -> Path:
     return path if path.is_dir() else path.parent
 
 
-def _check(path: Path) -> tuple[GPTConfig, dict[str, TensorEntry], TensorEntry | None]:
-    """The model's config, for each glassllm parameter where its values are in the files, and
-    where a stored (tied) ``lm_head.weight`` is."""
+def _check(path: Path) -> tuple[GPTConfig, Plan, dict[str, TensorEntry]]:
+    """The model's config, where each glassllm parameter comes from (`glassllm.hf.tensors.plan`)
+    and the file entries of those tensors, every problem with the files in one HFFormatError."""
     if not path.exists():
         raise HFFormatError(str(path), ["no such file or directory"])
     directory = _directory_of(path)
     where = f"{path} is not a Hugging Face model directory" if path.is_dir() else str(path)
     if not (directory / CONFIG).is_file():
         raise HFFormatError(where, [f"no {CONFIG} in {directory} (need {CONFIG} + {WEIGHTS})"])
+    hf_config = read_json(directory / CONFIG)
+    family = family_of(hf_config, str(directory))
     problems: list[str] = []
     config = None
-    hf_config = read_json(directory / CONFIG)
-    model_type = hf_config.get("model_type") if isinstance(hf_config, dict) else None
-    if model_type != "gpt2":
-        holds = (
-            f"it holds a {shown(model_type)} model" if model_type else f"{CONFIG} has no model_type"
-        )
-        raise HFFormatError(str(directory), [f"{holds}; glassllm loads model_type 'gpt2' only"])
     try:
         config = config_from_hf(hf_config)
     except HFFormatError as err:
@@ -164,26 +168,38 @@ def _check(path: Path) -> tuple[GPTConfig, dict[str, TensorEntry], TensorEntry |
         headers.update(entries)
     if twice:
         problems.append(f"tensors given twice (in two shards): {listed(twice)}")
-    sources: dict[str, str] = {}
-    head = None
+    tensor_plan = Plan({})
     if config is not None and not problems:
-        sources, tensor_problems = rename_from_hf(
-            {name: entry.shape for name, entry in headers.items()}, config
-        )
+        shapes = {name: entry.shape for name, entry in headers.items()}
+        tensor_plan, tensor_problems = plan(shapes, config, family, SHAPE_KEYS[family.model_type])
         problems += tensor_problems
         problems += [
-            f"{hf} has dtype {headers[hf].dtype} (glassllm reads {', '.join(FLOAT_DTYPES)})"
-            for hf in sources.values()
-            if headers[hf].dtype not in FLOAT_DTYPES
+            f"{name} has dtype {headers[name].dtype} (glassllm reads {', '.join(FLOAT_DTYPES)})"
+            for name in _used(tensor_plan, headers)
+            if headers[name].dtype not in FLOAT_DTYPES
         ]
-        head = next((headers[n] for n in (HEAD, PREFIX + HEAD) if n in headers), None)
-        wte = headers[sources["wte.weight"]] if "wte.weight" in sources else None
-        if head and wte and (head.shape != wte.shape or head.dtype not in FLOAT_DTYPES):
-            problems += head_problems(np.zeros(0), np.zeros(1))  # differs, whatever it holds
     if problems:
         raise HFFormatError(f"cannot load {path}", problems)
     assert config is not None
-    return config, {ours: headers[hf] for ours, hf in sources.items()}, head
+    return config, tensor_plan, headers
+
+
+def family_of(hf_config: Any, subject: str) -> Family:
+    """The family of a config.json's ``model_type``, or an HFFormatError naming it."""
+    model_type = hf_config.get("model_type") if isinstance(hf_config, Mapping) else None
+    if not isinstance(model_type, str) or model_type not in FAMILIES:
+        holds = (
+            f"it holds a {shown(model_type)} model" if model_type else f"{CONFIG} has no model_type"
+        )
+        raise HFFormatError(subject, [f"{holds}; {supported()}"])
+    return FAMILIES[model_type]
+
+
+def _used(tensor_plan: Plan, present: Mapping[str, Any]) -> list[str]:
+    """The file tensors the plan reads (those present: a missing one is a problem already)."""
+    names = [name for _, sources in tensor_plan.sources.values() for name in sources]
+    names += [tensor_plan.head] if tensor_plan.head else []
+    return [name for name in names if name in present]
 
 
 def _weight_files(path: Path) -> tuple[list[Path], list[str]]:
@@ -237,24 +253,80 @@ def _plain_shard_name(name: object) -> bool:
 # ---------------------------------------------------------------------------- building
 
 
+def _build_from_files(
+    path: Path, config: GPTConfig, tensor_plan: Plan, headers: dict[str, TensorEntry], dtype: Any
+) -> GPT:
+    def read(name: str, out: np.ndarray) -> None:
+        read_into(headers[name], out)
+
+    return _build(str(path), config, tensor_plan, read, lambda name: headers[name].shape, dtype)
+
+
 def _build(
-    path: Path,
+    subject: str,
     config: GPTConfig,
-    entries: dict[str, TensorEntry],
-    head: TensorEntry | None,
+    tensor_plan: Plan,
+    read: Callable[[str, np.ndarray], None],
+    shape_of: Callable[[str], tuple[int, ...]],
     dtype: Any,
 ) -> GPT:
-    """A GPT of ``config`` whose every parameter is read from ``entries``, in eval mode."""
+    """A GPT of ``config`` whose every parameter is made from file tensors by ``tensor_plan``
+    (``read(name, out)`` fills ``out``, of the tensor's shape, with its values), in eval mode."""
     model = GPT(config, dtype=dtype, init=False)  # no draws: every array is read from the file
     params = dict(model.named_parameters())
-    if set(params) != set(entries):  # matched to parameter_shapes, GPT's own table
-        raise RuntimeError(f"GPT's parameters {sorted(set(params) ^ set(entries))} are not mapped")
-    for name, entry in entries.items():
-        read_into(entry, params[name].data)
-    if head is not None:  # a stored copy of the tied head must be exactly wte.weight
-        values = np.empty(head.shape, dtype=params["wte.weight"].dtype)
-        read_into(head, values)
-        problems = head_problems(values, params["wte.weight"].data)
+    if set(params) != set(tensor_plan.sources):  # matched to parameter_shapes, GPT's own table
+        unmapped = sorted(set(params) ^ set(tensor_plan.sources))
+        raise RuntimeError(f"GPT's parameters {unmapped} are not mapped")
+    for ours, (how, names) in tensor_plan.sources.items():
+        target = params[ours].data
+        if how == COPY:
+            read(names[0], target)  # straight into place
+            continue
+        arrays = []
+        for name in names:
+            arrays.append(np.empty(shape_of(name), dtype=target.dtype))
+            read(name, arrays[-1])
+        target[...] = from_hf(how, arrays, config)
+    if tensor_plan.head is not None:  # a stored copy of the tied head must be exactly wte.weight
+        values = np.empty(params["wte.weight"].shape, dtype=params["wte.weight"].dtype)
+        read(tensor_plan.head, values)
+        embedding = tensor_plan.sources["wte.weight"][1][0]
+        problems = head_problems(values, params["wte.weight"].data, tensor_plan.head, embedding)
         if problems:
-            raise HFFormatError(str(path), problems)
+            raise HFFormatError(subject, problems)
     return model.eval()
+
+
+def model_from_hf(
+    hf_config: Mapping[str, Any],
+    tensors: Mapping[str, np.ndarray],
+    source: str,
+    dtype: Any = np.float32,
+) -> GPT:
+    """The GPT of a transformers-style ``config.json`` dict and its tensors under transformers'
+    names in torch's layout (as ``model.state_dict()`` holds them): the checks and conversion of
+    a directory load (`load_model`), on values already in memory (a GGUF file's, say). Float
+    arrays only (float16, float32, float64); ``source`` names the model in errors. Raises
+    HFFormatError listing every problem."""
+    family = family_of(hf_config, source)
+    try:
+        config = config_from_hf(hf_config)
+    except HFFormatError as err:
+        raise HFFormatError(
+            f"cannot load {source}", [f"unsupported {CONFIG} value {p}" for p in err.problems]
+        ) from None
+    arrays = {name: np.asarray(value) for name, value in tensors.items()}
+    shapes = {name: array.shape for name, array in arrays.items()}
+    tensor_plan, problems = plan(shapes, config, family, SHAPE_KEYS[family.model_type])
+    problems += [
+        f"{name} has dtype {arrays[name].dtype} (glassllm reads float16, float32, float64)"
+        for name in _used(tensor_plan, arrays)
+        if arrays[name].dtype not in (np.float16, np.float32, np.float64)
+    ]
+    if problems:
+        raise HFFormatError(f"cannot load {source}", problems)
+
+    def read(name: str, out: np.ndarray) -> None:
+        np.copyto(out, arrays[name], casting="unsafe")
+
+    return _build(source, config, tensor_plan, read, lambda name: shapes[name], dtype)

@@ -5,16 +5,19 @@
 `SamplingOptions` and run `stream`, which takes the options object; `explain` records each
 token's probability and its top alternatives, by token id.
 
-Sampling: ``p = softmax(top_k_mask(logits / temperature))``; one ``u ~ U[0, 1)`` per row from
+Sampling: ``p = softmax(min_p(top_p(top_k(logits / temperature))))`` (the filters, in
+transformers' order, are `glassllm.models.sampling`'s); one ``u ~ U[0, 1)`` per row from
 ``rng.random``; the token is the first index whose cumulative probability exceeds
 ``u * sum(p)`` (the inverse-CDF draw). The cached and the uncached paths draw the same random
 numbers and compute the same logits, so they give the same tokens for the same seed.
 
-The key/value cache: each block keeps an ``nn.KVCache``, so after the prompt a new token costs
-one position. Positions are learned and absolute: once the context exceeds ``block_size``,
-sliding the window shifts every token's position and invalidates what is cached, so from then
-on each token runs the uncached forward over the last ``block_size`` tokens, of which the last
-block computes only the last position (``last_position_hidden``).
+The key/value cache: each block keeps an ``nn.KVCache`` (of its ``n_kv_head`` key/value heads,
+already rotated where positions are rotary; a local layer's window applies to the cached keys
+as to the recomputed ones), so after the prompt a new token costs one position. Once the context
+exceeds ``block_size``, sliding the window shifts every token's position (learned or rotary) and
+invalidates what is cached, so from then on each token runs the uncached forward over the last
+``block_size`` tokens, of which the last block computes only the last position
+(``last_position_hidden``): the same numbers as the model's own forward over that window.
 """
 
 from __future__ import annotations
@@ -26,10 +29,10 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-import glassllm.functional as F
 import glassllm.nn as nn
 from glassllm._checks import is_integer
 from glassllm.autograd import no_grad
+from glassllm.models import sampling
 from glassllm.models.sampling import SamplingOptions
 from glassllm.rng import get_rng
 from glassllm.tensor import Tensor
@@ -46,12 +49,15 @@ def generate(
     top_k: int | None = None,
     rng: np.random.Generator | None = None,
     use_cache: bool = True,
+    *,
+    top_p: float | None = None,
+    min_p: float | None = None,
 ) -> np.ndarray:
     """Sample ``max_new_tokens`` tokens after ``idx`` (B, T); returns the int array (B, T + new).
 
     Runs under no_grad and in eval mode whatever the caller's state, and restores both.
     """
-    options = SamplingOptions(max_new_tokens, temperature, top_k)
+    options = SamplingOptions(max_new_tokens, temperature, top_k, top_p=top_p, min_p=min_p)
     idx = model.check_idx(idx, crop_to_block=True)
     steps = stream(model, idx, options, rng, use_cache)
     return np.concatenate([idx, *(ids[:, None] for ids, _ in steps)], axis=1)
@@ -65,9 +71,13 @@ def generate_stream(
     top_k: int | None = None,
     rng: np.random.Generator | None = None,
     use_cache: bool = True,
+    *,
+    top_p: float | None = None,
+    min_p: float | None = None,
 ) -> Iterator[tuple[np.ndarray, np.ndarray]]:
     """`stream` with the options spelled out (``GPT.generate_stream``'s signature)."""
-    return stream(model, idx, SamplingOptions(max_new_tokens, temperature, top_k), rng, use_cache)
+    options = SamplingOptions(max_new_tokens, temperature, top_k, top_p=top_p, min_p=min_p)
+    return stream(model, idx, options, rng, use_cache)
 
 
 def stream(
@@ -78,7 +88,7 @@ def stream(
     use_cache: bool = True,
 ) -> Iterator[tuple[np.ndarray, np.ndarray]]:
     """Yield ``(next_ids (B,), probs (B, vocab_size))`` per generated token; ``probs`` is the
-    distribution the token was drawn from (after temperature and top-k).
+    distribution the token was drawn from (after temperature, top-k, top-p and min-p).
 
     The context is cropped to the last ``block_size`` tokens. Arguments are checked here, so bad
     input raises at the call, before the first token. no_grad and eval mode are entered around
@@ -117,7 +127,7 @@ def _steps(
                 caches = [nn.KVCache(capacity=block_size) for _ in model.blocks]
                 h = model.hidden_states(idx, caches)  # (B, T, E)
             logits = model.head(h[:, -1, :]).data  # (B, V)
-        probs = probabilities(logits, options.temperature, top_k)  # (B, V)
+        probs = probabilities(logits, options.temperature, top_k, options.top_p, options.min_p)
         next_ids = sample(probs, rng)  # (B,)
         idx = np.concatenate([idx, next_ids[:, None]], axis=1)  # (B, T + 1)
         yield next_ids, probs
@@ -131,7 +141,7 @@ class TokenChoice:
     token_id: int
     prob: float  # the probability it was drawn with
     # the (up to) ``top`` most likely token ids with their probabilities, most likely first;
-    # tokens that top-k ruled out are not listed: they were not weighed
+    # tokens that top-k, top-p or min-p ruled out are not listed: they were not weighed
     alternatives: list[tuple[int, float]]
 
 
@@ -166,14 +176,17 @@ def explain(
     return np.concatenate([idx, *new_ids], axis=1), choices
 
 
-def probabilities(logits: np.ndarray, temperature: float, top_k: int | None) -> np.ndarray:
+def probabilities(
+    logits: np.ndarray,
+    temperature: float,
+    top_k: int | None,
+    top_p: float | None = None,
+    min_p: float | None = None,
+) -> np.ndarray:
     """``softmax(logits / temperature)`` (B, V) over the ``top_k`` largest logits of each row
-    (ties at the k-th are kept)."""
-    scaled = logits / temperature  # (B, V); a Python float keeps the dtype
-    if top_k is not None and top_k < scaled.shape[-1]:
-        kth = np.partition(scaled, -top_k, axis=-1)[:, -top_k, None]  # (B, 1)
-        scaled = np.where(scaled < kth, -np.inf, scaled)  # (B, V)
-    return F.softmax(Tensor(scaled), axis=-1).data  # (B, V)
+    (ties at the k-th are kept), then nucleus (``top_p``) and ``min_p`` filtering:
+    `glassllm.models.sampling.distribution`."""
+    return sampling.distribution(logits, temperature, top_k, top_p, min_p)  # (B, V)
 
 
 def sample(probs: np.ndarray, rng: np.random.Generator) -> np.ndarray:
@@ -194,7 +207,7 @@ def sample(probs: np.ndarray, rng: np.random.Generator) -> np.ndarray:
 
 
 def last_position_hidden(model: GPT, idx: np.ndarray) -> Tensor:
-    """The final-LayerNorm output at the last position only, (B, 1, E), without caches.
+    """The final-norm output at the last position only, (B, 1, E), without caches.
 
     Equal to ``model.hidden_states(idx)[:, -1:]``; the last block computes only that position
     (``block_last_position``). For generation, under no_grad; ``idx`` is already checked.
@@ -215,8 +228,7 @@ def block_last_position(block: Block, x: Tensor) -> Tensor:
     cache = nn.KVCache(capacity=x.shape[1])
     if x.shape[1] > 1:
         block.attn.prefill(h[:, :-1], cache)  # keys/values of positions 0..T-2
-    x = x[:, -1:] + block.attn(h[:, -1:], kv_cache=cache)  # (B, 1, E)
-    return x + block.mlp(block.ln_2(x))  # (B, 1, E)
+    return block.residual(x[:, -1:], block.attn(h[:, -1:], kv_cache=cache))  # (B, 1, E)
 
 
 @contextmanager

@@ -1,31 +1,42 @@
 """A GPT language model built from glassllm.nn layers, read top to bottom like nanoGPT's model.py.
 
-Layout (pre-LayerNorm GPT-2): token + learned position embedding -> dropout -> n_layer blocks of
-``x + attn(ln_1(x))``, ``x + mlp(ln_2(x))`` -> final LayerNorm -> logits through the token embedding
-matrix (the output head is *tied* to ``wte``: one parameter, used twice).
+One decoder, configured (`GPTConfig`, in ``glassllm.models.config``): token embedding (plus a
+learned position embedding, or rotary positions inside attention) -> dropout -> n_layer
+pre-norm blocks of ``x + attn(ln_1(x))``, ``x + mlp(ln_2(x))`` (or, with a parallel residual,
+``x + attn(ln_1(x)) + mlp(ln_2(x))``) -> final norm -> logits through the token embedding matrix
+(the head *tied* to ``wte``: one parameter, used twice) or an own ``lm_head``. GPT-2, Llama,
+Qwen2/3, GPT-NeoX and GPT-Neo are configurations of it.
 
 Parameter names are flat (no ``transformer.`` wrapper prefix) and are the checkpoint tensor names;
 `parameter_shapes` is the table of them, with nanoGPT's names beside ours.
 
-Linear weights are stored (in, out), so ``y = x @ W``: the transpose of PyTorch's layout. Biases
-exist only when ``config.bias`` is true (LayerNorm biases included, as nanoGPT).
+Linear weights are stored (in, out), so ``y = x @ W``: the transpose of PyTorch's layout.
 """
 
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import math
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
 
 import glassllm.functional as F
 import glassllm.nn as nn
-from glassllm._checks import is_integer, is_number
-from glassllm._text import shown
 from glassllm.models import generation
+from glassllm.models.config import (  # noqa: F401  (re-exported: glassllm.models.gpt.X)
+    MAX_CONTEXT,
+    MAX_HEADS,
+    MAX_LAYERS,
+    MAX_VOCAB,
+    MAX_WIDTH,
+    GPTConfig,
+    llama_config,
+    parameter_count,
+    parameter_shapes,
+    size_problems,
+)
 from glassllm.optim import AdamW
 from glassllm.rng import get_rng
 from glassllm.tensor import Tensor
@@ -33,111 +44,95 @@ from glassllm.tensor import Tensor
 # Scale of every Linear weight and embedding at initialisation (GPT-2).
 INIT_STD = 0.02
 
-# The largest shape a GPT read from a file may have (a glassllm checkpoint, a Hugging Face
-# directory, the command's options): far beyond what a NumPy GPT trains, and low enough that no
-# value within them asks for a model larger than any machine holds before the file's own
-# tensors are compared with it.
-MAX_LAYERS = 1024
-MAX_HEADS = 1024
-MAX_WIDTH = 65_536  # n_embd: GPT-3's is 12,288
-MAX_CONTEXT = 65_536  # block_size: one attention matrix of this many positions is 16 GiB
-MAX_VOCAB = 1_000_000_000
-
-
-@dataclasses.dataclass
-class GPTConfig:
-    """Shape of a GPT. ``bias`` adds biases to Linear and LayerNorm layers (GPT-2 has them; off is a
-    little better and faster, as nanoGPT found)."""
-
-    vocab_size: int
-    block_size: int
-    n_layer: int
-    n_head: int
-    n_embd: int
-    dropout: float = 0.0
-    bias: bool = False
-
-    def __post_init__(self) -> None:
-        for name in ("vocab_size", "block_size", "n_layer", "n_head", "n_embd"):
-            value = getattr(self, name)
-            if not is_integer(value):
-                raise ValueError(f"GPTConfig.{name} must be an integer, got {value!r}")
-            if value <= 0:
-                raise ValueError(f"GPTConfig.{name} must be positive, got {value}")
-            setattr(self, name, int(value))
-        if self.n_embd % self.n_head != 0:
-            raise ValueError(
-                f"GPTConfig.n_embd ({self.n_embd}) must be divisible by n_head ({self.n_head})"
-            )
-        if not is_number(self.dropout):
-            raise ValueError(f"GPTConfig.dropout must be a number, got {self.dropout!r}")
-        if not 0.0 <= self.dropout < 1.0:
-            raise ValueError(f"GPTConfig.dropout must be in [0, 1), got {self.dropout}")
-        self.dropout = float(self.dropout)
-        if not isinstance(self.bias, (bool, np.bool_)):
-            raise ValueError(f"GPTConfig.bias must be True or False, got {self.bias!r}")
-        self.bias = bool(self.bias)
-
-    def to_dict(self) -> dict[str, Any]:
-        """Plain JSON-serialisable dict, as stored in checkpoints."""
-        return dataclasses.asdict(self)
-
-    @classmethod
-    def from_dict(cls, values: Mapping[str, Any]) -> GPTConfig:
-        """Inverse of to_dict; unknown or missing keys raise a ValueError naming them."""
-        if not isinstance(values, Mapping):
-            raise TypeError(f"GPTConfig.from_dict expects a mapping, got {type(values).__name__}")
-        fields = {f.name: f for f in dataclasses.fields(cls)}
-        unknown = sorted(set(values) - set(fields))
-        if unknown:
-            raise ValueError(f"unknown GPTConfig keys {unknown}; known keys are {list(fields)}")
-        missing = [
-            name
-            for name, f in fields.items()
-            if f.default is dataclasses.MISSING and name not in values
-        ]
-        if missing:
-            raise ValueError(f"GPTConfig is missing required keys {missing}")
-        return cls(**values)
-
 
 class MLP(nn.Module):
-    """Position-wise feed-forward: Linear(E, 4E) -> GELU(tanh) -> Linear(4E, E) -> dropout."""
+    """Position-wise feed-forward: Linear(E, M) -> GELU -> Linear(M, E) -> dropout; M is 4E for
+    GPT-2, GELU its tanh approximation (``mlp="gelu"``: the exact erf one, GPT-NeoX)."""
 
     def __init__(self, config: GPTConfig, rng: np.random.Generator | None, dtype: Any) -> None:
         super().__init__()
-        E = config.n_embd
-        self.fc = nn.Linear(E, 4 * E, bias=config.bias, dtype=dtype, rng=rng)
-        self.gelu = nn.GELU(approximate="tanh")
-        self.proj = nn.Linear(4 * E, E, bias=config.bias, dtype=dtype, rng=rng)
+        E, M, bias = config.n_embd, config.mlp_size, config.has_bias("mlp")
+        self.fc = nn.Linear(E, M, bias=bias, dtype=dtype, rng=rng)
+        self.gelu = nn.GELU(approximate="tanh" if config.mlp == "gelu_tanh" else "none")
+        self.proj = nn.Linear(M, E, bias=bias, dtype=dtype, rng=rng)
         self.dropout = nn.Dropout(config.dropout, rng=rng)
 
     def forward(self, x: Tensor) -> Tensor:
-        x = self.gelu(self.fc(x))  # (B, T, 4E)
+        x = self.gelu(self.fc(x))  # (B, T, M)
         return self.dropout(self.proj(x))  # (B, T, E)
 
 
-class Block(nn.Module):
-    """Pre-LayerNorm transformer block: the residual stream passes through untouched, each sub-layer
-    adds its contribution (which is why the residual projections get a smaller initial scale)."""
+class SwiGLUMLP(nn.SwiGLU):
+    """Llama's gated feed-forward: ``proj(silu(gate(x)) * up(x))`` (`nn.SwiGLU`), then dropout."""
 
     def __init__(self, config: GPTConfig, rng: np.random.Generator | None, dtype: Any) -> None:
+        bias = config.has_bias("mlp")
+        super().__init__(config.n_embd, config.mlp_size, bias=bias, dtype=dtype, rng=rng)
+        self.dropout = nn.Dropout(config.dropout, rng=rng)
+
+    def forward(self, x: Tensor) -> Tensor:
+        return self.dropout(super().forward(x))  # (B, T, E)
+
+
+def norm_layer(config: GPTConfig, dtype: Any) -> nn.Module:
+    """The configuration's normalisation over the residual width: LayerNorm or RMSNorm."""
+    if config.norm == "rmsnorm":
+        return nn.RMSNorm(config.n_embd, eps=config.norm_eps, dtype=dtype)
+    return nn.LayerNorm(
+        config.n_embd, eps=config.norm_eps, bias=config.has_bias("norm"), dtype=dtype
+    )
+
+
+class Block(nn.Module):
+    """Pre-norm transformer block: the residual stream passes through untouched, each sub-layer
+    adds its contribution (which is why the residual projections get a smaller initial scale).
+    ``layer`` is the block's index (local attention is chosen per block)."""
+
+    def __init__(
+        self, config: GPTConfig, rng: np.random.Generator | None, dtype: Any, layer: int = 0
+    ) -> None:
         super().__init__()
         E = config.n_embd
-        self.ln_1 = nn.LayerNorm(E, bias=config.bias, dtype=dtype)
+        self.parallel_residual = config.parallel_residual
+        self.ln_1 = norm_layer(config, dtype)
         self.attn = nn.CausalSelfAttention(
-            E, config.n_head, dropout=config.dropout, bias=config.bias, dtype=dtype, rng=rng
+            E,
+            config.n_head,
+            dropout=config.dropout,
+            bias=config.bias,
+            dtype=dtype,
+            rng=rng,
+            num_kv_heads=config.n_kv_head,
+            head_dim=config.head_dim,
+            qkv_bias=config.has_bias("qkv"),
+            out_bias=config.has_bias("attn_out"),
+            qk_norm=config.qk_norm,
+            norm_eps=config.norm_eps,
+            rotary_dim=config.rotary_size or None,
+            rope_theta=config.rope_theta,
+            rope_scaling=config.rope_scaling,
+            rotary_interleaved=config.rotary_interleaved,
+            scale=config.attention_scale,
+            window=config.window_of(layer),
         )
-        self.ln_2 = nn.LayerNorm(E, bias=config.bias, dtype=dtype)
-        self.mlp = MLP(config, rng, dtype)
+        self.ln_2 = norm_layer(config, dtype)
+        self.mlp = (
+            SwiGLUMLP(config, rng, dtype) if config.mlp == "swiglu" else MLP(config, rng, dtype)
+        )
 
     def forward(self, x: Tensor, kv_cache: nn.KVCache | None = None) -> Tensor:
-        x = x + self.attn(self.ln_1(x), kv_cache=kv_cache)  # (B, T, E)
+        return self.residual(x, self.attn(self.ln_1(x), kv_cache=kv_cache))  # (B, T, E)
+
+    def residual(self, x: Tensor, attended: Tensor) -> Tensor:
+        """The block's output from its input ``x`` and the attention's output ``attended``."""
+        if self.parallel_residual:  # GPT-NeoX: both sub-layers read the block's input
+            return x + attended + self.mlp(self.ln_2(x))  # (B, T, E)
+        x = x + attended  # (B, T, E)
         return x + self.mlp(self.ln_2(x))  # (B, T, E)
 
 
 class GPT(nn.Module):
-    """GPT-2-style decoder-only language model.
+    """Decoder-only language model of any `GPTConfig` (GPT-2 by default).
 
     >>> import numpy as np
     >>> from glassllm.models import GPT, GPTConfig
@@ -149,6 +144,9 @@ class GPT(nn.Module):
     ((1, 3, 11), ())
     >>> model.generate(idx, max_new_tokens=4, rng=np.random.default_rng(0)).shape
     (1, 7)
+    >>> llama = GPT(llama_config(vocab_size=11, block_size=8, n_layer=1, n_head=2, n_embd=8))
+    >>> llama(idx)[0].shape, "wpe" in llama.state_dict()
+    ((1, 3, 11), False)
     """
 
     def __init__(
@@ -174,20 +172,30 @@ class GPT(nn.Module):
         init_rng = get_rng(rng)
         self.config = config
         self.dtype = np.dtype(dtype)
-        self.wte = nn.Embedding(config.vocab_size, config.n_embd, dtype=dtype, rng=init_rng)
-        self.wpe = nn.Embedding(config.block_size, config.n_embd, dtype=dtype, rng=init_rng)
+        E = config.n_embd
+        self.wte = nn.Embedding(config.vocab_size, E, dtype=dtype, rng=init_rng)
+        self.wpe = (  # rotary positions live inside attention instead
+            nn.Embedding(config.block_size, E, dtype=dtype, rng=init_rng)
+            if config.positions == "learned"
+            else None
+        )
         self.drop = nn.Dropout(config.dropout, rng=rng)
-        self.blocks = nn.ModuleList([Block(config, rng, dtype) for _ in range(config.n_layer)])
-        self.ln_f = nn.LayerNorm(config.n_embd, bias=config.bias, dtype=dtype)
-        # No lm_head module: the output projection is wte.weight itself (weight tying), so the
-        # parameter list holds it once and its gradient sums both uses.
+        self.blocks = nn.ModuleList([Block(config, rng, dtype, i) for i in range(config.n_layer)])
+        self.ln_f = norm_layer(config, dtype)
+        # A tied head has no module: the output projection is wte.weight itself (weight tying),
+        # so the parameter list holds it once and its gradient sums both uses.
+        self.lm_head = (
+            None
+            if config.tied_head
+            else nn.Linear(E, config.vocab_size, bias=False, dtype=dtype, rng=init_rng)
+        )
         self._init_weights(init_rng)
 
     def _init_weights(self, rng: np.random.Generator) -> None:
-        """GPT-2 initialisation: Linear weights and embeddings N(0, 0.02), biases zero, LayerNorm
-        ones/zeros, and the two projections that write into the residual stream per block
-        (attn.proj, mlp.proj) N(0, 0.02/sqrt(2 * n_layer)) so the stream's variance does not grow
-        with depth."""
+        """GPT-2 initialisation, for every configuration: Linear weights and embeddings
+        N(0, 0.02), biases zero, norms ones/zeros, and the two projections that write into the
+        residual stream per block (attn.proj, mlp.proj) N(0, 0.02/sqrt(2 * n_layer)) so the
+        stream's variance does not grow with depth."""
         residual_std = INIT_STD / math.sqrt(2 * self.config.n_layer)
         for name, module in self.named_modules():
             if isinstance(module, nn.Linear):
@@ -197,9 +205,9 @@ class GPT(nn.Module):
                     nn.init.zeros_(module.bias)
             elif isinstance(module, nn.Embedding):
                 nn.init.normal_(module.weight, mean=0.0, std=INIT_STD, rng=rng)
-            elif isinstance(module, nn.LayerNorm):
+            elif isinstance(module, (nn.LayerNorm, nn.RMSNorm)):
                 nn.init.ones_(module.weight)
-                if module.bias is not None:
+                if getattr(module, "bias", None) is not None:
                     nn.init.zeros_(module.bias)
 
     # ------------------------------------------------------------------ forward
@@ -229,7 +237,7 @@ class GPT(nn.Module):
         return logits, F.cross_entropy(logits, targets, ignore_index=-1)
 
     def hidden_states(self, idx: Any, kv_caches: list[nn.KVCache] | None = None) -> Tensor:
-        """Final-LayerNorm output (B, T, E) for tokens ``idx`` placed after what the caches hold."""
+        """Final-norm output (B, T, E) for tokens ``idx`` placed after what the caches hold."""
         idx = self.check_idx(idx)
         start = 0
         if kv_caches is not None:
@@ -250,15 +258,19 @@ class GPT(nn.Module):
         return self.ln_f(x)  # (B, T, E)
 
     def embed(self, idx: np.ndarray, start: int = 0) -> Tensor:
-        """Token plus position embedding, then dropout: (B, T, E) for checked ids at positions
-        ``start, start + 1, ...``."""
-        positions = np.arange(start, start + idx.shape[1])  # (T,)
+        """Token (plus learned position) embedding, then dropout: (B, T, E) for checked ids at
+        positions ``start, start + 1, ...``."""
         tok_emb = self.wte(idx)  # (B, T, E)
+        if self.wpe is None:  # rotary: each attention layer rotates q and k by position
+            return self.drop(tok_emb)  # (B, T, E)
+        positions = np.arange(start, start + idx.shape[1])  # (T,)
         pos_emb = self.wpe(positions)  # (T, E), broadcast over the batch
         return self.drop(tok_emb + pos_emb)  # (B, T, E)
 
     def head(self, x: Tensor) -> Tensor:
-        """Tied output head: logits = x @ wte.weightᵀ, (..., V)."""
+        """Output head: logits (..., V) = x @ wte.weightᵀ when tied, else ``lm_head(x)``."""
+        if self.lm_head is not None:
+            return self.lm_head(x)  # (B, T, V)
         return F.linear(x, self.wte.weight.transpose(1, 0))  # (B, T, V)
 
     def check_idx(self, idx: Any, crop_to_block: bool = False) -> np.ndarray:
@@ -347,7 +359,7 @@ class GPT(nn.Module):
         """Number of parameter values (the tied head counted once). non_embedding=True leaves out
         the position embedding, as nanoGPT reports (wte stays: it is also the output layer)."""
         total = sum(p.size for p in self.parameters())
-        if non_embedding:
+        if non_embedding and self.wpe is not None:
             total -= self.wpe.weight.size
         return total
 
@@ -359,80 +371,3 @@ class GPT(nn.Module):
             "GPT.from_pretrained was removed: the model does not read files; use "
             "glassllm.hf.load_model(path) (glassllm.hf.load_pretrained for its tokenizer too)"
         )
-
-
-# ------------------------------------------------------------------ the parameter table
-
-
-def parameter_shapes(config: GPTConfig, bias: bool | None = None) -> dict[str, tuple[int, ...]]:
-    """Every parameter of a GPT of ``config`` by name (the checkpoint tensor names), with its
-    shape, in the model's parameter order; ``bias`` (default ``config.bias``) adds the biases.
-
-    >>> config = GPTConfig(vocab_size=11, block_size=8, n_layer=2, n_head=2, n_embd=4)
-    >>> shapes = parameter_shapes(config)
-    >>> shapes["blocks.1.attn.qkv.weight"], len(shapes), len(parameter_shapes(config, bias=True))
-    ((4, 12), 15, 28)
-    """
-    bias = config.bias if bias is None else bias
-    E, V, T = config.n_embd, config.vocab_size, config.block_size
-    # Per block, each layer's weight and bias shapes; nanoGPT calls a block transformer.h.{i}.
-    per_block = {
-        "ln_1": ((E,), (E,)),
-        "attn.qkv": ((E, 3 * E), (3 * E,)),  # nanoGPT: attn.c_attn
-        "attn.proj": ((E, E), (E,)),  # nanoGPT: attn.c_proj
-        "ln_2": ((E,), (E,)),
-        "mlp.fc": ((E, 4 * E), (4 * E,)),  # nanoGPT: mlp.c_fc
-        "mlp.proj": ((4 * E, E), (E,)),  # nanoGPT: mlp.c_proj
-    }
-    shapes: dict[str, tuple[int, ...]] = {
-        "wte.weight": (V, E),  # token embedding, also the output head (tied)
-        "wpe.weight": (T, E),  # learned position embedding
-    }
-    for i in range(config.n_layer):
-        for layer, (weight, bias_shape) in per_block.items():
-            shapes[f"blocks.{i}.{layer}.weight"] = weight
-            if bias:
-                shapes[f"blocks.{i}.{layer}.bias"] = bias_shape
-    shapes["ln_f.weight"] = (E,)  # nanoGPT: transformer.ln_f
-    if bias:
-        shapes["ln_f.bias"] = (E,)
-    return shapes
-
-
-def size_problems(
-    shapes: Mapping[str, tuple[int, ...]],
-    config: GPTConfig,
-    source: str = "the configuration",
-    keys: Mapping[str, str] | None = None,
-) -> list[str]:
-    """Whether the tensors ``shapes`` (glassllm name -> shape) of a file hold a GPT of
-    ``config``'s size: as many blocks (distinct ``blocks.N.`` indices) as ``n_layer``, and
-    ``wte``/``wpe`` of shapes ``(vocab_size, n_embd)``/``(block_size, n_embd)``.
-
-    Cheap whatever ``config`` says, so it is checked before anything (`parameter_shapes`, the
-    model) is sized from a configuration read from a file: a model that passes is no larger than
-    the file's own tensors. Every name and shape is compared afterwards, against the model.
-    ``source`` names the configuration in messages and ``keys`` its fields where they differ from
-    GPTConfig's (a Hugging Face ``config.json`` calls ``block_size`` ``n_positions``).
-
-    >>> config = GPTConfig(vocab_size=11, block_size=8, n_layer=2, n_head=2, n_embd=4)
-    >>> size_problems({"wte.weight": (11, 4), "wpe.weight": (8, 4), "blocks.0.ln_1.weight": (4,)},
-    ...               config, "model_config")
-    ['model_config has n_layer=2 but the weights hold 1 block']
-    """
-    keys = keys or {}
-    problems = []
-    blocks = {name.split(".")[1] for name in shapes if name.startswith("blocks.")}
-    if len(blocks) != config.n_layer:
-        held = f"{len(blocks)} block{'' if len(blocks) == 1 else 's'}"
-        problems.append(f"{source} has n_layer={config.n_layer} but the weights hold {held}")
-    for name, rows, field in (("wte.weight", config.vocab_size, "vocab_size"),
-                              ("wpe.weight", config.block_size, "block_size")):  # fmt: skip
-        stated = f"{source}'s {keys.get(field, field)}={rows} and n_embd={config.n_embd}"
-        wanted = (rows, config.n_embd)
-        if name not in shapes:
-            problems.append(f"missing tensors: {name} (where {stated} need {wanted})")
-        elif tuple(shapes[name]) != wanted:
-            found = shown(tuple(shapes[name]))
-            problems.append(f"{name} has shape {found}, where {stated} need {wanted}")
-    return problems

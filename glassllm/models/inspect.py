@@ -8,18 +8,21 @@ and cannot drift from it:
 
 * ``model.drop`` output: the embedding output ``wte[ids] + wpe[positions]`` (residual stream 0);
 * ``blocks[i]`` output: the residual stream after block ``i``;
-* ``blocks[i].attn.qkv`` output: the packed queries, keys and values of block ``i``, from which
+* ``blocks[i].attn.qkv`` output: the packed queries, keys and values of block ``i``, made into
+  heads by the layer's own ``attn.heads`` (QK-norm and rotary positions included), from which
   the attention probabilities are recomputed per head with
-  `glassllm.functional.attention.attention_probabilities`, since the fused op does not return
-  them;
+  `glassllm.functional.attention.attention_probabilities` (the layer's scale and window; a
+  grouped-query head reads its kv head), since the fused op does not return them;
 * ``blocks[i].attn.proj`` input: the fused attention's output, against which the recomputed
   ``P @ V`` is checked (``attention_check``);
-* ``blocks[i].mlp.gelu`` output: the MLP's GELU activations.
+* ``blocks[i].mlp.proj`` input: the MLP's hidden activations, its "neurons": ``GELU(fc(x))``,
+  or ``silu(gate(x)) * up(x)`` for a SwiGLU MLP (the product is what the output projection
+  reads, so each unit's value is its whole contribution's weight).
 
-The logit lens (`logit_lens`) reads every residual stream through the final LayerNorm and the
-tied head (``model.ln_f`` then ``model.head``), exactly as the forward reads the last one: its
-last row is the model's own next-token distribution. Because the head is tied to ``wte``, the
-embedding row mostly predicts the current token itself (``x @ wte^T`` is largest for
+The logit lens (`logit_lens`) reads every residual stream through the final norm and the head
+(``model.ln_f`` then ``model.head``), exactly as the forward reads the last one: its last row is
+the model's own next-token distribution. When the head is tied to ``wte``, the embedding row
+mostly predicts the current token itself (``x @ wte^T`` is largest for
 ``x ~ wte[token]``). The whole lens is ``(L + 1, T, V)`` numbers (for GPT-2 at T = 1024, 13 x
 1024 x 50257 floats): by default it is computed a few rows at a time and only the ``lens_top``
 most likely tokens of each row and the probability of the actual next token are kept;
@@ -48,6 +51,7 @@ from typing import Any
 import numpy as np
 
 import glassllm.functional as F
+import glassllm.nn as nn
 from glassllm.autograd import no_grad
 from glassllm.functional.attention import attention_probabilities
 from glassllm.models.gpt import GPT
@@ -58,11 +62,11 @@ from glassllm.tensor import Tensor
 # "path: name (comment)", name a function or Class.attribute defined in that file.
 SOURCES = {
     "attention": (
-        "glassllm/functional/attention.py: attention_probabilities (of blocks[i].attn.qkv)"
+        "glassllm/functional/attention.py: attention_probabilities (of blocks[i].attn.heads)"
     ),
     "residual": "glassllm/models/gpt.py: GPT.hidden_states (model.drop and blocks[i] outputs)",
-    "lens": "glassllm/models/inspect.py: logit_lens (GPT.ln_f then GPT.head, tied to wte)",
-    "mlp": "glassllm/models/gpt.py: MLP.forward (the output of blocks[i].mlp.gelu)",
+    "lens": "glassllm/models/inspect.py: logit_lens (GPT.ln_f then GPT.head)",
+    "mlp": "glassllm/models/gpt.py: MLP.forward (the input of blocks[i].mlp.proj)",
     "logits": "glassllm/models/gpt.py: GPT.forward",
 }
 
@@ -102,7 +106,8 @@ class Inspection:
                 output of block i
     lens:       `LogitLens`: the next-token distribution each stage of the stream would give
                 (``softmax(head(ln_f(residual[i])))``), as top tokens per stage and position
-    mlp:        (L, T, 4E) GELU activations of each block's MLP
+    mlp:        (L, T, M) hidden activations of each block's MLP (the input of its ``proj``:
+                GELU for GPT-2's MLP, ``silu(gate) * up`` for SwiGLU)
     attention_check: max |P @ V - fused attention output| over the blocks (0 or float rounding)
     """
 
@@ -150,29 +155,30 @@ def inspect(
     if idx.ndim != 1:
         raise ValueError(f"ids must be a 1-D sequence of token ids, got shape {idx.shape}")
     idx = model.check_idx(idx[None, :])  # (1, T): the model's own checks and messages
-    num_heads, layers = model.config.n_head, len(model.blocks)
+    layers = len(model.blocks)
     embeddings: list[np.ndarray] = []
     streams: list[np.ndarray] = []
-    recomputed: list[np.ndarray] = []  # P @ V of each block, (T, E)
+    recomputed: list[np.ndarray] = []  # P @ V of each block, (T, H hd)
     attention_outputs: list[np.ndarray] = []
-    # (L, H, T, T) and (L, T, 4E), written layer by layer: no list of layers stacked afterwards,
+    # (L, H, T, T) and (L, T, M), written layer by layer: no list of layers stacked afterwards,
     # which would hold both copies at once (GPT-2 at T = 1024: 600 MB of attention)
     attention: np.ndarray | None = None
     mlp: np.ndarray | None = None
 
-    def record_qkv(_args: tuple, qkv: Tensor) -> None:
+    def record_qkv(attn: nn.CausalSelfAttention, qkv: Tensor) -> None:
         nonlocal attention
-        probs, merged = _packed_probabilities(qkv.data, num_heads)  # (1, H, T, T), (1, T, E)
+        probs, merged = _probabilities(attn, qkv)  # (1, H, T, T), (1, T, H hd)
         if attention is None:
             attention = np.empty((layers,) + probs.shape[1:], dtype=probs.dtype)
         attention[len(recomputed)] = probs[0]
         recomputed.append(merged[0])
 
-    def record_gelu(_args: tuple, out: Tensor) -> None:
+    def record_hidden(args: tuple, _out: Tensor) -> None:
         nonlocal mlp
+        hidden = args[0]  # (1, T, M): what the MLP's output projection reads
         if mlp is None:
-            mlp = np.empty((layers,) + out.shape[1:], dtype=out.dtype)
-        mlp[len(streams)] = out.data[0]  # block len(streams) is running
+            mlp = np.empty((layers,) + hidden.shape[1:], dtype=hidden.dtype)
+        mlp[len(streams)] = hidden.data[0]  # block len(streams) is running
 
     with ExitStack() as stack:
         stack.enter_context(model.evaluating())
@@ -180,13 +186,15 @@ def inspect(
         stack.enter_context(_recording(model.drop, lambda _a, out: embeddings.append(out.data)))
         for block in model.blocks:
             stack.enter_context(_recording(block, lambda _a, out: streams.append(out.data)))
-            stack.enter_context(_recording(block.attn.qkv, record_qkv))
+            stack.enter_context(
+                _recording(block.attn.qkv, lambda _a, qkv, attn=block.attn: record_qkv(attn, qkv))
+            )
             stack.enter_context(
                 _recording(
                     block.attn.proj, lambda args, _o: attention_outputs.append(args[0].data[0])
                 )
             )
-            stack.enter_context(_recording(block.mlp.gelu, record_gelu))
+            stack.enter_context(_recording(block.mlp.proj, record_hidden))
         logits, _ = model(idx)  # (1, T, V)
         if len(streams) != layers or len(embeddings) != 1 or len(recomputed) != layers:
             raise RuntimeError("inspect: the forward did not run each block exactly once")
@@ -260,15 +268,20 @@ def top_k(values: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
     )
 
 
-def _packed_probabilities(qkv: np.ndarray, num_heads: int) -> tuple[np.ndarray, np.ndarray]:
-    """Causal attention of a packed ``qkv`` (B, T, 3E), as `F.packed_attention` computes it:
-    ``(P (B, nh, T, T), P @ V (B, T, E))`` with the heads of ``P @ V`` merged again."""
-    batch, steps, three_embed = qkv.shape
-    head_size = three_embed // 3 // num_heads
-    heads = F.split_packed_heads(qkv, num_heads)  # (3, B, nh, T, hs)
-    probs = attention_probabilities(heads[0], heads[1], causal=True)  # (B, nh, T, T)
-    out = probs @ heads[2]  # (B, nh, T, hs)
-    merged = out.transpose(0, 2, 1, 3).reshape(batch, steps, num_heads * head_size)
+def _probabilities(attn: nn.CausalSelfAttention, qkv: Tensor) -> tuple[np.ndarray, np.ndarray]:
+    """Causal attention of layer ``attn`` over its packed projection ``qkv (B, T, (H + 2 KV) hd)``,
+    as its forward computes it: ``(P (B, H, T, T), P @ V (B, T, H hd))``, the heads of
+    ``P @ V`` merged again."""
+    batch, steps, _ = qkv.shape
+    if attn.packed:  # GPT-2: the views F.packed_attention itself attends over
+        q, k, v = F.split_packed_heads(qkv.data, attn.num_heads)  # (B, H, T, hd) each
+    else:
+        q, k, v = (t.data for t in attn.heads(qkv))  # (B, H, T, hd), (B, KV, T, hd) x 2
+    probs = attention_probabilities(q, k, causal=True, **attn.attention_options())  # (B, H, T, T)
+    heads, kv_heads = attn.num_heads, attn.num_kv_heads
+    groups = probs.reshape(batch, kv_heads, heads // kv_heads, steps, steps)  # per kv head
+    out = (groups @ v[:, :, None]).reshape(batch, heads, steps, attn.head_size)  # (B, H, T, hd)
+    merged = out.transpose(0, 2, 1, 3).reshape(batch, steps, heads * attn.head_size)
     return probs, merged
 
 

@@ -1,6 +1,6 @@
 """`ModelSource`: what a model was opened from, as a typed description.
 
-Every way the program opens a model (``glassllm sample``, ``view``, ``export``: see
+Every way the program opens a model (``glassllm sample``, ``view``, ``chat``, ``export``: see
 ``glassllm.app.sample.open_checkpoint``) describes it with one of these, so no caller invents a
 metadata dict for a model that has none (a Hugging Face directory has no training step).
 
@@ -18,7 +18,7 @@ from typing import Any, Literal
 
 from glassllm.models.gpt import GPTConfig
 
-SourceKind = Literal["glassllm", "huggingface", "in memory"]  # "gguf" when it lands
+SourceKind = Literal["glassllm", "huggingface", "gguf", "in memory"]
 
 
 @dataclasses.dataclass(frozen=True)

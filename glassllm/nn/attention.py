@@ -6,7 +6,9 @@ into ``num_heads`` heads of size ``hs = E // num_heads``:
 * `MultiHeadAttention`: general attention with separate query, key and value inputs, as
   ``torch.nn.MultiheadAttention(batch_first=True)`` computes it;
 * `CausalSelfAttention`: the GPT block (nanoGPT's ``CausalSelfAttention``): one fused projection to
-  queries, keys and values, a causal mask, and an optional `KVCache` for generation.
+  queries, keys and values, a causal mask, and an optional `KVCache` for generation; with the
+  choices of the modern families (grouped-query heads, a free head size, QK-norm, rotary
+  positions, a scale, a local window), each off by default.
 
 Masks are boolean with **True = may attend** (the convention of `scaled_dot_product_attention`);
 note that ``torch.nn.MultiheadAttention``'s boolean ``attn_mask`` means the opposite.
@@ -25,12 +27,14 @@ from typing import Any
 import numpy as np
 
 import glassllm.functional as F
-from glassllm._checks import check_generator, check_int, check_probability
+from glassllm._checks import check_float, check_generator, check_int, check_probability
 from glassllm.autograd import is_grad_enabled
 from glassllm.nn.dropout import Dropout
 from glassllm.nn.kv_cache import KVCache
 from glassllm.nn.linear import Linear
 from glassllm.nn.module import Module
+from glassllm.nn.normalization import RMSNorm
+from glassllm.nn.rotary import RotaryEmbedding
 from glassllm.rng import get_rng
 from glassllm.tensor import Tensor, as_tensor
 
@@ -146,15 +150,30 @@ class MultiHeadAttention(Module):
 class CausalSelfAttention(Module):
     """The GPT attention block: each position attends to itself and the positions before it.
 
-    ``qkv``: `Linear` ``(E, 3E)`` whose output columns are ``[queries | keys | values]`` (nanoGPT's
-    ``c_attn`` transposed); ``proj``: `Linear` ``(E, E)`` (nanoGPT's ``c_proj``). ``dropout`` is
-    used twice, as in nanoGPT: on the attention weights and on the block's output
-    (``resid_dropout``).
+    ``qkv``: `Linear` ``(E, (H + 2 KV) hd)`` whose output columns are ``[queries | keys |
+    values]``, each group head-major (nanoGPT's ``c_attn`` transposed when ``KV = H``); ``proj``:
+    `Linear` ``(H hd, E)`` (nanoGPT's ``c_proj``). ``dropout`` is used twice, as in nanoGPT: on
+    the attention weights and on the block's output (``resid_dropout``).
+
+    The choices of the modern families, each off by default (GPT-2):
+
+    * ``num_kv_heads`` KV < H: grouped-query attention, query head ``h`` reads kv head
+      ``h // (H // KV)``; a `KVCache` then stores KV heads;
+    * ``head_dim``: features per head, free of ``embed_dim`` (default ``E // H``);
+    * ``bias`` for both projections, or ``qkv_bias`` / ``out_bias`` for each;
+    * ``qk_norm``: `RMSNorm` ``(hd,)`` of each head's queries and keys (``q_norm``, ``k_norm``,
+      eps ``norm_eps``), before the rotary embedding (Qwen3);
+    * ``rotary_dim``: rotary position embedding of the first ``rotary_dim`` features of each head
+      (`RotaryEmbedding` with ``rope_theta``, ``rope_scaling``, ``rotary_interleaved``) at
+      positions ``start, start + 1, ...``, ``start`` the cache's length;
+    * ``scale`` of the scores (default ``1/sqrt(hd)``; GPT-Neo 1.0); ``window``: a query sees
+      only the last ``window`` positions, itself included (local attention).
 
     ``forward(x, kv_cache=None)`` with ``x`` ``(B, T, E)`` returns ``(B, T, E)``. With a `KVCache`
     (generation, under ``no_grad`` only), this call's keys and values are appended to the cache and
     the T new queries attend over every cached position, the causal mask aligned to the end: feeding
     a prompt and then one token at a time gives the same outputs as recomputing the whole sequence.
+    Without any of the choices, the fused `F.packed_attention` runs (GPT-2's fast path).
 
     ``dtype`` sets the parameters' dtype (float32 by default); ``rng`` draws the initial weights
     and the dropout masks (default: `glassllm.rng.get_rng()`, read when each is drawn).
@@ -168,47 +187,121 @@ class CausalSelfAttention(Module):
         bias: bool = True,
         dtype: Any = np.float32,
         rng: np.random.Generator | None = None,
+        *,
+        num_kv_heads: int | None = None,
+        head_dim: int | None = None,
+        qkv_bias: bool | None = None,
+        out_bias: bool | None = None,
+        qk_norm: bool = False,
+        norm_eps: float = 1e-6,
+        rotary_dim: int | None = None,
+        rope_theta: float = 10000.0,
+        rope_scaling: dict | None = None,
+        rotary_interleaved: bool = False,
+        scale: float | None = None,
+        window: int | None = None,
     ) -> None:
         super().__init__()
-        self.head_size = _head_size(embed_dim, num_heads)
-        self.embed_dim, self.num_heads = int(embed_dim), int(num_heads)
+        if head_dim is None:
+            self.head_size = _head_size(embed_dim, num_heads)
+        else:
+            check_int("embed_dim", embed_dim, min=1)
+            self.head_size = check_int("head_dim", head_dim, min=1)
+        self.embed_dim, self.num_heads = int(embed_dim), check_int("num_heads", num_heads, min=1)
+        kv = (
+            self.num_heads
+            if num_kv_heads is None
+            else check_int("num_kv_heads", num_kv_heads, min=1)
+        )
+        if self.num_heads % kv != 0:
+            raise ValueError(f"num_kv_heads ({kv}) must divide num_heads ({self.num_heads})")
+        self.num_kv_heads = kv
         self.dropout = check_probability("dropout", dropout)
+        self.scale = None if scale is None else check_float("scale", scale)
+        if self.scale is not None and self.scale <= 0:
+            raise ValueError(f"scale must be positive, got {self.scale}")
+        self.window = None if window is None else check_int("window", window, min=1)
         self.rng = check_generator("rng", rng)
         init_rng = get_rng(self.rng)
-        self.qkv = Linear(embed_dim, 3 * embed_dim, bias=bias, dtype=dtype, rng=init_rng)
-        self.proj = Linear(embed_dim, embed_dim, bias=bias, dtype=dtype, rng=init_rng)
+        width = self.num_heads * self.head_size  # of the queries, and of what proj reads
+        packed = width + 2 * kv * self.head_size
+        qkv_bias, out_bias = (
+            bias if qkv_bias is None else qkv_bias,
+            bias if out_bias is None else out_bias,
+        )
+        self.qkv = Linear(embed_dim, packed, bias=qkv_bias, dtype=dtype, rng=init_rng)
+        self.q_norm = RMSNorm(self.head_size, eps=norm_eps, dtype=dtype) if qk_norm else None
+        self.k_norm = RMSNorm(self.head_size, eps=norm_eps, dtype=dtype) if qk_norm else None
+        self.rotary = (
+            None
+            if rotary_dim is None
+            else RotaryEmbedding(rotary_dim, rope_theta, rope_scaling, rotary_interleaved)
+        )
+        self.proj = Linear(width, embed_dim, bias=out_bias, dtype=dtype, rng=init_rng)
         self.resid_dropout = Dropout(self.dropout, rng=self.rng)
+        # GPT-2's configuration runs the fused op that splits, attends and merges in one
+        self.packed = (
+            kv == self.num_heads
+            and not qk_norm
+            and self.rotary is None
+            and self.scale is None
+            and self.window is None
+        )
+
+    def heads(self, qkv: Tensor, start: int = 0) -> tuple[Tensor, Tensor, Tensor]:
+        """The packed projection ``qkv (B, T, (H + 2 KV) hd)`` as heads, ready to attend:
+        ``q (B, H, T, hd)``, ``k, v (B, KV, T, hd)``, q and k normalised (``qk_norm``) and then
+        rotated (``rotary_dim``) for positions ``start, start + 1, ...``."""
+        batch, steps, _ = qkv.shape
+        H, KV, hd = self.num_heads, self.num_kv_heads, self.head_size
+
+        def group(first: int, count: int) -> Tensor:  # (B, T, count hd) -> (B, count, T, hd)
+            columns = qkv[:, :, first * hd : (first + count) * hd]
+            return columns.reshape(batch, steps, count, hd).transpose(0, 2, 1, 3)
+
+        q, k, v = group(0, H), group(H, KV), group(H + KV, KV)
+        if self.q_norm is not None:
+            q, k = self.q_norm(q), self.k_norm(k)  # per head, over hd
+        if self.rotary is not None:
+            q, k = self.rotary(q, start), self.rotary(k, start)
+        return q, k, v
 
     def forward(self, x: Tensor, kv_cache: KVCache | None = None) -> Tensor:
         x = _check_input(x, self.embed_dim, "x")
         dropout_p = self.dropout if self.training else 0.0
-        if kv_cache is None:
+        if kv_cache is None and self.packed:
             # One op splits the heads, attends and merges them again: its backward writes
             # dq, dk, dv into one (B, T, 3E) array (see F.packed_attention).
             y = F.packed_attention(
                 self.qkv(x), self.num_heads, causal=True, dropout_p=dropout_p, rng=self.rng
-            )  # (B, T, E)
+            )  # (B, T, H hd)
             return self.resid_dropout(self.proj(y))  # (B, T, E)
-        if not isinstance(kv_cache, KVCache):
-            raise TypeError(f"kv_cache must be an nn.KVCache, got {type(kv_cache).__name__}")
-        if is_grad_enabled():
-            raise RuntimeError(
-                "a KV cache is for inference: run the forward inside "
-                "`with glassllm.no_grad():` (cached keys and values are plain arrays, "
-                "so no gradient could flow through them)"
-            )
-        batch, steps, embed = x.shape
-        qkv = F.split_packed_heads(self.qkv(x).data, self.num_heads)  # (3, B, nh, T, hs)
-        keys, values = kv_cache.append(qkv[1], qkv[2])  # (B, nh, T_cached, hs)
+        if kv_cache is None:
+            q, k, v = self.heads(self.qkv(x))  # (B, H, T, hd), (B, KV, T, hd) x 2
+        else:
+            _check_cache(kv_cache, "a KV cache is for inference: run the forward inside")
+            if self.packed:  # GPT-2: the packed heads as views, as before the choices existed
+                qkv = F.split_packed_heads(self.qkv(x).data, self.num_heads)  # (3, B, H, T, hd)
+                q, k, v = Tensor(qkv[0]), qkv[1], qkv[2]
+            else:
+                q, k, v = self.heads(self.qkv(x), start=kv_cache.length)
+                k, v = k.data, v.data
+            keys, values = kv_cache.append(k, v)  # (B, KV, T_cached, hd)
+            k, v = Tensor(keys), Tensor(values)
         y = F.scaled_dot_product_attention(
-            Tensor(qkv[0]),
-            Tensor(keys),
-            Tensor(values),
-            causal=True,
-            dropout_p=dropout_p,
-            rng=self.rng,
-        )  # (B, nh, T, hs)
+            q, k, v, causal=True, dropout_p=dropout_p, rng=self.rng, **self.attention_options()
+        )  # (B, H, T, hd)
         return self.resid_dropout(self.proj(merge_heads(y)))  # (B, T, E)
+
+    def attention_options(self) -> dict[str, Any]:
+        """The keyword arguments of the choices to `F.scaled_dot_product_attention` (none for
+        GPT-2, so its call stays the one that existed before them)."""
+        options: dict[str, Any] = {}
+        if self.scale is not None:
+            options["scale"] = self.scale
+        if self.window is not None:
+            options["window"] = self.window
+        return options
 
     def prefill(self, x: Tensor, kv_cache: KVCache) -> None:
         """Append the keys and values of ``x`` (B, T, E) to ``kv_cache`` without attending.
@@ -218,14 +311,35 @@ class CausalSelfAttention(Module):
         positions only pays the queries, attention and projection for those.
         """
         x = _check_input(x, self.embed_dim, "x")
-        if not isinstance(kv_cache, KVCache):
-            raise TypeError(f"kv_cache must be an nn.KVCache, got {type(kv_cache).__name__}")
-        if is_grad_enabled():
-            raise RuntimeError(
-                "prefill is for inference: call it inside `with glassllm.no_grad():`"
-            )
-        _, keys, values = F.split_packed_heads(self.qkv(x).data, self.num_heads)
-        kv_cache.append(keys, values)  # (B, nh, T, hs) each
+        _check_cache(kv_cache, "prefill is for inference: call it inside")
+        if self.packed:
+            _, keys, values = F.split_packed_heads(self.qkv(x).data, self.num_heads)
+        else:
+            _, keys, values = self.heads(self.qkv(x), start=kv_cache.length)
+            keys, values = keys.data, values.data
+        kv_cache.append(keys, values)  # (B, KV, T, hd) each
 
     def extra_repr(self) -> str:
-        return f"embed_dim={self.embed_dim}, num_heads={self.num_heads}, dropout={self.dropout}"
+        choices = ""
+        if self.num_kv_heads != self.num_heads:
+            choices += f", num_kv_heads={self.num_kv_heads}"
+        if self.head_size * self.num_heads != self.embed_dim:
+            choices += f", head_dim={self.head_size}"
+        if self.scale is not None:
+            choices += f", scale={self.scale}"
+        if self.window is not None:
+            choices += f", window={self.window}"
+        return (
+            f"embed_dim={self.embed_dim}, num_heads={self.num_heads}, dropout={self.dropout}"
+            + choices
+        )
+
+
+def _check_cache(kv_cache: Any, grad_message: str) -> None:
+    if not isinstance(kv_cache, KVCache):
+        raise TypeError(f"kv_cache must be an nn.KVCache, got {type(kv_cache).__name__}")
+    if is_grad_enabled():
+        raise RuntimeError(
+            f"{grad_message} `with glassllm.no_grad():` (cached keys and values are plain "
+            "arrays, so no gradient could flow through them)"
+        )

@@ -78,12 +78,12 @@ def test_sample_a_hugging_face_model_without_tokenizer_files(tmp_path, capsys):
     "setup, fragment",
     [
         (lambda d: None, "no config.json"),
-        (lambda d: (d / "config.json").write_text('{"model_type": "llama"}'), "'llama'"),
+        (lambda d: (d / "config.json").write_text('{"model_type": "mamba"}'), "'mamba'"),
         (lambda d: ((d / "config.json").write_text('{"model_type": "gpt2"}'),
                     (d / "pytorch_model.bin").write_bytes(b"x")), "no pickle"),
     ],
 )  # fmt: skip
-def test_sample_from_a_directory_that_is_no_gpt2(tmp_path, capsys, setup, fragment):
+def test_sample_from_a_directory_glassllm_cannot_read(tmp_path, capsys, setup, fragment):
     setup(tmp_path)
     status, _, err = run(["sample", "--checkpoint", tmp_path], capsys)
     assert_one_line_error(status, err, fragment)

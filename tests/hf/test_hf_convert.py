@@ -71,35 +71,45 @@ def test_every_unsupported_config_value_is_listed_at_once():
     bad = {
         **GPT2_CONFIG,
         "activation_function": "relu",
-        "layer_norm_epsilon": 1e-6,
-        "n_inner": 100,
-        "scale_attn_weights": False,
         "scale_attn_by_inverse_layer_idx": True,
         "add_cross_attention": True,
-        "tie_word_embeddings": False,
+        "layer_norm_epsilon": 0.0,
         "n_layer": 0,
+        "quantization_config": {"bits": 4},
     }
     with pytest.raises(HFFormatError) as caught:
         config_from_hf(bad)
     problems = " | ".join(caught.value.problems)
     for word in (
         "activation_function='relu'",
-        "layer_norm_epsilon=1e-06",
-        "n_inner=100",
-        "scale_attn_weights=False",
         "scale_attn_by_inverse_layer_idx=True",
         "add_cross_attention=True",
-        "untied lm_head",
+        "layer_norm_epsilon=0.0",
         "n_layer=0",
+        "quantization_config",
     ):
         assert word in problems
-    assert len(caught.value.problems) == 8
+    assert len(caught.value.problems) == 6
     assert "\n" not in str(caught.value)
 
 
+def test_gpt2_choices_the_model_now_computes():
+    """Values GPT-2 files may hold that glassllm's configurable model computes exactly."""
+    changes = {"activation_function": "gelu", "layer_norm_epsilon": 1e-6, "n_inner": 100,
+               "scale_attn_weights": False, "tie_word_embeddings": False}  # fmt: skip
+    config = config_from_hf({**GPT2_CONFIG, **changes})
+    assert (config.mlp, config.norm_eps, config.mlp_hidden) == ("gelu", 1e-6, 100)
+    assert (config.attention_scale, config.tied_head) == (1.0, False)
+    assert config_from_hf(GPT2_CONFIG).mlp_hidden is None  # n_inner null: 4 * n_embd
+
+
 def test_other_model_types_are_named():
-    with pytest.raises(HFFormatError, match="model_type is 'llama'"):
-        config_from_hf({"model_type": "llama"})
+    with pytest.raises(
+        HFFormatError,
+        match="model_type is 'mamba'; glassllm loads model_type "
+        "'gpt2', 'llama', 'qwen2', 'qwen3', 'gpt_neox', 'gpt_neo'",
+    ):
+        config_from_hf({"model_type": "mamba"})
     with pytest.raises(HFFormatError, match="n_embd=10 is not divisible by n_head=3"):
         config_from_hf({"model_type": "gpt2", "n_embd": 10, "n_head": 3})
 

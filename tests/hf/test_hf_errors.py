@@ -64,8 +64,11 @@ def test_no_such_path_and_no_config(tmp_path):
 
 
 def test_another_model_type_is_named(gpt2):
-    _edit_config(gpt2, model_type="gpt_neo")
-    assert "holds a 'gpt_neo' model; glassllm loads model_type 'gpt2' only" in str(_error(gpt2))
+    _edit_config(gpt2, model_type="mamba")
+    assert (
+        "holds a 'mamba' model; glassllm loads model_type 'gpt2', 'llama', 'qwen2', 'qwen3', "
+        "'gpt_neox', 'gpt_neo'" in str(_error(gpt2))
+    )
     (gpt2 / "config.json").write_text("[]")
     assert "config.json has no model_type" in str(_error(gpt2))
 
@@ -79,11 +82,11 @@ def test_pickle_only_directories_are_refused(gpt2):
 
 
 def test_config_and_weight_file_problems_are_listed_together(gpt2):
-    _edit_config(gpt2, activation_function="gelu", layer_norm_epsilon=1e-6, n_inner=7)
+    _edit_config(gpt2, activation_function="relu", layer_norm_epsilon=-1.0, n_inner=0)
     (gpt2 / "model.safetensors").unlink()
     problems = _error(gpt2).problems
     assert len(problems) == 4
-    for part in ("activation_function='gelu'", "layer_norm_epsilon=1e-06", "n_inner=7"):
+    for part in ("activation_function='relu'", "layer_norm_epsilon=-1.0", "n_inner=0"):
         assert any(part in p and "unsupported config.json value" in p for p in problems), part
     assert "no model.safetensors" in problems[3]
 
@@ -103,13 +106,17 @@ def test_tensor_problems_are_listed_together(gpt2):
     assert "h.0.attn.c_attn.bias has dtype I32" in message
 
 
-def test_untied_heads_are_refused(gpt2):
+def test_a_stored_head_must_be_the_tied_one_unless_untied(gpt2):
     _edit_tensors(gpt2, lambda t: t.update({"lm_head.weight": t["wte.weight"] * 2.0}))
     assert "untied lm_head.weight" in str(_error(gpt2))
     _edit_tensors(gpt2, lambda t: t.update({"lm_head.weight": t["wte.weight"]}))
     load_model(gpt2)  # a stored copy of the tied head is fine
-    _edit_config(gpt2, tie_word_embeddings=False)
-    assert "tie_word_embeddings=False" in str(_error(gpt2))
+    _edit_config(gpt2, tie_word_embeddings=False)  # then lm_head.weight is the head
+    _edit_tensors(gpt2, lambda t: t.update({"lm_head.weight": t["wte.weight"] * 2.0}))
+    model = load_model(gpt2)
+    assert np.array_equal(model.lm_head.weight.data, 2.0 * model.wte.weight.data.T)
+    _edit_tensors(gpt2, lambda t: t.pop("lm_head.weight"))
+    assert "missing tensors: lm_head.weight" in str(_error(gpt2))
 
 
 def test_malformed_files(gpt2):

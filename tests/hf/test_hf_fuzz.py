@@ -18,7 +18,7 @@ import safetensors.numpy
 from conftest import optional
 
 from glassllm.data import MissingDependencyError
-from glassllm.hf import HFFormatError, load_pretrained, name_from_hf
+from glassllm.hf import HFFormatError, load_pretrained, model_from_hf, name_from_hf
 
 FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "hf_gpt2_tiny"
 SEED = 20261130
@@ -31,6 +31,17 @@ VALUES = ["0", "-1", "1", "2", "3", "1024", "1025", "65537", "2.0", "1e-05", "1e
 CONFIG_KEYS = ["model_type", "vocab_size", "n_positions", "n_embd", "n_layer", "n_head",
                "n_inner", "activation_function", "layer_norm_epsilon", "tie_word_embeddings",
                "scale_attn_weights", "add_cross_attention", "n_ctx"]  # fmt: skip
+LLAMA_CONFIG_KEYS = ["model_type", "vocab_size", "hidden_size", "intermediate_size",
+                     "num_hidden_layers", "num_attention_heads", "num_key_value_heads", "head_dim",
+                     "rms_norm_eps", "hidden_act", "tie_word_embeddings", "rope_parameters",
+                     "rope_theta", "rope_scaling", "attention_bias", "mlp_bias",
+                     "max_position_embeddings"]  # fmt: skip
+LLAMA_TENSOR_NAMES = [
+    "model.layers.99.input_layernorm.weight", "lm_head.weight", "embed_out.weight",
+    "model.layers.0.self_attn.rotary_emb.inv_freq", "model.norm.bias",
+    "model.layers.0.self_attn.q_proj.bias", "layers.0.mlp.up_proj.weight",
+    "model.layers.1.self_attn.q_norm.weight",
+]  # fmt: skip
 TENSOR_NAMES = ["h.99.ln_1.weight", "h.2.ln_1.weight", "transformer.wte.weight", "h.01.ln_1.bias",
                 "lm_head.weight", "h.0.attn.bias", "", "__metadata__",
                 "h." + "9" * 5000 + ".x"]  # fmt: skip
@@ -63,12 +74,12 @@ def _join(header: bytes, body: bytes, length: int | None = None) -> bytes:
     return (len(header) if length is None else length).to_bytes(8, "little") + header + body
 
 
-def mutate(directory: Path, rng) -> str:
+def mutate(directory: Path, rng, config_keys=CONFIG_KEYS, tensor_names=TENSOR_NAMES) -> str:
     """Apply one random mutation to the copy ``directory``; return its description."""
     config, weights = directory / "config.json", directory / "model.safetensors"
     kind = int(rng.integers(0, 12))
     if kind == 0:
-        key, raw = rng.choice(CONFIG_KEYS), rng.choice(VALUES)
+        key, raw = rng.choice(config_keys), rng.choice(VALUES)
         config.write_text(_set_raw(config.read_text(), str(key), str(raw)))
         return f"config {key}={raw[:20]}"
     if kind == 1:
@@ -119,7 +130,7 @@ def mutate(directory: Path, rng) -> str:
         return f"entry {name}.{field}={raw[:20]}"
     if kind == 7:
         name = str(rng.choice(names))
-        new = str(rng.choice(TENSOR_NAMES))
+        new = str(rng.choice(tensor_names))
         info = entries.pop(name)
         if new != "__metadata__":
             entries[new] = info
@@ -183,7 +194,30 @@ def _reference_tensors(directory: Path) -> dict[str, np.ndarray]:
     return tensors
 
 
-def test_mutated_directories_load_or_raise_the_documented_error(tmp_path):
+@pytest.fixture(scope="module")
+def llama_fixture(tmp_path_factory) -> Path:
+    """A Llama-style directory (GQA, untied head, llama3 rope scaling, q/k/v biases) written by
+    glassllm's exporter: tokenizer files as for GPT-2, tensors in torch's layout."""
+    optional("tokenizers")
+    from glassllm.data import train_bpe
+    from glassllm.hf import save_pretrained
+    from glassllm.models import GPT
+    from glassllm.models.config import llama_config
+
+    scaling = {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
+               "high_freq_factor": 4.0, "original_max_position_embeddings": 8}  # fmt: skip
+    config = llama_config(vocab_size=300, block_size=32, n_layer=2, n_head=4, n_embd=16,
+                          tied_head=False, qkv_bias=True, rope_scaling=scaling)  # fmt: skip
+    tokenizer = train_bpe("def f(x):\n    return x + 1\n" * 40, 300)
+    out = tmp_path_factory.mktemp("llama_fuzz") / "llama"
+    return save_pretrained(GPT(config, rng=np.random.default_rng(0)), tokenizer, out)
+
+
+@pytest.mark.parametrize("family", ["gpt2", "llama"])
+def test_mutated_directories_load_or_raise_the_documented_error(tmp_path, request, family):
+    fixture = FIXTURE if family == "gpt2" else request.getfixturevalue("llama_fixture")
+    keys = (CONFIG_KEYS, TENSOR_NAMES) if family == "gpt2" else (LLAMA_CONFIG_KEYS,
+                                                                  LLAMA_TENSOR_NAMES)  # fmt: skip
     optional("tokenizers")  # the tokenizer files are fuzzed too
     rng = np.random.default_rng(SEED)
     outcomes: dict[str, int] = {}
@@ -192,8 +226,8 @@ def test_mutated_directories_load_or_raise_the_documented_error(tmp_path):
     try:
         for case in range(CASES):
             directory = tmp_path / str(case)
-            shutil.copytree(FIXTURE, directory)
-            what = mutate(directory, rng)
+            shutil.copytree(fixture, directory)
+            what = mutate(directory, rng, *keys)
             signal.setitimer(signal.ITIMER_REAL, 5.0)
             try:
                 model, _ = load_pretrained(directory, require_tokenizer=True)
@@ -210,7 +244,13 @@ def test_mutated_directories_load_or_raise_the_documented_error(tmp_path):
                 raise AssertionError(f"case {case} ({what}): {type(err).__name__}: {err}") from err
             finally:
                 signal.setitimer(signal.ITIMER_REAL, 0)
-            if outcome == "loaded":  # exactly what the reference reader reads from the files
+            if outcome == "loaded" and family != "gpt2":  # what the reference reader reads
+                config = json.loads((directory / "config.json").read_text())
+                params = dict(model.named_parameters())
+                reference = model_from_hf(config, _reference_tensors(directory), "reference")
+                for name, value in reference.state_dict().items():
+                    assert np.array_equal(params[name].data, value, equal_nan=True), (what, name)
+            elif outcome == "loaded":  # exactly what the reference reader reads from the files
                 params = dict(model.named_parameters())
                 for name, value in _reference_tensors(directory).items():
                     if name_from_hf(name) in params:

@@ -250,3 +250,82 @@ def test_a_fifo_is_refused_without_blocking(tmp_path):
         read_json(fifo)
     with pytest.raises(HFFormatError):
         load_pretrained(fifo)
+
+
+# ---------------------------------------------------------------------------- Llama-style files
+
+
+@pytest.fixture(scope="module")
+def llama_directory(tmp_path_factory) -> Path:
+    """A Llama-style directory (GQA, untied head) written by glassllm's exporter, model only."""
+    import numpy as np
+
+    from glassllm.hf import save_pretrained
+    from glassllm.models import GPT
+    from glassllm.models.config import llama_config
+
+    config = llama_config(vocab_size=300, block_size=32, n_layer=2, n_head=4, n_embd=16,
+                          tied_head=False)  # fmt: skip
+    out = tmp_path_factory.mktemp("hostile_llama") / "llama"
+    return save_pretrained(GPT(config, rng=np.random.default_rng(0)), None, out)
+
+
+def _rename(name, new):
+    return lambda header: header.update({new: header.pop(name)})
+
+
+def _shape(name, shape):
+    return lambda header: header[name].update(shape=shape)
+
+
+LLAMA_HOSTILE = {
+    "num_hidden_layers 10**8": ("num_hidden_layers", str(10**8), "num_hidden_layers"),
+    "num_hidden_layers 1000": ("num_hidden_layers", "1000", "weights hold 2 blocks"),
+    "hidden_size too wide": ("hidden_size", str(2**20), "hidden_size"),
+    "intermediate_size 2**30": ("intermediate_size", str(2**30), "intermediate_size"),
+    "intermediate_size not the file's": ("intermediate_size", "4096", "mlp.up_proj.weight"),
+    "kv heads not the file's": ("num_key_value_heads", "4", "self_attn.k_proj.weight"),
+    "head_dim 2**20": ("head_dim", str(2**20), "head_dim"),
+    "head_dim not the file's": ("head_dim", "64", "self_attn.q_proj.weight"),
+    "vocab not the embedding's": ("vocab_size", "301", "model.embed_tokens.weight"),
+    "context 2**40": ("max_position_embeddings", str(2**40), "max_position_embeddings"),
+    "rope_theta 10**400": ("rope_parameters", '{"rope_theta": ' + "1" + "0" * 400 + "}",
+                           "rope_theta"),
+    "deep rope_parameters": ("rope_parameters", deep(500), "config.json"),
+    "llama3 original 10**400": ("rope_scaling", '{"rope_type": "llama3", "factor": 8, '
+                                '"low_freq_factor": 1, "high_freq_factor": 4, '
+                                '"original_max_position_embeddings": 1' + "0" * 400 + "}",
+                                "original_max_position_embeddings"),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("case", list(LLAMA_HOSTILE))
+def test_hostile_llama_configs_are_refused_at_once(llama_directory, tmp_path, monkeypatch, case):
+    key, raw, fragment = LLAMA_HOSTILE[case]
+    directory = tmp_path / "llama"
+    shutil.copytree(llama_directory, directory)
+    edit_config_text(directory, key, raw)
+    with refused_cheaply(monkeypatch), pytest.raises(HFFormatError) as caught:
+        load_pretrained(directory)
+    message = str(caught.value)
+    assert "\n" not in message and len(message) < 2000, message
+    assert fragment in message, message
+
+
+@pytest.mark.parametrize(
+    "edit, fragment",
+    [(_shape("model.layers.0.self_attn.q_proj.weight", [10**6, 16]), "q_proj.weight"),
+     (_shape("lm_head.weight", [16, 300]), "lm_head.weight (16, 300) (expected (300, 16))"),
+     (_rename("model.layers.1.self_attn.v_proj.weight", "model.layers.1.self_attn.w.weight"),
+      "missing tensors: model.layers.1.self_attn.v_proj.weight"),
+     (_rename("model.norm.weight", "../model.norm.weight"),
+      "unexpected tensors: ../model.norm.weight")],
+)  # fmt: skip
+def test_hostile_llama_tensors_are_refused_at_once(llama_directory, tmp_path, monkeypatch, edit,
+                                                   fragment):  # fmt: skip
+    directory = tmp_path / "llama"
+    shutil.copytree(llama_directory, directory)
+    edit_header(directory, edit)
+    with refused_cheaply(monkeypatch), pytest.raises(HFFormatError) as caught:
+        load_pretrained(directory)
+    assert fragment in str(caught.value) and "\n" not in str(caught.value)

@@ -20,10 +20,19 @@ from glassllm._text import shown
 from glassllm.app.sample import EXPLAIN_TOP, generate_explained
 from glassllm.autograd import no_grad
 from glassllm.graph.examples import EXAMPLES, run_example
-from glassllm.models import sampling
+from glassllm.models import GPTConfig, sampling
 from glassllm.models.inspect import SOURCES, top_k
 
-from .fields import ApiError, bad, integer, number, optional_integer, text, token_ids
+from .fields import (
+    ApiError,
+    bad,
+    integer,
+    number,
+    optional_integer,
+    optional_number,
+    text,
+    token_ids,
+)
 from .run import Run
 
 # The viewer's own limits, for a server's sake (the bounds of sampling are the library's,
@@ -104,12 +113,39 @@ def info(run: Run, query: dict[str, Any]) -> dict[str, Any]:
             "iteration": source.iteration,
             "best_val_loss": source.best_val_loss,
             "model_config": run.model.config.to_dict(),
+            "architecture": architecture(run.model.config),
             "parameters": run.model.num_parameters(),
             "tokenizer": source.tokenizer_kind,
         }
         if query.get("brief") != "1":
             answer["checkpoint"]["vocab"] = run.tokens()
         return answer
+
+
+# How the page names each MLP's units (the input of the MLP's output projection).
+MLP_ACTIVATIONS = {"gelu_tanh": "GELU", "gelu": "GELU (erf)", "swiglu": "silu(gate) × up"}
+
+
+def architecture(config: GPTConfig) -> str:
+    """The model's kind for the page's header: "GPT", with the choices beyond GPT-2's in
+    parentheses ("GPT (2 key/value heads, RMSNorm, SwiGLU, rotary positions)")."""
+    named = {
+        "norm": "RMSNorm",
+        "mlp": {"gelu": "GELU (erf)", "swiglu": "SwiGLU"}.get(config.mlp, ""),
+        "positions": "rotary positions",
+        "n_kv_head": f"{config.kv_heads} key/value heads",
+        "head_dim": f"heads of {config.head_size}",
+        "qk_norm": "QK-norm",
+        "parallel_residual": "parallel residual",
+        "tied_head": "untied head",
+        "attention_scale": f"attention scale {config.attention_scale:g}"
+        if config.attention_scale is not None
+        else "",
+        "local_layers": f"local attention ({config.attention_window}) in blocks "
+        + ", ".join(map(str, config.local_layers)),
+    }
+    choices = [named[name] for name in config.gpt2_differences() if named.get(name)]
+    return f"GPT ({', '.join(choices)})" if choices else "GPT"
 
 
 def log(run: Run, query: dict[str, Any]) -> dict[str, Any]:
@@ -130,19 +166,13 @@ def generate(run: Run, body: dict[str, Any]) -> dict[str, Any]:
     seed and options give the same tokens and probabilities); every token with its alternatives.
 
     Request: ``prompt`` (text) or ``ids``, ``max_new_tokens`` (0..500, default 100),
-    ``temperature`` (default 0.8), ``top_k`` (null: all), ``seed`` (default 1337).
+    ``temperature`` (default 0.8), ``top_k`` (null: all), ``top_p`` (in (0, 1], null: all),
+    ``min_p`` (in [0, 1), null: all), ``seed`` (default 1337).
     """
     model = _model(run)
     ids = _ids_from(run, body, max_tokens=8 * MAX_PROMPT_CHARS)
-    max_new = integer(body, "max_new_tokens", 100, 0, MAX_NEW_TOKENS)
-    temperature = number(body, "temperature", 0.8, MIN_TEMPERATURE, MAX_TEMPERATURE)
-    top_k = optional_integer(body, "top_k", 1, sampling.MAX_TOP_K)
-    seed = integer(body, "seed", 1337, 0, SEED_MAX)
-    try:
-        options = sampling.SamplingOptions(max_new, temperature, top_k, seed)
-    except ValueError as err:
-        raise bad(str(err)) from None
-    rng = np.random.default_rng(seed)  # as glassllm sample: one generator, seeded once
+    options, fields = sampling_fields(body)
+    rng = np.random.default_rng(options.seed)  # as glassllm sample: one generator, seeded once
     _, choices = generate_explained(model, run.tokenizer, ids, 1, options, rng)
     tokens = [
         {
@@ -156,22 +186,31 @@ def generate(run: Run, body: dict[str, Any]) -> dict[str, Any]:
     answer = {
         "prompt": [_token(run, i) for i in ids],
         "tokens": tokens,
-        "options": {
-            "max_new_tokens": max_new,
-            "temperature": temperature,
-            "top_k": top_k,
-            "seed": seed,
-        },
+        "options": fields,
         "source": "glassllm/models/generation.py: explain",
     }
     if body.get("ids") is None:
-        answer["command"] = _sample_command(run, body["prompt"], max_new, temperature, top_k, seed)
+        answer["command"] = _sample_command(run, body["prompt"], options)
     return answer
 
 
-def _sample_command(
-    run: Run, prompt: str, max_new: int, temperature: float, top_k: int | None, seed: int
-) -> str:
+def sampling_fields(body: dict[str, Any]) -> tuple[sampling.SamplingOptions, dict[str, Any]]:
+    """The request's sampling options, checked, and as the answer echoes them."""
+    fields = {
+        "max_new_tokens": integer(body, "max_new_tokens", 100, 0, MAX_NEW_TOKENS),
+        "temperature": number(body, "temperature", 0.8, MIN_TEMPERATURE, MAX_TEMPERATURE),
+        "top_k": optional_integer(body, "top_k", 1, sampling.MAX_TOP_K),
+        "top_p": optional_number(body, "top_p", 0.0, 1.0),
+        "min_p": optional_number(body, "min_p", 0.0, 1.0),
+        "seed": integer(body, "seed", 1337, 0, SEED_MAX),
+    }
+    try:  # the exclusive ends (top_p 0, min_p 1) are the library's to refuse
+        return sampling.SamplingOptions(**fields), fields
+    except ValueError as err:
+        raise bad(str(err)) from None
+
+
+def _sample_command(run: Run, prompt: str, options: sampling.SamplingOptions) -> str:
     parts = [
         "glassllm",
         "sample",
@@ -182,16 +221,18 @@ def _sample_command(
         "--num-samples",
         "1",
         "--max-new-tokens",
-        str(max_new),
+        str(options.max_new_tokens),
         "--temperature",
-        repr(temperature),
+        repr(options.temperature),
         "--seed",
-        str(seed),
-        "--explain",
+        str(options.seed),
     ]
-    if top_k is not None:
-        parts[-1:-1] = ["--top-k", str(top_k)]
-    return shlex.join(parts)
+    for flag, value in (("--top-k", options.top_k), ("--top-p", options.top_p)):
+        if value is not None:
+            parts += [flag, repr(value)]
+    if options.min_p is not None:
+        parts += ["--min-p", repr(options.min_p)]
+    return shlex.join([*parts, "--explain"])
 
 
 def distribution(run: Run, body: dict[str, Any]) -> dict[str, Any]:
@@ -242,6 +283,7 @@ def inspect(run: Run, body: dict[str, Any]) -> dict[str, Any]:
             "top_values": _rounded(np.stack(mlp_values), 4),
             "active_fraction": _rounded((seen.mlp > 0).mean(axis=(1, 2)), 4),
             "units": int(seen.mlp.shape[-1]),
+            "activation": MLP_ACTIVATIONS[model.config.mlp],
         },
         "attention": _rounded(seen.attention) if inline else None,
         "sources": SOURCES,
@@ -262,11 +304,12 @@ def attention(run: Run, body: dict[str, Any]) -> dict[str, Any]:
 
 
 def neuron(run: Run, body: dict[str, Any]) -> dict[str, Any]:
-    """The GELU activation of unit ``index`` of ``layer``'s MLP at every position of ``ids``."""
+    """The activation of unit ``index`` of ``layer``'s MLP at every position of ``ids``: what its
+    output projection reads (GELU's output, or ``silu(gate) * up`` in a SwiGLU MLP)."""
     model = _model(run)
     ids = token_ids(body, "ids", model.config.vocab_size, model.config.block_size)
     layer = integer(body, "layer", None, 0, model.config.n_layer - 1)
-    index = integer(body, "index", None, 0, 4 * model.config.n_embd - 1)
+    index = integer(body, "index", None, 0, model.config.mlp_size - 1)
     values = run.inspection(ids).mlp[layer, :, index]
     return {"layer": layer, "index": index, "values": _rounded(values, 5), "source": SOURCES["mlp"]}
 
@@ -295,6 +338,12 @@ def graph(_run: Run, body: dict[str, Any]) -> dict[str, Any]:
         raise bad(str(err)) from None
 
 
+def _chat(run: Run, body: dict[str, Any]) -> dict[str, Any]:
+    from .chat_api import chat  # the Sample tab's chat mode
+
+    return chat(run, body)
+
+
 # (method, path) -> (function, needs the model lock)
 Endpoint = Callable[[Run, dict[str, Any]], dict[str, Any]]
 ROUTES: dict[tuple[str, str], tuple[Endpoint, bool]] = {
@@ -302,6 +351,7 @@ ROUTES: dict[tuple[str, str], tuple[Endpoint, bool]] = {
     ("GET", "/api/log"): (log, False),
     ("GET", "/api/graph/examples"): (graph_examples, False),
     ("POST", "/api/generate"): (generate, True),
+    ("POST", "/api/chat"): (_chat, True),
     ("POST", "/api/distribution"): (distribution, True),
     ("POST", "/api/inspect"): (inspect, True),
     ("POST", "/api/attention"): (attention, True),

@@ -59,6 +59,13 @@ def number(body: dict[str, Any], name: str, default: float, low: float, high: fl
     return value
 
 
+def optional_number(body: dict[str, Any], name: str, low: float, high: float) -> float | None:
+    """``body[name]`` as a finite number in [low, high], None when absent or null."""
+    if body.get(name) is None:
+        return None
+    return number(body, name, None, low, high)
+
+
 def text(body: dict[str, Any], name: str, max_length: int) -> str:
     value = body.get(name)
     if not isinstance(value, str):

@@ -80,6 +80,8 @@ class Run:
         self.follows = True  # False for a Hugging Face directory: read once
         self._inspections: collections.OrderedDict[tuple, Inspection] = collections.OrderedDict()
         self._tokens: list[dict[str, Any]] | None = None
+        self._opened: Any = None  # the Opened of a model read once (chat_setup reads it)
+        self._chat: tuple[Any, frozenset[int]] | None = None
 
     # ---- the checkpoint
 
@@ -116,7 +118,17 @@ class Run:
     def _load_pretrained(self) -> None:
         opened = open_checkpoint(self.checkpoint_path)
         self._use(opened.model, opened.tokenizer, opened.source)
+        self._opened = opened
         self.follows = False
+
+    def chat_setup(self) -> tuple[Any, frozenset[int]]:
+        """``(chat template or None, end tokens)`` of the model on show (`glassllm.app.chat`):
+        a GGUF file's or a Hugging Face directory's; a glassllm run has none."""
+        if self._chat is None:
+            from glassllm.app.chat import chat_setup
+
+            self._chat = (None, frozenset()) if self._opened is None else chat_setup(self._opened)
+        return self._chat
 
     @property
     def metadata(self) -> dict[str, Any]:
@@ -215,6 +227,8 @@ def _token_entry(tokenizer: Tokenizer, token_id: int) -> dict[str, Any]:
 
 
 def _is_pretrained(path: Path) -> bool:
+    """A model read once (a Hugging Face directory, a GGUF file), not a run's checkpoint."""
+    from glassllm.gguf import is_gguf_path
     from glassllm.hf import is_pretrained_path
 
-    return is_pretrained_path(path)
+    return is_gguf_path(path) or is_pretrained_path(path)

@@ -442,3 +442,60 @@ def test_page_reshapes_the_distribution_as_the_sampler_does(page, temperature, t
     )
     expected = generation.probabilities(logits[None].astype(np.float64), temperature, top_k)[0]
     np.testing.assert_allclose(mine, expected, rtol=1e-12, atol=1e-15)
+
+
+@pytest.mark.parametrize("top_p, min_p", [(0.5, None), (None, 0.2), (0.9, 0.05), (1.0, 0.0)])
+def test_page_applies_top_p_and_min_p_as_the_sampler_does(page, top_p, min_p):
+    """The page's distribution after top-k, top-p and min-p equals sampling.distribution's."""
+    import numpy as np
+
+    from glassllm.models import sampling
+
+    logits = np.random.default_rng(7).normal(size=46) * 2.0
+    mine = page.evaluate(
+        "async ([z, t, k, p, m]) => (await import('/sample.js')).probabilities(z, t, k, p, m)",
+        [logits.tolist(), 0.8, 30, top_p, min_p],
+    )
+    expected = sampling.distribution(logits[None], 0.8, 30, top_p, min_p)[0]
+    np.testing.assert_array_equal(np.asarray(mine) > 0, expected > 0)
+    np.testing.assert_allclose(mine, expected, rtol=1e-12, atol=1e-15)
+
+
+def test_the_chat_mode_answers_through_the_models_template(browser, tmp_path):
+    """Chat mode on a tiny instruct GGUF: each Send renders the whole conversation, the answer
+    is explained token by token and joins the conversation shown above."""
+    import sys
+
+    from playwright.sync_api import expect
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+    from test_chat import chat_gguf
+
+    path = chat_gguf(tmp_path / "talks.gguf", ends=False)
+    server = make_server(tmp_path, path, port=0)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    opened = Page(browser, f"http://127.0.0.1:{server.port}/")
+    try:
+        page = opened.page
+        expect(page.locator("#info")).to_contain_text("talks.gguf")
+        page.check("#chat-mode")
+        expect(page.locator("#generate")).to_have_text("Send")
+        page.fill("#max-tokens", "3")
+        page.fill("#top-k", "1")
+        for turn, message in enumerate(["hello", "more"], start=1):
+            page.fill("#prompt", message)
+            page.click("#generate")
+            expect(page.locator("#chat-log .msg")).to_have_count(2 * turn)
+        assert page.locator("#chat-log .msg").all_inner_texts() == [
+            "user: hello", "assistant: aaa", "user: more", "assistant: aaa"
+        ]  # fmt: skip
+        expect(page.locator("#tokens .tok.gen")).to_have_count(3)
+        prompt = "".join(page.locator("#tokens .tok.prompt").all_inner_texts())
+        assert prompt.count("<|im_start|>") == 4 and "more" in prompt
+        page.click("#chat-reset")
+        expect(page.locator("#chat-log")).to_be_hidden()
+        assert opened.errors == []
+    finally:
+        opened.context.close()
+        server.shutdown()
+        server.server_close()

@@ -134,7 +134,7 @@ function drawNeurons() {
     span.addEventListener("click", () => showUnits(t));
     strip.appendChild(span);
   });
-  $("mlp-active").textContent = `Fraction of units with a positive GELU output, per layer: ${
+  $("mlp-active").textContent = `Fraction of units with a positive ${seen.mlp.activation} output, per layer: ${
     seen.mlp.active_fraction.map((f, l) => `layer ${l} ${percent(f)}`).join(" · ")}`;
   $("mlp-units").replaceChildren();
 }

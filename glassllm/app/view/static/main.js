@@ -22,7 +22,7 @@ function describe(info) {
   const m = c.model_config;
   const loss = c.best_val_loss === null || c.best_val_loss === undefined ? "" : `, best val loss ${c.best_val_loss.toFixed(4)}`;
   const when = c.iteration === null || c.iteration === undefined ? "pretrained (Hugging Face)" : `step ${c.iteration}`;
-  return `${when}${loss} · GPT ${m.n_layer} layers × ${m.n_head} heads × ${m.n_embd} wide, context ${m.block_size}, ${(c.parameters / 1e6).toFixed(2)}M parameters · ${c.tokenizer} tokenizer, vocabulary ${m.vocab_size} · ${c.file}`;
+  return `${when}${loss} · ${c.architecture ?? "GPT"} ${m.n_layer} layers × ${m.n_head} heads × ${m.n_embd} wide, context ${m.block_size}, ${(c.parameters / 1e6).toFixed(2)}M parameters · ${c.tokenizer} tokenizer, vocabulary ${m.vocab_size} · ${c.file}`;
 }
 
 async function start() {

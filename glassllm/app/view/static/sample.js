@@ -7,16 +7,19 @@ import { el, percent, probColour, state, tokenSpan, visible } from "./util.js";
 
 const $ = (id) => document.getElementById(id);
 const history = []; // {label, result}
+const conversation = []; // the chat mode's messages, {role, content}
 let current = null; // the /api/generate answer on show
 let dist = null; // {logits, drawn}
 
 function options() {
-  const topK = $("top-k").value.trim();
   const read = (id) => Number($(id).value);
+  const optional = (id) => ($(id).value.trim() === "" ? null : Number($(id).value));
   return {
     max_new_tokens: read("max-tokens"),
     temperature: read("temperature"),
-    top_k: topK === "" ? null : Number(topK),
+    top_k: optional("top-k"),
+    top_p: optional("top-p"),
+    min_p: optional("min-p"),
     seed: read("seed"),
   };
 }
@@ -78,7 +81,7 @@ async function select(i) {
   $("alts-cap").textContent = `step ${token.step}: ${token.repr} was drawn with p = ${percent(token.p)}`;
   const table = $("alts");
   table.replaceChildren(el("tr", {}, null));
-  table.firstChild.append(el("th", {}, "token"), el("th", {}, "p (after T, top-k)"), el("th", {}, ""));
+  table.firstChild.append(el("th", {}, "token"), el("th", {}, "p (after T, top-k, top-p, min-p)"), el("th", {}, ""));
   for (const alt of token.top) {
     const row = el("tr", { class: alt.id === token.id ? "alt drawn" : "alt" });
     const bar = el("div", { class: "bar" });
@@ -107,16 +110,37 @@ async function select(i) {
   drawDistribution();
 }
 
-// softmax(logits / T) over the top-k largest (ties at the k-th kept), as glassllm.models.generation.probabilities.
-export function probabilities(logits, temperature, topK) {
+function softmax(z) {
+  const max = Math.max(...z);
+  const exps = z.map((v) => (v === -Infinity ? 0 : Math.exp(v - max)));
+  const sum = exps.reduce((a, b) => a + b, 0);
+  return exps.map((e) => e / sum);
+}
+
+// softmax(logits / T) over the top-k largest (ties at the k-th kept), then top-p (nucleus) and
+// min-p (null or undefined: off), as glassllm.models.sampling.distribution (transformers' order).
+export function probabilities(logits, temperature, topK, topP = null, minP = null) {
   const scaled = logits.map((z) => z / temperature);
   let kth = -Infinity;
   if (topK < scaled.length) kth = [...scaled].sort((a, b) => b - a)[topK - 1];
-  const kept = scaled.map((z) => (z < kth ? -Infinity : z));
-  const max = Math.max(...kept);
-  const exps = kept.map((z) => (z === -Infinity ? 0 : Math.exp(z - max)));
-  const sum = exps.reduce((a, b) => a + b, 0);
-  return exps.map((e) => e / sum);
+  let kept = scaled.map((z) => (z < kth ? -Infinity : z));
+  if (topP !== null && topP < 1) { // drop the least likely while their total is <= 1 - p
+    const order = kept.map((v, i) => i).sort((a, b) => kept[a] - kept[b] || a - b);
+    const p = softmax(order.map((i) => kept[i]));
+    let total = 0;
+    const removed = new Set();
+    order.forEach((id, rank) => {
+      total += p[rank];
+      if (total <= 1 - topP && rank < order.length - 1) removed.add(id);
+    });
+    kept = kept.map((z, i) => (removed.has(i) ? -Infinity : z));
+  }
+  if (minP) { // drop those below min_p times the most likely one's probability
+    const p = softmax(kept);
+    const threshold = Math.max(...p) * minP;
+    kept = kept.map((z, i) => (p[i] < threshold ? -Infinity : z));
+  }
+  return softmax(kept);
 }
 
 function drawDistribution() {
@@ -125,7 +149,7 @@ function drawDistribution() {
   const topK = Number($("dist-topk").value);
   $("dist-temp-val").textContent = temperature.toFixed(2);
   $("dist-topk-val").textContent = String(topK);
-  const p = probabilities(dist.logits, temperature, topK);
+  const p = probabilities(dist.logits, temperature, topK, current.options.top_p, current.options.min_p);
   const order = p.map((v, i) => i).sort((a, b) => p[b] - p[a]).slice(0, 16);
   const box = $("dist");
   box.replaceChildren();
@@ -141,11 +165,47 @@ function drawDistribution() {
   }
 }
 
+// Chat mode: the prompt box holds the next user message; /api/chat (glassllm/app/view/chat_api.py)
+// renders the whole conversation with the model's chat template and answers it, explained.
+function renderConversation() {
+  const log = $("chat-log");
+  log.replaceChildren();
+  for (const m of conversation) {
+    log.appendChild(el("div", { class: `msg ${m.role === "user" ? "user" : "assistant"}` }, `${m.role}: ${m.content}`));
+  }
+  log.hidden = conversation.length === 0;
+}
+
+async function sendChat() {
+  const message = $("prompt").value;
+  if (!message.trim()) return;
+  clearError();
+  $("generate").disabled = true;
+  try {
+    const messages = [...conversation, { role: "user", content: message }];
+    const result = await call("/api/chat", { ...options(), messages });
+    if (!result) return;
+    conversation.push(messages[messages.length - 1], { role: "assistant", content: result.reply });
+    $("prompt").value = "";
+    renderConversation();
+    history.push({ label: `chat: “${visible(message).slice(0, 24)}”`, result });
+    render(result);
+  } finally {
+    $("generate").disabled = false;
+  }
+}
+
 export function initSample() {
   $("generate").addEventListener("click", () => {
+    if ($("chat-mode").checked) return sendChat();
     const prompt = $("prompt").value;
     generate({ prompt }, `“${visible(prompt).slice(0, 24)}” seed ${$("seed").value}`);
   });
+  $("chat-mode").addEventListener("change", () => {
+    $("generate").textContent = $("chat-mode").checked ? "Send" : "Generate";
+    $("chat-reset").hidden = !$("chat-mode").checked;
+  });
+  $("chat-reset").addEventListener("click", () => { conversation.length = 0; renderConversation(); });
   $("dist-temp").addEventListener("input", drawDistribution);
   $("dist-topk").addEventListener("input", drawDistribution);
   document.querySelectorAll(".swatch").forEach((s) => { s.style.background = probColour(Number(s.dataset.p)); });

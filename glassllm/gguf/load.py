@@ -1,0 +1,152 @@
+"""Open a GGUF file: its model as a transformers-style pair (config dict, tensors), its tokenizer
+and chat template; `load_gguf` builds the glassllm model through `glassllm.hf.model_from_hf`.
+
+Every check on the header (`glassllm.gguf.header`), the configuration and the tensor names
+(`glassllm.gguf.convert`) runs before a weight is dequantized; then each tensor's shape is held
+to the one the configuration implies, so a file whose metadata and tensors disagree is refused
+with the tensor named, not broken later in a matmul.
+
+Weights are dequantized to float32 once, at load (the design's baseline): 0.54 GB for SmolLM2-135M
+where the Q4_1 file is 98 MB, for plain NumPy matmuls afterwards.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from glassllm.chat_template import ChatTemplate
+from glassllm.data.bpe import BPETokenizer
+from glassllm.gguf.convert import hf_config, tensor_names, unpermute
+from glassllm.gguf.dequantize import dequantize, import_gguf
+from glassllm.gguf.header import GGUFFormatError, GGUFHeader, read_header
+from glassllm.gguf.tokenizer import special_tokens, tokenizer_from_metadata
+
+if TYPE_CHECKING:
+    from glassllm.models.gpt import GPT
+
+SUFFIX = ".gguf"
+
+
+@dataclasses.dataclass
+class GGUFContents:
+    """What a GGUF file holds, in Hugging Face's terms: ``config`` is a ``config.json`` dict,
+    ``tensors`` float32 arrays under transformers' names in torch's layout (``(out, in)``), as
+    ``model.state_dict()`` has them; the tokenizer and chat template come from the metadata
+    (``chat_template`` None when the file has none)."""
+
+    path: Path
+    config: dict[str, Any]
+    tensors: dict[str, np.ndarray]
+    tokenizer: BPETokenizer
+    chat_template: ChatTemplate | None
+    metadata: dict[str, Any]
+
+
+def is_gguf_path(path: str | os.PathLike[str]) -> bool:
+    """Whether ``path`` is meant as a GGUF file: its name ends in ``.gguf``, or it starts with
+    the GGUF magic (a file of another kind is left to the other readers)."""
+    path = Path(path)
+    if path.suffix.lower() == SUFFIX:
+        return True
+    if not path.is_file():  # a directory, or a FIFO that an open() would wait on
+        return False
+    try:
+        with open(path, "rb") as handle:
+            return handle.read(4) == b"GGUF"
+    except OSError:
+        return False
+
+
+def read_gguf(path: str | os.PathLike[str]) -> GGUFContents:
+    """Read and check the GGUF file ``path`` whole; raises GGUFFormatError (a ValueError) naming
+    the file and the field, MissingDependencyError without the gguf or tokenizers package."""
+    header = read_header(path)
+    import_gguf()  # before any work: a missing extra is said first
+    config = hf_config(header)
+    names = tensor_names(header, config)
+    _check_shapes(header, names, config)
+    tokenizer = tokenizer_from_metadata(header.metadata, str(header.path))
+    if tokenizer.vocab_size > config["vocab_size"]:
+        raise GGUFFormatError(
+            str(header.path),
+            [
+                f"its tokenizer has {tokenizer.vocab_size:,} tokens, its model "
+                f"{config['vocab_size']:,}"
+            ],
+        )
+    tensors = {ours: _tensor(header, theirs, config) for theirs, ours in names.items()}
+    return GGUFContents(
+        header.path, config, tensors, tokenizer, chat_template_of(header), header.metadata
+    )
+
+
+def load_gguf(path: str | os.PathLike[str]) -> tuple[GPT, BPETokenizer, ChatTemplate | None]:
+    """``(model, tokenizer, chat template or None)`` of a GGUF file; the model in eval mode,
+    float32. See `read_gguf` for the errors."""
+    from glassllm.hf import model_from_hf
+
+    contents = read_gguf(path)
+    model = model_from_hf(contents.config, contents.tensors, str(contents.path))
+    return model, contents.tokenizer, contents.chat_template
+
+
+def chat_template_of(header: GGUFHeader) -> ChatTemplate | None:
+    """``tokenizer.chat_template`` with the file's named special tokens, None when absent."""
+    source = header.metadata.get("tokenizer.chat_template")
+    if source is None:
+        return None
+    if not isinstance(source, str):
+        raise GGUFFormatError(str(header.path), ["tokenizer.chat_template must be a string"])
+    return ChatTemplate(source, special_tokens(header.metadata))
+
+
+def expected_shapes(config: dict[str, Any]) -> dict[str, tuple[int, ...]]:
+    """Each transformers tensor name of ``config``'s model with the torch shape it must have."""
+    E, M, V = config["hidden_size"], config["intermediate_size"], config["vocab_size"]
+    hd, H, KV = config["head_dim"], config["num_attention_heads"], config["num_key_value_heads"]
+    shapes = {"model.embed_tokens.weight": (V, E), "model.norm.weight": (E,)}
+    shapes["lm_head.weight"] = (V, E)
+    for i in range(config["num_hidden_layers"]):
+        p = f"model.layers.{i}."
+        shapes |= {
+            p + "input_layernorm.weight": (E,),
+            p + "post_attention_layernorm.weight": (E,),
+            p + "self_attn.q_proj.weight": (H * hd, E),
+            p + "self_attn.k_proj.weight": (KV * hd, E),
+            p + "self_attn.v_proj.weight": (KV * hd, E),
+            p + "self_attn.o_proj.weight": (E, H * hd),
+            p + "self_attn.q_proj.bias": (H * hd,),
+            p + "self_attn.k_proj.bias": (KV * hd,),
+            p + "self_attn.v_proj.bias": (KV * hd,),
+            p + "self_attn.q_norm.weight": (hd,),
+            p + "self_attn.k_norm.weight": (hd,),
+            p + "mlp.gate_proj.weight": (M, E),
+            p + "mlp.up_proj.weight": (M, E),
+            p + "mlp.down_proj.weight": (E, M),
+        }
+    return shapes
+
+
+def _check_shapes(header: GGUFHeader, names: dict[str, str], config: dict[str, Any]) -> None:
+    shapes = expected_shapes(config)
+    wrong = [
+        f"{theirs} is {' x '.join(map(str, header.tensors[theirs].shape))}, the config implies "
+        f"{' x '.join(map(str, shapes[ours]))}"
+        for theirs, ours in names.items()
+        if header.tensors[theirs].shape != shapes[ours]
+    ]
+    if wrong:
+        raise GGUFFormatError(str(header.path), wrong[:10])
+
+
+def _tensor(header: GGUFHeader, name: str, config: dict[str, Any]) -> np.ndarray:
+    values = dequantize(header, header.tensors[name])
+    if config["model_type"] == "llama" and name.split(".")[-2] in ("attn_q", "attn_k"):
+        heads = config["num_attention_heads" if ".attn_q." in name else "num_key_value_heads"]
+        values = unpermute(values, heads)
+    return values
