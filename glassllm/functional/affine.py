@@ -1,8 +1,8 @@
 """Linear maps on the last axis: ``linear`` (x @ W + b) and ``embedding`` (a row lookup).
 
 ``embedding(ids, W)`` is ``onehot(ids) @ W`` computed as a gather; its gradient is the
-matching scatter-add, done with whichever of two exact methods is faster for the vocabulary
-size (see ``_scatter_add_rows``).
+matching scatter-add (`glassllm.kernels.embedding` does it by the faster of two exact methods
+for the table's size).
 """
 
 from __future__ import annotations
@@ -12,14 +12,8 @@ from typing import Any
 import numpy as np
 
 from glassllm import kernels
-from glassllm.functional._common import as_dtype, float_tensor, integer_array, sum_rows
+from glassllm.functional._common import as_dtype, float_tensor, integer_array, sum_over
 from glassllm.tensor import Tensor
-
-# why: below this many rows in the table, dW = onehot(ids)^T @ g (one BLAS call) beats
-# sorting the ids and summing runs with np.add.reduceat; above it, the V x N one-hot costs more
-# than the sort. Measured on the 2-core dev box (N=768 ids, D=128, float32): V=32: 97 vs 112 us,
-# V=65: ~110-190 vs ~140 us, V=128: 344 vs 198 us, V=1024: 11 ms vs 1.3 ms. np.add.at: 870 us.
-ONE_HOT_MAX_ROWS = 64
 
 
 def linear(x: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:
@@ -64,32 +58,20 @@ def linear(x: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:
         dw = as_dtype(x2.T @ g2, weight.dtype) if weight.requires_grad else None
         if bias is None:
             return dx, dw
-        db = as_dtype(sum_rows(g2), bias.dtype) if bias.requires_grad else None
+        db = (
+            as_dtype(sum_over(g2, (0,), keepdims=False), bias.dtype) if bias.requires_grad else None
+        )
         return dx, dw, db
 
     parents = (x, weight) if bias is None else (x, weight, bias)
     return Tensor.from_op(out.reshape(out_shape), parents, backward).named("linear")
 
 
-def _scatter_add_rows(ids: np.ndarray, grad_rows: np.ndarray, num_rows: int) -> np.ndarray:
-    """``out[v] = sum_{i: ids[i] = v} grad_rows[i]``: the embedding VJP, exact for repeated ids.
-
-    Small tables: ``onehot(ids)^T @ grad_rows`` (one BLAS call). Large tables: sort the ids,
-    sum each run of equal ids with ``np.add.reduceat`` and write one row per distinct id.
-    Both beat ``np.add.at`` several times over (see ``ONE_HOT_MAX_ROWS``).
-    """
-    count, dim = grad_rows.shape
-    if num_rows <= ONE_HOT_MAX_ROWS:
-        one_hot = np.zeros((num_rows, count), dtype=grad_rows.dtype)  # (V, N)
-        one_hot[ids, np.arange(count)] = 1
-        return one_hot @ grad_rows
-    out = np.zeros((num_rows, dim), dtype=grad_rows.dtype)
-    if count == 0:
-        return out
-    order = np.argsort(ids, kind="stable")
-    sorted_ids = ids[order]
-    run_starts = np.flatnonzero(np.concatenate(([True], sorted_ids[1:] != sorted_ids[:-1])))
-    out[sorted_ids[run_starts]] = np.add.reduceat(grad_rows[order], run_starts, axis=0)
+def _scatter_add_definition(ids: np.ndarray, grad_rows: np.ndarray, num_rows: int) -> np.ndarray:
+    """``dW[v] = sum_{i: ids[i] = v} G[i]``, i.e. ``onehot(ids)^T G``: ``np.add.at`` adds every
+    row into its table row, one after another, so repeated ids accumulate."""
+    out = np.zeros((num_rows, grad_rows.shape[1]), dtype=grad_rows.dtype)
+    np.add.at(out, ids, grad_rows)
     return out
 
 
@@ -121,6 +103,7 @@ def embedding(ids: Any, weight: Tensor) -> Tensor:
 
     def backward(grad: np.ndarray) -> tuple:
         flat_ids = index.reshape(-1)
-        return (_scatter_add_rows(flat_ids, grad.reshape(-1, dim), num_rows),)
+        scatter_add = kernels.select(_scatter_add_definition, kernels.scatter_add_rows)
+        return (scatter_add(flat_ids, grad.reshape(-1, dim), num_rows),)
 
     return Tensor.from_op(out, (weight,), backward).named("embedding")

@@ -11,10 +11,11 @@ import math
 import numpy as np
 
 from glassllm import kernels
-from glassllm._checks import check_int, check_probability
+from glassllm._checks import check_float, check_int, check_probability
 from glassllm.autograd import is_grad_enabled
 from glassllm.functional._common import float_tensor
 from glassllm.kernels import attention as fast
+from glassllm.kernels import grouped_attention as grouped
 from glassllm.kernels.attention import CAUSAL_TILE, _causal_bias, _window_bias, split_packed_heads
 from glassllm.rng import dropout_mask
 from glassllm.tensor import Tensor, unbroadcast
@@ -64,11 +65,7 @@ def _scale(name: str, scale: float | None, head_dim: int) -> float:
     """``scale``, or ``1/sqrt(head_dim)`` when None (1 for an empty head)."""
     if scale is None:
         return 1.0 / math.sqrt(head_dim) if head_dim else 1.0
-    if isinstance(scale, bool) or not isinstance(scale, (int, float, np.floating)):
-        raise TypeError(f"{name}: scale must be a number or None, got {scale!r}")
-    if not math.isfinite(scale):
-        raise ValueError(f"{name}: scale must be finite, got {scale!r}")
-    return float(scale)
+    return check_float(f"{name}: scale", scale)
 
 
 def _kv_groups(name: str, q_shape: tuple, k_shape: tuple, v_shape: tuple) -> int:
@@ -159,8 +156,14 @@ def scaled_dot_product_attention(
     scale = _scale("attention", scale, head_dim)
 
     bias = _mask_bias(num_queries, num_keys, causal, mask, dtype, window)
-    attend = kernels.select(_attention_definition, fast.attention)
-    out, vjp = attend(q.data, k.data, v.data, scale, bias, dropout_p, rng, dtype, groups)
+    if groups > 1 and bias is not None and num_queries == 1 and mask is None and window is None:
+        bias = None  # a decoding step: one query at the end sees every key (the bias is all 0)
+    band = None  # the window of a causal self-attention with no other mask: tiles may run it
+    if causal and mask is None and num_queries == num_keys and (groups > 1 or window):
+        band = num_keys if window is None else window
+    kernel = fast.attention if groups == 1 and band is None else grouped.attention
+    attend = kernels.select(_attention_definition, kernel)
+    out, vjp = attend(q.data, k.data, v.data, scale, bias, dropout_p, rng, dtype, groups, band)
 
     def backward(grad: np.ndarray) -> tuple:
         dq, dk, dv = vjp(grad, q.requires_grad, k.requires_grad, v.requires_grad)
@@ -243,7 +246,8 @@ def attention_probabilities(
     num_queries, head_dim = q_data.shape[-2:]
     scale = _scale(name, scale, head_dim)
     bias = _mask_bias(num_queries, k_data.shape[-2], causal, mask, dtype, window)
-    probabilities = kernels.select(_probabilities_definition, fast.attention_probabilities)
+    kernel = fast.attention_probabilities if groups == 1 else grouped.attention_probabilities
+    probabilities = kernels.select(_probabilities_definition, kernel)
     return probabilities(q_data, k_data, scale, bias, dtype, groups)
 
 
@@ -253,6 +257,9 @@ def packed_attention(
     causal: bool = False,
     dropout_p: float = 0.0,
     rng: np.random.Generator | None = None,
+    *,
+    scale: float | None = None,
+    window: int | None = None,
 ) -> Tensor:
     """Multi-head attention over one packed projection: ``qkv (B, T, 3E) -> (B, T, E)``.
 
@@ -260,9 +267,10 @@ def packed_attention(
     ``hs = E / num_heads`` features; the output puts the heads' outputs side by side again.
     The same numbers as splitting ``q, k, v`` into ``(B, nh, T, hs)``, calling
     `scaled_dot_product_attention` and merging the heads, but the split is a view and the
-    merge a strided write. The definition is `_packed_definition`; the kernel
-    (`glassllm.kernels.attention.packed_attention`) writes ``dq, dk, dv`` straight into one
-    ``(B, T, 3E)`` gradient and runs causal attention in tiles over the worker threads.
+    merge a strided write. ``scale`` and ``window`` as in `scaled_dot_product_attention`. The
+    definition is `_packed_definition`; the kernel (`glassllm.kernels.attention.packed_attention`)
+    writes ``dq, dk, dv`` straight into one ``(B, T, 3E)`` gradient and runs causal attention in
+    tiles over the worker threads.
 
     >>> qkv = Tensor(np.ones((2, 5, 12), dtype=np.float32))  # E = 4, two heads of 2
     >>> y = packed_attention(qkv, num_heads=2, causal=True)
@@ -277,11 +285,13 @@ def packed_attention(
             f"{num_heads}, got {qkv.shape}"
         )
     dropout_p = check_probability("attention: dropout_p", dropout_p)
+    window = _check_window("attention", causal, window)
     head_size = qkv.shape[-1] // 3 // num_heads
+    scale = _scale("attention", scale, head_size)
     heads = split_packed_heads(qkv.data, num_heads)  # (3, B, nh, T, hs) views
     attend = kernels.select(_packed_definition, fast.packed_attention)
     keep = is_grad_enabled() and qkv.requires_grad  # residuals only when a backward will run
-    out, vjp = attend(heads, 1.0 / math.sqrt(head_size), causal, dropout_p, rng, keep)
+    out, vjp = attend(heads, scale, causal, dropout_p, rng, keep, window)
 
     def backward(grad: np.ndarray) -> tuple:
         return (vjp(grad),)
@@ -299,8 +309,10 @@ def _attention_definition(
     rng: np.random.Generator | None,
     dtype: np.dtype,
     groups: int = 1,
+    band: int | None = None,
 ) -> tuple:
     """Attention in plain NumPy: ``(O, vjp)``, ``vjp(G, need_q, need_k, need_v) -> (dq, dk, dv)``.
+    (``band``, a hint for the kernels, that ``bias`` is a causal band they may tile, is unused.)
 
     Forward, with ``scale`` (default ``1/sqrt(d)``) and ``M`` the additive mask (``bias``)::
 
@@ -384,6 +396,7 @@ def _packed_definition(
     dropout_p: float,
     rng: np.random.Generator | None,
     keep: bool,
+    window: int | None = None,
 ) -> tuple:
     """`packed_attention` in plain NumPy: ``(y, vjp)``, ``vjp(G (B, T, E)) -> dqkv (B, T, 3E)``.
 
@@ -393,7 +406,7 @@ def _packed_definition(
     dv]`` per position. ``keep`` (whether a backward will run) changes nothing here.
     """
     _, batch, num_heads, steps, head_size = heads.shape
-    bias = _mask_bias(steps, steps, causal, None, heads.dtype)
+    bias = _mask_bias(steps, steps, causal, None, heads.dtype, window)
     out, vjp_heads = _attention_definition(*heads, scale, bias, dropout_p, rng, heads.dtype)
     embed = num_heads * head_size
 

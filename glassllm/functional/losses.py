@@ -6,7 +6,7 @@ from typing import Any
 
 import numpy as np
 
-from glassllm.functional._common import exp_shift, float_tensor, integer_array, sum_last
+from glassllm.functional._common import exp_shift, float_tensor, integer_array, sum_over
 from glassllm.tensor import Tensor
 
 
@@ -61,7 +61,7 @@ def cross_entropy(logits: Tensor, targets: Any, ignore_index: int | None = None)
     e = np.subtract(z, m)  # (N, C) shifted logits, then their exp
     picked = e[rows, safe_t]  # (N,) z_{i,t_i} - m_i
     np.exp(e, out=e)
-    s = sum_last(e, keepdims=False)  # (N,) >= 1
+    s = sum_over(e, (1,), keepdims=False)  # (N,) >= 1
     nll = np.log(s)
     nll -= picked
     if kept is not None:

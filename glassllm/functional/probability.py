@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from glassllm.functional._common import exp_shift, float_tensor, sum_last
+from glassllm.functional._common import exp_shift, float_tensor, sum_over
 from glassllm.tensor import Tensor, normalize_axes
 
 
@@ -23,8 +23,7 @@ def _shifted_exp(x: np.ndarray, axes: tuple[int, ...]) -> tuple[np.ndarray, np.n
     m = exp_shift(x, axes)  # per-slice max, 0 for an all -inf slice
     e = np.subtract(x, m, out=np.empty_like(x))  # out=: NumPy returns scalars for 0-d input
     np.exp(e, out=e)
-    last_only = axes == (x.ndim - 1,)
-    s = sum_last(e) if last_only else np.asarray(e.sum(axis=axes, keepdims=True))
+    s = sum_over(e, axes)
     return e, m, s
 
 
@@ -70,14 +69,13 @@ def softmax(x: Tensor, axis: int = -1) -> Tensor:
     """
     x = float_tensor(x, "softmax: x")
     axes = normalize_axes(axis, x.ndim)
-    last_only = axes == (x.ndim - 1,)
     p, _, s = _shifted_exp(x.data, axes)
     s[s == 0] = 1  # an all -inf slice: 0 / 1 = 0 rather than 0 / 0
     p /= s
 
     def backward(grad: np.ndarray) -> tuple:
         gp = np.multiply(grad, p, out=np.empty_like(p))  # out=: 0-d input gives a scalar
-        dot = sum_last(gp) if last_only else gp.sum(axis=axes, keepdims=True)
+        dot = sum_over(gp, axes)
         np.subtract(grad, dot, out=gp)
         gp *= p
         return (gp,)
@@ -98,14 +96,13 @@ def log_softmax(x: Tensor, axis: int = -1) -> Tensor:
     """
     x = float_tensor(x, "log_softmax: x")
     axes = normalize_axes(axis, x.ndim)
-    last_only = axes == (x.ndim - 1,)
     e, m, s = _shifted_exp(x.data, axes)
     s[s == 0] = 1  # an all -inf slice: log 1 = 0 keeps it -inf rather than -inf - -inf = nan
     out = np.subtract(x.data, m, out=e)  # reuse the exp buffer: s already holds what we need
     out -= np.log(s)
 
     def backward(grad: np.ndarray) -> tuple:
-        total = sum_last(grad) if last_only else grad.sum(axis=axes, keepdims=True)
+        total = sum_over(grad, axes)
         dx = np.exp(out, out=np.empty_like(out))  # out=: 0-d input gives a scalar
         dx *= total
         np.subtract(grad, dx, out=dx)

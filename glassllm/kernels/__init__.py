@@ -25,12 +25,28 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import TypeVar
 
+from glassllm.kernels.adam import adam_in_blocks
+from glassllm.kernels.embedding import scatter_add_rows
 from glassllm.kernels.gelu import gelu_tanh
 from glassllm.kernels.layer_norm import layer_norm
 from glassllm.kernels.linear import matmul_rows
 from glassllm.kernels.rms_norm import rms_norm
+from glassllm.kernels.sums import sum_axes
+from glassllm.kernels.swiglu import swiglu
 
-__all__ = ["gelu_tanh", "layer_norm", "matmul_rows", "reference", "rms_norm", "select", "use"]
+__all__ = [
+    "adam_in_blocks",
+    "gelu_tanh",
+    "layer_norm",
+    "matmul_rows",
+    "reference",
+    "rms_norm",
+    "scatter_add_rows",
+    "select",
+    "sum_axes",
+    "swiglu",
+    "use",
+]
 
 MODES = ("fast", "reference")
 _reference = os.environ.get("GLASSLLM_KERNELS", "fast") == "reference"

@@ -82,12 +82,14 @@ def attention(
     rng: np.random.Generator | None,
     dtype: np.dtype,
     groups: int = 1,
+    band: int | None = None,
 ) -> tuple:
     """``(O, vjp)`` for ``O = dropout(softmax(q k^T scale + bias)) v``;
     ``vjp(G, need_q, need_k, need_v) -> (dq, dk, dv)`` in the broadcast batch shape.
-    ``groups > 1``: grouped-query attention (`_grouped_attention`)."""
-    if groups > 1:
-        return _grouped_attention(q, k, v, scale, bias, dropout_p, rng, dtype, groups)
+    ``groups`` must be 1 (grouped heads: `glassllm.kernels.grouped_attention`); ``band`` is
+    not needed here, ``bias`` holds it."""
+    if groups != 1:
+        raise ValueError(f"kernels.attention.attention: groups={groups}; use grouped_attention")
     out, residuals = _attention_forward(q, k, v, scale, bias, dropout_p, rng, dtype)
 
     def vjp(grad: np.ndarray, need_q: bool, need_k: bool, need_v: bool) -> tuple:
@@ -103,10 +105,12 @@ def packed_attention(
     dropout_p: float,
     rng: np.random.Generator | None,
     keep: bool,
+    window: int | None = None,
 ) -> tuple:
     """``(y, vjp)`` for multi-head attention over ``heads = split_packed_heads(qkv, nh)``,
     ``(3, B, nh, T, hs)``: ``y (B, T, E)`` with the heads merged, ``vjp(G (B, T, E)) ->
-    dqkv (B, T, 3E)``. ``keep``: whether a backward will run (else no residuals are kept)."""
+    dqkv (B, T, 3E)``. ``keep``: whether a backward will run (else no residuals are kept).
+    ``window`` (with ``causal``): the tiles skip the keys left of the band too."""
     _, batch, num_heads, steps, head_size = heads.shape
     dtype = heads.dtype
     merged = np.empty((batch, steps, num_heads, head_size), dtype)  # (B, T, nh, hs)
@@ -114,7 +118,7 @@ def packed_attention(
     if causal:
         # (B, nh, T, hs) views into qkv; residuals only when a backward will read them
         residuals = _causal_forward(
-            heads[0], heads[1], heads[2], scale, dropout_p, rng, out, keep=keep
+            heads[0], heads[1], heads[2], scale, dropout_p, rng, out, keep=keep, window=window
         )
     else:
         _, residuals = _attention_forward(
@@ -125,7 +129,9 @@ def packed_attention(
         d_qkv = np.empty((batch, steps, 3 * num_heads * head_size), dtype)
         d_heads = split_packed_heads(d_qkv, num_heads)  # (3, B, nh, T, hs) views
         grad_heads = grad.reshape(batch, steps, num_heads, head_size).transpose(0, 2, 1, 3)
-        if causal:
+        if causal and window is not None:
+            _banded_backward(grad_heads, residuals, scale, *d_heads)
+        elif causal:
             _causal_backward(grad_heads, residuals, scale, *d_heads)
         else:
             _attention_backward(
@@ -134,53 +140,6 @@ def packed_attention(
         return d_qkv
 
     return merged.reshape(batch, steps, num_heads * head_size), vjp
-
-
-def _grouped_attention(
-    q: np.ndarray,
-    k: np.ndarray,
-    v: np.ndarray,
-    scale: float,
-    bias: np.ndarray | None,
-    dropout_p: float,
-    rng: np.random.Generator | None,
-    dtype: np.dtype,
-    groups: int,
-) -> tuple:
-    """Grouped-query attention, ``q (..., H, Tq, d)``, ``k, v (..., KV, Tk, d)``, ``H = KV
-    groups``, without repeating k or v: the ``groups`` query heads that read one kv head are
-    stacked into one ``(groups Tq, d)`` block, ``(..., KV, groups Tq, d)`` (a reshape: head
-    ``h = j groups + g`` is row block ``g`` of group ``j``), so each product runs once per kv
-    head on its k and v, and ``dk = dS^T q``, ``dv = A^T G`` sum over the group inside the
-    product. The scores are ``(..., H, Tq, Tk)`` in memory either way, so the dropout mask is the
-    same draw as the definition's."""
-    lead, (heads, steps, _) = q.shape[:-3], q.shape[-3:]
-    stacked = np.asarray(q, dtype=dtype).reshape(lead + (heads // groups, groups * steps, -1))
-    out, residuals = _attention_forward(
-        stacked, k, v, scale, _group_bias(bias, heads, groups, steps), dropout_p, rng, dtype
-    )
-    out_shape = out.shape[:-3] + (heads, steps, out.shape[-1])
-
-    def vjp(grad: np.ndarray, need_q: bool, need_k: bool, need_v: bool) -> tuple:
-        grad = grad.reshape(out.shape)  # (..., KV, groups Tq, dv)
-        dq, dk, dv = _attention_backward(grad, residuals, scale, need_q, need_k, need_v)
-        return (None if dq is None else dq.reshape(out_shape[:-1] + (dq.shape[-1],)), dk, dv)
-
-    return out.reshape(out_shape), vjp
-
-
-def _group_bias(bias: np.ndarray | None, heads: int, groups: int, steps: int) -> np.ndarray | None:
-    """The scores' bias ``(..., H or 1, Tq or 1, Tk)`` in `_grouped_attention`'s layout
-    ``(..., KV or 1, groups Tq, Tk)``; one without a head axis is stacked ``groups`` times
-    (``(groups Tq, Tk)``: each query head of a group sees the same positions)."""
-    if bias is None:
-        return None
-    bias = np.broadcast_to(bias, bias.shape[:-2] + (steps, bias.shape[-1]))
-    if bias.ndim < 3 or bias.shape[-3] == 1:
-        return np.concatenate([bias] * groups, axis=-2)
-    return np.ascontiguousarray(bias).reshape(
-        bias.shape[:-3] + (heads // groups, groups * steps, bias.shape[-1])
-    )
 
 
 def attention_probabilities(
@@ -192,14 +151,9 @@ def attention_probabilities(
     groups: int = 1,
 ) -> np.ndarray:
     """``softmax(q k^T scale + bias)`` with `_attention_forward`'s arithmetic, as a new array
-    (``groups > 1``: each group's query heads stacked on its one k head, `_grouped_attention`)."""
-    if groups > 1:
-        lead, (heads, steps, _) = q.shape[:-3], q.shape[-3:]
-        stacked = np.asarray(q).reshape(lead + (heads // groups, groups * steps, -1))
-        probs = attention_probabilities(
-            stacked, k, scale, _group_bias(bias, heads, groups, steps), dtype
-        )
-        return probs.reshape(probs.shape[:-3] + (heads, steps, probs.shape[-1]))
+    (``groups`` must be 1: grouped heads are `glassllm.kernels.grouped_attention`'s)."""
+    if groups != 1:
+        raise ValueError(f"kernels.attention.attention_probabilities: groups={groups}")
     scores = np.asarray(q, dtype=dtype) @ _scaled_keys_t(k, scale, dtype)
     if bias is not None:
         scores = scores + bias  # (..., Tq, Tk)
@@ -226,24 +180,27 @@ def _causal_forward(
     rng: np.random.Generator | None,
     out: np.ndarray,
     keep: bool,
+    window: int | None = None,
 ) -> list | None:
-    """Causal self-attention of ``(B, nh, T, d)`` views into ``out``: `_causal_forward_block` on
-    blocks of the batch over the worker threads. The dropout mask is drawn for the whole
-    ``(B, nh, T, T)`` at once, the same draw as `_attention_forward`'s. Returns the blocks'
-    ``(rows, residuals)`` for `_causal_backward` when ``keep``, else None."""
-    batch, heads, steps, _ = q.shape
+    """Causal self-attention of ``(B, ..., T, d)`` views into ``out``: `_causal_forward_block` on
+    blocks of the batch over the worker threads (k and v may broadcast over middle axes: the
+    query heads of a group, `glassllm.kernels.grouped_attention`). The dropout mask is drawn for
+    the whole ``(B, ..., T, T)`` at once, the same draw as `_attention_forward`'s. Returns the
+    blocks' ``(rows, residuals)`` for `_causal_backward` when ``keep``, else None."""
+    batch, steps = q.shape[0], q.shape[-2]
     drop = None
     if dropout_p > 0:
-        drop = dropout_mask(q.shape[:-1] + (steps,), dropout_p, out.dtype, rng)  # (B, nh, T, T)
-    blocks = row_blocks(batch, min_rows=-(-_MIN_BLOCK_WORK // max(1, heads * steps * steps)))
+        drop = dropout_mask(out.shape[:-1] + (steps,), dropout_p, out.dtype, rng)  # (B, ..., T, T)
+    row_work = max(1, int(np.prod(out.shape[1:-1])) * steps)  # scores per batch row
+    blocks = row_blocks(batch, min_rows=-(-_MIN_BLOCK_WORK // row_work))
     residuals: list = [None] * len(blocks)
 
     def run(index: int, rows: slice) -> None:
         block_drop = None if drop is None else drop[rows]
-        residuals[index] = (
-            rows,
-            _causal_forward_block(scale, keep, q[rows], k[rows], v[rows], block_drop, out[rows]),
+        block = _causal_forward_block(
+            scale, keep, q[rows], k[rows], v[rows], block_drop, out[rows], window
         )
+        residuals[index] = (rows, block)
 
     run_blocks([partial(run, i, rows) for i, rows in enumerate(blocks)], uses_blas=True)
     return residuals if keep else None
@@ -280,15 +237,17 @@ def _causal_forward_block(
     v: np.ndarray,
     drop: np.ndarray | None,
     out: np.ndarray,
+    window: int | None = None,
 ) -> tuple | None:
     """Causal self-attention ``(..., T, d)`` into ``out``, in tiles of `CAUSAL_TILE` queries.
 
     Each tile's rows see keys ``[0, stop)``: the same softmax rows as `_attention_forward` with
     the causal bias (the skipped keys would add ``exp(-inf) = 0``), and only the tile's diagonal
-    block needs the bias; every row sees at least key 0, so no row sum is 0. ``drop``: the
-    ``(..., T, T)`` dropout mask or None. Row sums are ``einsum`` reductions, each over its own
-    row, so a block of the batch gives the same bits as the whole batch.
-    Returns the residuals for `_causal_backward_block` when ``keep``, else None.
+    block needs the bias; every row sees at least key 0, so no row sum is 0. With a ``window``
+    ``w`` a tile sees keys ``[lo, stop)``, ``lo = max(0, start - w + 1)``, under the band's bias
+    (every row sees its own key). ``drop``: the ``(..., T, T)`` dropout mask or None. Row sums
+    are ``einsum`` reductions, each over its own row, so a block of the batch gives the same
+    bits as the whole batch. Returns the residuals for the backward when ``keep``, else None.
     """
     # why: skipping the masked blocks right of each tile does 10/16 of the T x T work at
     # T = 256 (GEMMs and softmax passes alike) and keeps 10/16 of the probabilities: fwd+bwd
@@ -299,15 +258,19 @@ def _causal_forward_block(
     keys_t = _scaled_keys_t(k, scale, dtype)  # (..., d, T)
     tiles = []
     for start, stop in _causal_tiles(steps):
-        scores = q[..., start:stop, :] @ keys_t[..., :stop]  # (..., t, stop)
-        scores[..., start:] += _causal_bias(stop - start, stop - start, dtype)  # diagonal block
+        lo = 0 if window is None else max(0, start - window + 1)
+        scores = q[..., start:stop, :] @ keys_t[..., lo:stop]  # (..., t, stop - lo)
+        if window is None:
+            scores[..., start:] += _causal_bias(stop - start, stop - start, dtype)  # diagonal
+        else:
+            scores += _window_bias(steps, steps, window, dtype)[start:stop, lo:stop]
         scores -= exp_shift(scores, (scores.ndim - 1,))
         probs = np.exp(scores, out=scores)
         probs *= np.divide(1.0, np.einsum("...j->...", probs)[..., None])
-        weights = probs if drop is None else probs * drop[..., start:stop, :stop]
-        np.matmul(weights, v[..., :stop, :], out=out[..., start:stop, :])
+        weights = probs if drop is None else probs * drop[..., start:stop, lo:stop]
+        np.matmul(weights, v[..., lo:stop, :], out=out[..., start:stop, :])
         if keep:
-            tiles.append((start, stop, probs, weights))
+            tiles.append((start, stop, lo, probs, weights))
     return (q, k, v, tiles, drop, out) if keep else None
 
 
@@ -325,7 +288,7 @@ def _causal_backward_block(
     q, k, v, tiles, drop, out = residuals
     steps = q.shape[-2]
     values_t = np.ascontiguousarray(np.swapaxes(v, -1, -2), dtype=out.dtype)  # see keys_t
-    for start, stop, probs, weights in reversed(tiles):
+    for start, stop, _, probs, weights in reversed(tiles):
         g = grad[..., start:stop, :]  # (..., t, dv)
         first = stop == steps
         part = np.matmul(np.swapaxes(weights, -1, -2), g, out=dv if first else None)
@@ -346,6 +309,63 @@ def _causal_backward_block(
     dk *= scale
 
 
+def _stack_rows(a: np.ndarray) -> np.ndarray:
+    """``(B, KV, groups, t, x) -> (B, KV, groups t, x)``: a group's rows as one block (4-D
+    arrays, one query head per kv head, stay as they are)."""
+    return a.reshape(a.shape[:2] + (-1, a.shape[-1]))
+
+
+def _banded_backward(
+    grad: np.ndarray,
+    residuals: list,
+    scale: float,
+    dq: np.ndarray,
+    dk: np.ndarray,
+    dv: np.ndarray,
+) -> None:
+    """The VJP of `_causal_forward` with a window or grouped heads, block by block as the
+    forward split the batch: ``dq`` written, ``dk``, ``dv`` (``(B, KV, T, .)``, strided views
+    are fine) zeroed here, then added to by each tile."""
+    dk[...] = 0
+    dv[...] = 0
+    run_blocks(
+        [
+            partial(_banded_backward_block, scale, grad[rows], block, dq[rows], dk[rows], dv[rows])
+            for rows, block in residuals
+        ],
+        uses_blas=True,
+    )
+
+
+def _banded_backward_block(
+    scale: float,
+    grad: np.ndarray,
+    residuals: tuple,
+    dq: np.ndarray,
+    dk: np.ndarray,
+    dv: np.ndarray,
+) -> None:
+    """The VJP of `_causal_forward_block` over ``(B, KV, [groups,] T, .)`` tiles, into ``dq`` and
+    (adding) ``dk``, ``dv`` ``(B, KV, T, .)``. Tile ``[start, stop)`` saw keys ``[lo, stop)``:
+    ``dv[lo:stop] += A^T G`` and ``dk[lo:stop] += dS^T q``, each one product over the group's
+    stacked rows (the sum over the query heads of the group)."""
+    q, k, v, tiles, drop, out = residuals
+    values_t = np.ascontiguousarray(np.swapaxes(v, -1, -2), dtype=out.dtype)  # (B, KV, [1,] dv, T)
+    for start, stop, lo, probs, weights in tiles:
+        g = grad[..., start:stop, :]  # (B, KV, groups, t, dv)
+        dv[..., lo:stop, :] += np.swapaxes(_stack_rows(weights), -1, -2) @ _stack_rows(g)
+        d_scores = g @ values_t[..., lo:stop]  # (B, KV, groups, t, stop - lo): dA, dP, dS
+        if drop is not None:
+            d_scores *= drop[..., start:stop, lo:stop]
+        d_scores -= np.einsum("...j,...j->...", g, out[..., start:stop, :])[..., None]
+        d_scores *= probs
+        dq_tile = np.matmul(d_scores, k[..., lo:stop, :], out=dq[..., start:stop, :])
+        dq_tile *= scale
+        q_rows = _stack_rows(q[..., start:stop, :])
+        dk[..., lo:stop, :] += np.swapaxes(_stack_rows(d_scores), -1, -2) @ q_rows
+    dk *= scale
+
+
 def _attention_forward(
     q: np.ndarray,
     k: np.ndarray,
@@ -356,13 +376,22 @@ def _attention_forward(
     rng: np.random.Generator | None,
     dtype: np.dtype,
     out: np.ndarray | None = None,
+    few_queries: bool = False,
 ) -> tuple[np.ndarray, tuple]:
     """``O = dropout(softmax(q k^T scale + bias)) v`` on arrays; returns ``(O, residuals)``.
 
     ``out`` (optional) receives ``O``: a strided view is fine (the packed op merges heads so).
+    ``few_queries``: the scores as ``(k (q scale)^T)^T``, no scaled copy of ``k^T``.
     """
-    keys_t = _scaled_keys_t(k, scale, dtype)  # (..., d, Tk)
-    scores = np.asarray(q, dtype=dtype) @ keys_t  # (..., Tq, Tk)
+    if few_queries:
+        # why: decoding a grouped-query model multiplies a few rows by the whole cache, and the
+        # copy of k^T then costs more than the product: at (1, 3, 3 rows, 64) against 512 / 2048
+        # keys, k (q scale)^T takes 77-111 / 320-403 us, q (k scale)^T 243-304 / 1334-1775 us.
+        rows_t = np.swapaxes(np.multiply(q, scale, dtype=dtype), -1, -2)  # (..., d, Tq)
+        scores = np.ascontiguousarray(np.swapaxes(np.asarray(k, dtype=dtype) @ rows_t, -1, -2))
+    else:
+        keys_t = _scaled_keys_t(k, scale, dtype)  # (..., d, Tk)
+        scores = np.asarray(q, dtype=dtype) @ keys_t  # (..., Tq, Tk)
     if bias is not None:
         if np.broadcast_shapes(scores.shape, bias.shape) == scores.shape:
             scores += bias

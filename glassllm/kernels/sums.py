@@ -33,6 +33,18 @@ def sum_rows(a: np.ndarray) -> np.ndarray:
     return a.sum(axis=0)
 
 
+def sum_axes(a: np.ndarray, axes: tuple[int, ...], keepdims: bool = True) -> np.ndarray:
+    """``a.sum(axis=axes, keepdims=keepdims)``, the last axis of a 2-D-viewable array and the
+    first of a matrix through BLAS (`sum_last`, `sum_rows`), anything else through NumPy."""
+    axes = tuple(axis % a.ndim for axis in axes)
+    if axes == (a.ndim - 1,):
+        return sum_last(a, keepdims)
+    if a.ndim == 2 and axes == (0,):
+        column_sums = sum_rows(a)
+        return column_sums[None] if keepdims else column_sums
+    return np.asarray(a.sum(axis=axes, keepdims=keepdims))
+
+
 def exp_shift(x: np.ndarray, axes: tuple[int, ...]) -> np.ndarray:
     """The max-subtraction shift for ``exp(x - m)``: the maximum of each slice over ``axes``.
 

@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
-from functools import partial
+import dataclasses
+from typing import Any
 
 import numpy as np
 
+from glassllm import kernels
 from glassllm.autograd import no_grad
-from glassllm.kernels import compiled
 from glassllm.optim.optimizer import Optimizer, ParamGroup, Params, check_non_negative
-from glassllm.threads import run_blocks, size_blocks
 
 
 class Adam(Optimizer):
@@ -34,7 +34,7 @@ class Adam(Optimizer):
     int. ``p.grad`` is never modified; ``p.data`` is updated in place. A parameter whose
     ``grad`` is ``None`` is skipped and its step count does not advance. With the ``fast`` extra
     (`glassllm.kernels.compiled`) each parameter's update is one compiled loop of the same
-    operations, giving the same bits.
+    operations, giving the same bits (`glassllm.kernels.adam`).
 
     Args:
         params: Tensors, ``(name, Tensor)`` pairs or group dicts (see `Optimizer`).
@@ -82,8 +82,8 @@ class Adam(Optimizer):
     def step(self) -> None:
         """Apply one Adam (or AdamW) update to every parameter that has a gradient.
 
-        The parameters are independent, so they are updated in blocks of about equal size over
-        `glassllm.threads`' workers; each parameter's arithmetic is the same on any thread.
+        Each parameter's update is `_update`; `glassllm.kernels.adam_in_blocks` runs them in
+        blocks over worker threads (and in compiled loops with the ``fast`` extra, same bits).
         """
         for group in self.param_groups:
             updates = []
@@ -98,80 +98,72 @@ class Adam(Optimizer):
                     }
                 state["step"] += 1
                 updates.append((param, grad, state))
-            blocks = size_blocks(updates, [param.size for param, _, _ in updates], _MIN_BLOCK)
-            run_blocks(
-                [partial(self._update, group, block, f"{i}") for i, block in enumerate(blocks)]
-            )
+            settings = _Settings.of(group, self._decoupled_weight_decay)
+            run = kernels.select(_update_in_order, kernels.adam_in_blocks)
+            run(updates, settings, self._update)
 
-    def _update(self, group: ParamGroup, block: list, slot: str) -> None:
-        """The update of each ``(param, grad, state)`` in ``block``, with scratch ``slot``."""
-        decoupled = self._decoupled_weight_decay
-        lr, eps = float(group["lr"]), float(group["eps"])
-        weight_decay = float(group["weight_decay"])
+    def _update(
+        self, param: np.ndarray, grad: np.ndarray, state: dict, settings: _Settings, slot: str
+    ) -> None:
+        """The pseudocode's arithmetic for one parameter, in place, with scratch ``slot``."""
+        lr, eps, weight_decay = settings.lr, settings.eps, settings.weight_decay
+        beta1, beta2, step = settings.beta1, settings.beta2, state["step"]
+        exp_avg, exp_avg_sq = state["exp_avg"], state["exp_avg_sq"]
+        step_size = lr / (1.0 - beta1**step)  # γ / (1 − β1^t)
+        bias_correction2_sqrt = (1.0 - beta2**step) ** 0.5  # sqrt(1 − β2^t)
+        scratch = self._buffer("scratch" + slot, param)
+
+        if weight_decay != 0.0:
+            if settings.decoupled:
+                param *= 1.0 - lr * weight_decay  # AdamW: shrink p before the Adam step
+            else:
+                decayed = np.multiply(param, weight_decay, out=self._buffer("grad" + slot, param))
+                decayed += grad  # L2: g + λp, in scratch so p.grad stays untouched
+                grad = decayed
+
+        # m ← m + (1 − β1)(g − m)
+        np.subtract(grad, exp_avg, out=scratch)
+        scratch *= 1.0 - beta1
+        exp_avg += scratch
+        # v ← β2 v + (1 − β2) g²
+        exp_avg_sq *= beta2
+        np.multiply(grad, 1.0 - beta2, out=scratch)
+        scratch *= grad
+        exp_avg_sq += scratch
+
+        # denom ← sqrt(v) / sqrt(1 − β2^t) + ε ;  p ← p − step_size · m / denom
+        denom = np.sqrt(exp_avg_sq, out=scratch)
+        denom /= bias_correction2_sqrt
+        denom += eps
+        update = np.divide(exp_avg, denom, out=scratch)
+        update *= -step_size
+        param += update
+
+
+@dataclasses.dataclass(frozen=True)
+class _Settings:
+    """One group's hyperparameters as Python floats (float32 parameters stay float32)."""
+
+    lr: float
+    beta1: float
+    beta2: float
+    eps: float
+    weight_decay: float
+    decoupled: bool
+
+    @classmethod
+    def of(cls, group: ParamGroup, decoupled: bool) -> _Settings:
         beta1, beta2 = (float(beta) for beta in group["betas"])
-        for param, grad, state in block:
-            step, exp_avg, exp_avg_sq = state["step"], state["exp_avg"], state["exp_avg_sq"]
-            step_size = lr / (1.0 - beta1**step)  # γ / (1 − β1^t)
-            bias_correction2_sqrt = (1.0 - beta2**step) ** 0.5  # sqrt(1 − β2^t)
-            fused = compiled.kernels_for(param.dtype)
-            flat = None if fused is None else _flat_views(param, grad, exp_avg, exp_avg_sq)
-            if flat is not None:  # the same operations in one compiled loop, NumPy's bits
-                dtype = param.dtype.type
-                fused.adam_update(
-                    *flat,
-                    dtype(1.0 - lr * weight_decay if decoupled and weight_decay else 1.0),
-                    dtype(0.0 if decoupled else weight_decay),
-                    dtype(1.0 - beta1),
-                    dtype(beta2),
-                    dtype(1.0 - beta2),
-                    dtype(bias_correction2_sqrt),
-                    dtype(eps),
-                    dtype(-step_size),
-                )
-                continue
-            scratch = self._buffer("scratch" + slot, param)
-
-            if weight_decay != 0.0:
-                if decoupled:
-                    param *= 1.0 - lr * weight_decay  # AdamW: shrink p before the Adam step
-                else:
-                    decayed = np.multiply(
-                        param, weight_decay, out=self._buffer("grad" + slot, param)
-                    )
-                    decayed += grad  # L2: g + λp, in scratch so p.grad stays untouched
-                    grad = decayed
-
-            # m ← m + (1 − β1)(g − m)
-            np.subtract(grad, exp_avg, out=scratch)
-            scratch *= 1.0 - beta1
-            exp_avg += scratch
-            # v ← β2 v + (1 − β2) g²
-            exp_avg_sq *= beta2
-            np.multiply(grad, 1.0 - beta2, out=scratch)
-            scratch *= grad
-            exp_avg_sq += scratch
-
-            # denom ← sqrt(v) / sqrt(1 − β2^t) + ε ;  p ← p − step_size · m / denom
-            denom = np.sqrt(exp_avg_sq, out=scratch)
-            denom /= bias_correction2_sqrt
-            denom += eps
-            update = np.divide(exp_avg, denom, out=scratch)
-            update *= -step_size
-            param += update
+        return cls(
+            float(group["lr"]), beta1, beta2, float(group["eps"]),
+            float(group["weight_decay"]), decoupled,
+        )  # fmt: skip
 
 
-# why: below ~64K elements per block a hand-off to a worker thread costs more than it saves.
-_MIN_BLOCK = 1 << 16
-
-
-def _flat_views(*arrays: np.ndarray) -> list[np.ndarray] | None:
-    """The arrays as 1-D views when all are C-contiguous with the same shape and dtype (what a
-    compiled kernel takes), else None."""
-    first = arrays[0]
-    for a in arrays:
-        if not a.flags.c_contiguous or a.shape != first.shape or a.dtype != first.dtype:
-            return None
-    return [a.reshape(-1) for a in arrays]
+def _update_in_order(updates: list, settings: _Settings, update_one: Any) -> None:
+    """The plain definition of a step: each parameter's update in turn, on this thread."""
+    for param, grad, state in updates:
+        update_one(param, grad, state, settings, "0")
 
 
 class AdamW(Adam):

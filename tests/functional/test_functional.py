@@ -15,7 +15,7 @@ from hypothesis.extra import numpy as hnp
 
 import glassllm
 import glassllm.functional as F
-import glassllm.functional.affine as affine
+import glassllm.kernels.embedding as kernel_embedding
 from glassllm import Tensor, gradcheck, no_grad
 
 
@@ -121,8 +121,8 @@ def test_gradcheck_dropout_with_a_fixed_mask():
 
 
 @pytest.mark.parametrize("one_hot_max_rows", [0, 1000])  # the sort path, the one-hot path
-def test_gradcheck_embedding_with_repeated_ids(monkeypatch, one_hot_max_rows):
-    monkeypatch.setattr(affine, "ONE_HOT_MAX_ROWS", one_hot_max_rows)
+def test_gradcheck_embedding_with_repeated_ids(monkeypatch, one_hot_max_rows, op_path):
+    monkeypatch.setattr(kernel_embedding, "ONE_HOT_MAX_ROWS", one_hot_max_rows)
     ids = np.array([[3, 0, 3], [1, 3, 0]])  # 3 three times, 0 twice, 2 never
     weight = leaf((4, 3))
     assert gradcheck(lambda w: F.embedding(ids, w), [weight])

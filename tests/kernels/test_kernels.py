@@ -235,3 +235,33 @@ def test_old_compiled_import_path_is_the_same_switch():
         assert not new.enabled() and new.kernels_for(np.dtype(np.float32)) is None
     finally:
         new.set_enabled(before)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("num_rows", [1, 5, 64, 65, 300])  # one-hot below 65 rows, sort above
+@pytest.mark.parametrize("count", [0, 1, 40])
+def test_scatter_add_kernel_matches_its_definition(dtype, num_rows, count):
+    from glassllm.functional.affine import _scatter_add_definition
+    from glassllm.kernels.embedding import scatter_add_rows
+
+    rng = np.random.default_rng(num_rows + count)
+    ids = rng.integers(0, min(num_rows, 4), count)  # few distinct ids: many repeats
+    grad_rows = rng.standard_normal((count, 7)).astype(dtype)
+    want = _scatter_add_definition(ids, grad_rows, num_rows)
+    got = scatter_add_rows(ids, grad_rows, num_rows)
+    _close(got, want, dtype, scale=4.0)  # both exact sums of up to 40 rows, in another order
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize(
+    "shape, axes",
+    [((5, 9), (1,)), ((5, 9), (-1,)), ((5, 9), (0,)), ((2, 3, 4), (2,)), ((2, 3, 4), (0, 2)),
+     ((2, 3, 4), (1,)), ((4,), (0,)), ((0, 3), (1,)), ((3, 0), (0,))],
+)  # fmt: skip
+@pytest.mark.parametrize("keepdims", [True, False])
+def test_sum_axes_kernel_matches_numpy_sum(dtype, shape, axes, keepdims):
+    a = np.random.default_rng(1).standard_normal(shape).astype(dtype)
+    got = kernels.sum_axes(a, axes, keepdims)
+    want = a.sum(axis=axes, keepdims=keepdims)
+    assert got.shape == want.shape
+    _close(np.asarray(got), np.asarray(want), dtype)
