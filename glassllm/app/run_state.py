@@ -73,13 +73,15 @@ FIXED_ON_RESUME = (
     "block_size",
     "dropout",
     "bias",
-    "arch",
-    "n_kv_head",
     "data",
     "tokenizer",
     "vocab_size",
     "seed",
 )
+
+# The model recipe's fields (--arch), fixed on resume as those above; a tuple of their own, as
+# FIXED_ON_RESUME lists the fields every checkpoint has had since the first.
+FIXED_ARCHITECTURE = ("arch", "n_kv_head")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -367,7 +369,7 @@ class SavedRun:
         saved = self.state.config
         conflicts = [
             f"{name}={getattr(config, name)!r} (checkpoint: {getattr(saved, name)!r})"
-            for name in FIXED_ON_RESUME
+            for name in FIXED_ON_RESUME + FIXED_ARCHITECTURE
             if getattr(config, name) != getattr(saved, name)
         ]
         if conflicts:

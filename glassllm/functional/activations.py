@@ -97,14 +97,15 @@ def silu(x: Tensor) -> Tensor:
     ``dy/dx = s + x s (1 - s) = s (1 + x (1 - s))``. Stability: ``s = 1/(1 + exp(-x))``;
     ``exp`` overflowing to inf for ``x << 0`` gives ``s = 0``, the right limit (``y = -0``), and
     ``s`` rounds to 1 for ``x >> 0`` (``y = x``, slope 1). The definition is
-    `_swiglu_definition` with no ``up``.
+    `_swiglu_definition` with no ``up``; `glassllm.kernels.swiglu` runs its operations in place,
+    in chunks, on worker threads: the same bits.
 
     >>> y = silu(Tensor(np.array([-1e4, 0.0, 2.0], dtype=np.float32)))
     >>> y.data.astype(float).round(4).tolist(), y.dtype
     ([-0.0, 0.0, 1.7616], dtype('float32'))
     """
     x = float_tensor(x, "silu: x")
-    out, vjp = _swiglu_definition(x.data, None)
+    out, vjp = kernels.select(_swiglu_definition, kernels.swiglu)(x.data, None)
 
     def backward(grad: np.ndarray) -> tuple:
         return (vjp(grad, True, False)[0],)
@@ -118,7 +119,8 @@ def swiglu(gate: Tensor, up: Tensor) -> Tensor:
     ``gate`` and ``up`` (same shape) are the two projections of the MLP's input; the MLP is
     ``down(swiglu(x W_gate, x W_up))`` (`glassllm.nn.SwiGLU`). One fused node: with
     ``s = sigmoid(gate)`` kept from the forward, ``d_up = dy silu(gate) = dy gate s`` and
-    ``d_gate = dy up s (1 + gate (1 - s))`` (`silu`'s slope). Stability as `silu`.
+    ``d_gate = dy up s (1 + gate (1 - s))`` (`silu`'s slope). Stability as `silu`. The kernel
+    (`glassllm.kernels.swiglu`) gives the definition's bits.
 
     >>> gate, up = (Tensor(np.array(v, dtype=np.float32)) for v in ([0.0, 2.0], [5.0, 2.0]))
     >>> y = swiglu(gate, up)
@@ -130,9 +132,8 @@ def swiglu(gate: Tensor, up: Tensor) -> Tensor:
     if gate.shape != up.shape:
         raise ValueError(f"swiglu: gate {gate.shape} and up {up.shape} must have the same shape")
     dtype = np.result_type(gate.dtype, up.dtype)
-    out, vjp = _swiglu_definition(
-        gate.data.astype(dtype, copy=False), up.data.astype(dtype, copy=False)
-    )
+    gate_data, up_data = (t.data.astype(dtype, copy=False) for t in (gate, up))
+    out, vjp = kernels.select(_swiglu_definition, kernels.swiglu)(gate_data, up_data)
 
     def backward(grad: np.ndarray) -> tuple:
         return vjp(grad, gate.requires_grad, up.requires_grad)

@@ -11,7 +11,7 @@ import math
 import numpy as np
 
 from glassllm import kernels
-from glassllm._checks import check_int, check_probability
+from glassllm._checks import check_float, check_int, check_probability
 from glassllm.autograd import is_grad_enabled
 from glassllm.functional._common import float_tensor
 from glassllm.kernels import attention as fast
@@ -65,11 +65,7 @@ def _scale(name: str, scale: float | None, head_dim: int) -> float:
     """``scale``, or ``1/sqrt(head_dim)`` when None (1 for an empty head)."""
     if scale is None:
         return 1.0 / math.sqrt(head_dim) if head_dim else 1.0
-    if isinstance(scale, bool) or not isinstance(scale, (int, float, np.floating)):
-        raise TypeError(f"{name}: scale must be a number or None, got {scale!r}")
-    if not math.isfinite(scale):
-        raise ValueError(f"{name}: scale must be finite, got {scale!r}")
-    return float(scale)
+    return check_float(f"{name}: scale", scale)
 
 
 def _kv_groups(name: str, q_shape: tuple, k_shape: tuple, v_shape: tuple) -> int:
@@ -160,6 +156,8 @@ def scaled_dot_product_attention(
     scale = _scale("attention", scale, head_dim)
 
     bias = _mask_bias(num_queries, num_keys, causal, mask, dtype, window)
+    if groups > 1 and bias is not None and num_queries == 1 and mask is None and window is None:
+        bias = None  # a decoding step: one query at the end sees every key (the bias is all 0)
     band = None  # the window of a causal self-attention with no other mask: tiles may run it
     if causal and mask is None and num_queries == num_keys and (groups > 1 or window):
         band = num_keys if window is None else window

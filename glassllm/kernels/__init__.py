@@ -32,6 +32,7 @@ from glassllm.kernels.layer_norm import layer_norm
 from glassllm.kernels.linear import matmul_rows
 from glassllm.kernels.rms_norm import rms_norm
 from glassllm.kernels.sums import sum_axes
+from glassllm.kernels.swiglu import swiglu
 
 __all__ = [
     "adam_in_blocks",
@@ -43,6 +44,7 @@ __all__ = [
     "scatter_add_rows",
     "select",
     "sum_axes",
+    "swiglu",
     "use",
 ]
 

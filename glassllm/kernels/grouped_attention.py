@@ -29,6 +29,7 @@ from glassllm.kernels.attention import (
     _banded_backward,
     _causal_forward,
 )
+from glassllm.kernels.attention import attention as _attention
 from glassllm.kernels.attention import attention_probabilities as _probabilities
 
 
@@ -48,11 +49,13 @@ def attention(
     tiled = (
         band is not None
         and q.ndim == k.ndim == v.ndim == 4
-        and q.shape[0] == k.shape[0] == v.shape[0]
+        and k.shape[:2] == v.shape[:2] == (q.shape[0], q.shape[1] // groups)  # no broadcasting
         and q.shape[-2] == k.shape[-2]
     )
     if tiled:
         return _banded_attention(q, k, v, scale, band, dropout_p, rng, dtype, groups)
+    if groups == 1:  # a band the tiles cannot take (other shapes): the bias holds it
+        return _attention(q, k, v, scale, bias, dropout_p, rng, dtype)
     return _stacked_attention(q, k, v, scale, bias, dropout_p, rng, dtype, groups)
 
 
@@ -72,6 +75,11 @@ def attention_probabilities(
     return probs.reshape(probs.shape[:-3] + (heads, steps, probs.shape[-1]))
 
 
+# why: up to 16 stacked query rows per kv head (a decoding step of up to 16 heads per group) the
+# product with a transposed view of k beats copying k^T (see `_attention_forward`).
+_FEW_ROWS = 16
+
+
 def _stacked_attention(
     q: np.ndarray,
     k: np.ndarray,
@@ -87,8 +95,17 @@ def _stacked_attention(
     KV, groups Tq, d)`` (a reshape), then `_attention_forward` and its backward as they are."""
     lead, (heads, steps, _) = q.shape[:-3], q.shape[-3:]
     stacked = np.asarray(q, dtype=dtype).reshape(lead + (heads // groups, groups * steps, -1))
+    few = groups * steps <= _FEW_ROWS  # a decoding step: no copy of the cache's k^T
     out, residuals = _attention_forward(
-        stacked, k, v, scale, _group_bias(bias, heads, groups, steps), dropout_p, rng, dtype
+        stacked,
+        k,
+        v,
+        scale,
+        _group_bias(bias, heads, groups, steps),
+        dropout_p,
+        rng,
+        dtype,
+        few_queries=few,
     )
     out_shape = out.shape[:-3] + (heads, steps, out.shape[-1])
 

@@ -6,7 +6,9 @@ into ``num_heads`` heads of size ``hs = E // num_heads``:
 * `MultiHeadAttention`: general attention with separate query, key and value inputs, as
   ``torch.nn.MultiheadAttention(batch_first=True)`` computes it;
 * `CausalSelfAttention`: the GPT block (nanoGPT's ``CausalSelfAttention``): one fused projection to
-  queries, keys and values, a causal mask, and an optional `KVCache` for generation.
+  queries, keys and values, a causal mask, and an optional `KVCache` for generation; with the
+  choices of the modern families (grouped-query heads, a free head size, QK-norm, rotary
+  positions, a scale, a local window), each off by default.
 
 Masks are boolean with **True = may attend** (the convention of `scaled_dot_product_attention`);
 note that ``torch.nn.MultiheadAttention``'s boolean ``attn_mask`` means the opposite.
@@ -216,6 +218,8 @@ class CausalSelfAttention(Module):
         self.num_kv_heads = kv
         self.dropout = check_probability("dropout", dropout)
         self.scale = None if scale is None else check_float("scale", scale)
+        if self.scale is not None and self.scale <= 0:
+            raise ValueError(f"scale must be positive, got {self.scale}")
         self.window = None if window is None else check_int("window", window, min=1)
         self.rng = check_generator("rng", rng)
         init_rng = get_rng(self.rng)

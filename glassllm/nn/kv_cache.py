@@ -2,7 +2,10 @@
 
 When a GPT generates token t+1 it needs the keys and values of positions 0..t again. Recomputing
 them costs the whole context per new token; the cache keeps them, so a step only projects the new
-token and attends over the stored positions. One `KVCache` belongs to one attention layer.
+token and attends over the stored positions. One `KVCache` belongs to one attention layer. Its
+``nh`` is the layer's key/value heads: fewer than its query heads under grouped-query attention,
+which is what makes such a cache smaller. Keys are stored as attended (after QK-norm and rotary
+positions), so a cached key is never rotated again.
 
 Storage is a preallocated array of shape ``(B, nh, capacity, hs)`` that doubles when full, so
 appending T positions one at a time copies O(T) elements in total rather than O(T^2).

@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 from conftest import run_cli as run
 
+from glassllm.app import run_state
 from glassllm.app.config import CHECKPOINT_NAME, TrainConfig
 from glassllm.models.config import parameter_count
 
@@ -90,6 +91,15 @@ def test_bad_arch_options(text_file, tmp_path, capsys, options, fragments):
             "--out-dir", tmp_path / "o", *options]  # fmt: skip
     assert_one_line_error(*run(argv, capsys)[::2], *fragments)
     assert not (tmp_path / "o").exists()
+
+
+@pytest.mark.parametrize("name, value", [("arch", "gpt2"), ("n_kv_head", 4)])
+def test_the_recipe_is_fixed_on_resume(text_file, tmp_path, capsys, name, value):
+    argv = ["train", *LLAMA, "--max-iters", "1", "--sample-tokens", "0", "--data", text_file]
+    assert run([*argv, "--out-dir", tmp_path], capsys)[0] == 0
+    config = run_state.read_for_resume(tmp_path).resume_config({name: value, "max_iters": 3})
+    with pytest.raises(ValueError, match=f"cannot change {name}="):
+        run_state.read_for_resume(tmp_path).check_resumable(config)
 
 
 def test_a_gpt2_run_writes_todays_train_config():

@@ -238,6 +238,18 @@ def test_two_ranks_equal_one_process_accumulating_two_micro_batches(mpiexec, tex
 
 
 @pytest.mark.mpi
+def test_a_llama_run_on_two_ranks_equals_two_micro_batches(mpiexec, text, tmp_path):
+    """Data parallelism is generic over parameters: the Llama recipe too."""
+    common = ["--data", text, *TINY, "--arch", "llama", "--n-head", "4"]
+    common += ["--max-iters", "6", "--eval-interval", "3", "--eval-iters", "2"]
+    for ranks, extra, name in ((2, [], "ranks"), (0, ["--grad-accum", "2"], "accum")):
+        out, _ = glassllm_train(mpiexec, ranks, *common, *extra, "--out-dir", name, cwd=tmp_path)
+        assert out.returncode == 0, out.stderr
+    assert_same_tensors(tmp_path / "ranks", tmp_path / "accum")
+    assert "blocks.0.mlp.gate.weight" in tensors(tmp_path / "ranks")
+
+
+@pytest.mark.mpi
 def test_resume_one_then_two_then_one_process_continues_the_same_run(mpiexec, text, tmp_path):
     common = ["--data", text, *TINY, "--eval-interval", "5"]
     out, _ = glassllm_train(

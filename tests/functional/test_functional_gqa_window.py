@@ -72,7 +72,7 @@ def test_gradcheck_window_and_scale_without_groups(op_path):
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 @pytest.mark.parametrize("window", [None, 3])
-@pytest.mark.parametrize("queries,keys", [(6, 6), (1, 9), (3, 9)])
+@pytest.mark.parametrize("queries,keys", [(6, 6), (1, 9), (3, 9), (9, 12)])  # tiles; few, many rows
 def test_matches_torch_sdpa_with_enable_gqa(op_path, dtype, window, queries, keys):
     torch = optional("torch")
     q, k, v = qkv(heads=6, kv_heads=2, queries=queries, keys=keys, dim=8, dtype=dtype)
@@ -252,3 +252,66 @@ def test_packed_attention_with_a_window_matches_split_attend_merge(monkeypatch, 
     np.testing.assert_allclose(g, g_ref, rtol=1e-4, atol=1e-6)
     with pytest.raises(ValueError, match="causal=True"):
         F.packed_attention(Tensor(qkv_data), 2, window=3)
+
+
+# ------------------------------------------------------------------ float32 throughout
+
+
+def _float32_cases():
+    rng = np.random.default_rng(0)
+
+    def f32(*shape):
+        return Tensor(rng.standard_normal(shape).astype(np.float32), requires_grad=True)
+
+    x, w = f32(2, 3, 8), f32(8)
+    q, k, v = f32(2, 4, 5, 8), f32(2, 2, 5, 8), f32(2, 2, 5, 8)
+    qkv = f32(2, 5, 24)
+    cos, sin = F.rotary_cos_sin(np.arange(3), F.rotary_frequencies(6))
+    return {
+        "rms_norm": (lambda: F.rms_norm(x, w), [x, w]),
+        "silu": (lambda: F.silu(x), [x]),
+        "swiglu": (lambda: F.swiglu(x, x * 2.0), [x]),
+        "rotary": (lambda: F.rotary(x, cos, sin), [x]),
+        "rotary_interleaved": (lambda: F.rotary(x, cos, sin, interleaved=True), [x]),
+        "gqa_tiles": (lambda: sdpa(q, k, v, causal=True, window=2, scale=1.0), [q, k, v]),
+        "gqa_cache": (lambda: sdpa(q[:, :, -1:], k, v, causal=True, dropout_p=0.1), [q, k, v]),
+        "packed_window": (lambda: F.packed_attention(qkv, 2, causal=True, window=2), [qkv]),
+    }
+
+
+@pytest.mark.parametrize("name", sorted(_float32_cases()))
+def test_float32_in_float32_out_with_no_float64_inside(monkeypatch, op_path, name):
+    """Every array an op makes and every gradient its backward returns stays float32."""
+    original = Tensor.from_op.__func__
+    returned = []
+
+    def spy(cls, data, parents, backward):
+        assert np.asarray(data).dtype == np.float32
+        return original(cls, data, parents, lambda g: returned.append(backward(g)) or returned[-1])
+
+    monkeypatch.setattr(Tensor, "from_op", classmethod(spy))
+    fn, inputs = _float32_cases()[name]
+    out = fn()
+    out.backward(np.ones(out.shape, dtype=np.float32))
+    assert all(g is None or g.dtype == np.float32 for grads in returned for g in grads)
+    assert all(t.grad.dtype == np.float32 for t in inputs)
+
+
+@pytest.mark.parametrize(
+    "shapes",
+    [
+        ((6, 3), (6, 3), (6, 2)),  # no head axis at all
+        ((4, 6, 3), (4, 6, 3), (4, 6, 2)),  # heads, no batch
+        ((2, 4, 6, 3), (2, 1, 6, 3), (2, 1, 6, 2)),  # one kv head broadcast over four
+        ((2, 4, 6, 3), (1, 2, 6, 3), (1, 2, 6, 2)),  # grouped, the batch broadcast
+    ],
+)
+def test_window_and_groups_on_shapes_the_tiles_do_not_take(op_path, shapes):
+    q, k, v = (leaf(shape, seed) for seed, shape in enumerate(shapes))
+    fused = lambda q, k, v: sdpa(q, k, v, causal=True, window=2)  # noqa: E731
+    assert gradcheck(fused, [q, k, v])
+    groups = q.shape[-3] // k.shape[-3] if q.ndim > 2 and k.shape[-3] > 1 else 1
+    repeated = [t.data if groups == 1 else np.repeat(t.data, groups, axis=-3) for t in (k, v)]
+    allowed = band(6, 6, 2)
+    want = sdpa(q, *map(Tensor, repeated), mask=allowed)
+    np.testing.assert_allclose(fused(q, k, v).data, want.data, rtol=1e-12, atol=1e-14)

@@ -223,3 +223,23 @@ def test_bad_input_raises_a_clear_error(call, error, words):
     with pytest.raises(error) as info:
         call()
     assert words in str(info.value)
+
+
+def test_interleaved_on_llama_cpp_permuted_rows_equals_half_split_on_transformers_rows():
+    """llama.cpp's converter permutes the rows of W_q per head (``reshape(n_head, 2, hd // 2,
+    in).swapaxes(1, 2)``); rotating its projections interleaved gives transformers' half-split
+    rotation of the original projections, in the file's feature order."""
+    rng = np.random.default_rng(3)
+    n_head, head_dim, width = 2, 8, 5
+    w = rng.standard_normal((n_head * head_dim, width))  # torch's (out, in) rows
+    permuted = w.reshape(n_head, 2, head_dim // 2, width).swapaxes(1, 2).reshape(w.shape)
+    x = rng.standard_normal((4, width))  # 4 positions
+    cos, sin = F.rotary_cos_sin(np.arange(4), F.rotary_frequencies(head_dim))
+
+    def heads(rows):  # (T, H * hd) -> (H, T, hd)
+        return Tensor((x @ rows.T).reshape(4, n_head, head_dim).transpose(1, 0, 2))
+
+    half_split = F.rotary(heads(w), cos, sin).data
+    interleaved = F.rotary(heads(permuted), cos, sin, interleaved=True).data
+    order = np.arange(head_dim).reshape(2, -1).T.reshape(-1)  # the permutation within a head
+    np.testing.assert_allclose(interleaved, half_split[..., order], rtol=1e-12, atol=1e-12)

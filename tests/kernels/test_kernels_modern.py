@@ -10,6 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from glassllm import kernels
+from glassllm.functional.activations import _swiglu_definition
 from glassllm.functional.attention import (
     _attention_definition,
     _mask_bias,
@@ -173,3 +174,32 @@ def test_packed_attention_kernel_with_a_window_matches_its_definition(
     (want, want_grad), (got, got_grad) = results
     _close(got, want, dtype, 10.0)
     _close(got_grad, want_grad, dtype, 100.0)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("count", [1, 2])
+@pytest.mark.parametrize("gated", [True, False])
+@pytest.mark.parametrize("shape", [(), (3, 5), (300, 1000), (2, 3, 7)])
+def test_swiglu_kernel_gives_the_definitions_bits(dtype, count, gated, shape):
+    """The same operations in the same order, in place, in chunks on threads: equal bits (the
+    large case is split over threads and chunks; the strided one runs unchunked)."""
+    rng = np.random.default_rng(0)
+    gate = (rng.standard_normal(shape) * 6).astype(dtype)
+    up = rng.standard_normal(shape).astype(dtype) if gated else None
+    g = rng.standard_normal(shape).astype(dtype)
+    if len(shape) == 3:  # a strided view
+        gate, g = gate[:, ::2], g[:, ::2]
+        up = None if up is None else up[:, ::2]
+    want, want_vjp = _swiglu_definition(gate, up)
+
+    def run():
+        out, vjp = kernels.swiglu(gate, up)
+        return out, vjp(g, True, gated)
+
+    got, grads = on_threads(count, run)
+    np.testing.assert_array_equal(got, want)
+    for ours, theirs in zip(grads, want_vjp(g, True, gated), strict=True):
+        assert (ours is None) == (theirs is None)
+        if ours is not None:
+            assert ours.dtype == np.dtype(dtype)
+            np.testing.assert_array_equal(ours, theirs)
