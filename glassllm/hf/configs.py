@@ -204,6 +204,9 @@ def _llama(v: _Values) -> dict[str, Any]:
         v.values.get("num_key_value_heads") is not None) else heads  # fmt: skip
     if kv_heads and heads and heads % kv_heads:
         v.bad("num_key_value_heads", f"must divide num_attention_heads={heads}")
+    if v.values.get("rope_interleaved", False) is not False:  # SmolLM2's files say false
+        v.bad("rope_interleaved", "transformers rotates halves whatever it says; glassllm reads "
+              "false only")  # fmt: skip
     act = v.values.get("hidden_act")
     if act not in SILUS:
         v.bad("hidden_act", f"a SwiGLU MLP needs {' or '.join(SILUS)}")

@@ -219,3 +219,45 @@ def test_docstring_examples():
     import glassllm.hf.convert
 
     assert doctest.testmod(glassllm.hf.convert).failed == 0
+
+
+@pytest.mark.parametrize("tied", [True, False])
+def test_a_llama_state_dict_to_hf_and_back(tied):
+    from glassllm.models.config import llama_config
+
+    config = llama_config(vocab_size=11, block_size=8, n_layer=2, n_head=4, n_embd=8,
+                          tied_head=tied, qkv_bias=True)  # fmt: skip
+    state = GPT(config, rng=np.random.default_rng(0)).state_dict()
+    hf = state_dict_to_hf(state, config)
+    assert hf["model.layers.0.self_attn.k_proj.weight"].shape == (
+        4,
+        8,
+    )  # 2 kv heads of 2, (out, in)
+    assert not hf["model.layers.1.self_attn.o_proj.bias"].any()  # Llama's one attention_bias
+    assert ("lm_head.weight" in hf) is not tied
+    back = state_dict_from_hf(hf, config_from_hf(config_to_hf(config)), model_type="llama")
+    for name, value in back.items():
+        assert np.array_equal(value, state.get(name, np.zeros_like(value))), name
+
+
+@pytest.mark.parametrize("how", ["copy", "transpose", "stacked", "joined", "per_head",
+                                 "per_head_bias"])  # fmt: skip
+def test_every_layout_inverts(how):
+    from glassllm.hf.tensors import from_hf, source_shapes, to_hf
+
+    config = GPTConfig(vocab_size=11, block_size=8, n_layer=1, n_head=4, n_embd=8, n_kv_head=2)
+    if how in ("per_head", "per_head_bias"):
+        config = GPTConfig(vocab_size=11, block_size=8, n_layer=1, n_head=4, n_embd=8)
+    H, KV, hd = config.n_head, config.kv_heads, config.head_size
+    shape = {"copy": (8,), "transpose": (8, 5), "stacked": (8, (H + 2 * KV) * hd),
+             "joined": ((H + 2 * KV) * hd,), "per_head": (8, 3 * H * hd),
+             "per_head_bias": (3 * H * hd,)}[how]  # fmt: skip
+    rng = np.random.default_rng(0)
+    sources = [rng.standard_normal(s).astype(np.float32) for s in source_shapes(how, shape, config)]
+    ours = from_hf(how, sources, config)
+    assert ours.shape == shape
+    assert all(np.array_equal(a, b) for a, b in zip(to_hf(how, ours, config), sources, strict=True))
+    if how == "per_head":  # GPT-NeoX's rows [h0: q k v][h1: q k v]... become [q | k | v] columns
+        rows = sources[0].reshape(H, 3, hd, 8)
+        assert np.array_equal(ours[:, hd : 2 * hd], rows[1, 0].T)  # query head 1
+        assert np.array_equal(ours[:, (H + 2) * hd : (H + 3) * hd], rows[2, 1].T)  # key head 2
