@@ -173,7 +173,8 @@ class CausalSelfAttention(Module):
     (generation, under ``no_grad`` only), this call's keys and values are appended to the cache and
     the T new queries attend over every cached position, the causal mask aligned to the end: feeding
     a prompt and then one token at a time gives the same outputs as recomputing the whole sequence.
-    Without any of the choices, the fused `F.packed_attention` runs (GPT-2's fast path).
+    Without grouped heads, QK-norm or rotary positions, the fused `F.packed_attention` runs
+    (GPT-2's fast path, GPT-Neo's too).
 
     ``dtype`` sets the parameters' dtype (float32 by default); ``rng`` draws the initial weights
     and the dropout masks (default: `glassllm.rng.get_rng()`, read when each is drawn).
@@ -239,14 +240,9 @@ class CausalSelfAttention(Module):
         )
         self.proj = Linear(width, embed_dim, bias=out_bias, dtype=dtype, rng=init_rng)
         self.resid_dropout = Dropout(self.dropout, rng=self.rng)
-        # GPT-2's configuration runs the fused op that splits, attends and merges in one
-        self.packed = (
-            kv == self.num_heads
-            and not qk_norm
-            and self.rotary is None
-            and self.scale is None
-            and self.window is None
-        )
+        # The fused op that splits, attends and merges in one serves every layer whose heads
+        # are plain slices of qkv: GPT-2's, and GPT-Neo's (scale, window) too
+        self.packed = kv == self.num_heads and not qk_norm and self.rotary is None
 
     def heads(self, qkv: Tensor, start: int = 0) -> tuple[Tensor, Tensor, Tensor]:
         """The packed projection ``qkv (B, T, (H + 2 KV) hd)`` as heads, ready to attend:
@@ -273,7 +269,12 @@ class CausalSelfAttention(Module):
             # One op splits the heads, attends and merges them again: its backward writes
             # dq, dk, dv into one (B, T, 3E) array (see F.packed_attention).
             y = F.packed_attention(
-                self.qkv(x), self.num_heads, causal=True, dropout_p=dropout_p, rng=self.rng
+                self.qkv(x),
+                self.num_heads,
+                causal=True,
+                dropout_p=dropout_p,
+                rng=self.rng,
+                **self.attention_options(),
             )  # (B, T, H hd)
             return self.resid_dropout(self.proj(y))  # (B, T, E)
         if kv_cache is None:
@@ -294,8 +295,8 @@ class CausalSelfAttention(Module):
         return self.resid_dropout(self.proj(merge_heads(y)))  # (B, T, E)
 
     def attention_options(self) -> dict[str, Any]:
-        """The keyword arguments of the choices to `F.scaled_dot_product_attention` (none for
-        GPT-2, so its call stays the one that existed before them)."""
+        """The keyword arguments of the choices to `F.scaled_dot_product_attention` and
+        `F.packed_attention` (none for GPT-2, so its calls stay those before the choices)."""
         options: dict[str, Any] = {}
         if self.scale is not None:
             options["scale"] = self.scale

@@ -66,8 +66,8 @@ def test_each_choice_matches_the_plain_maths(choice):
         choices = {"rotary_dim": 2, "rope_theta": CHOICES["rope_theta"]}
     attn = layer(np.float64, **choices)
     x = np.random.default_rng(2).standard_normal((2, 7, 8))
-    # the fused packed op still serves a free head size and separate biases
-    assert attn.packed == (choice in ("head_dim", "qkv_bias", "out_bias"))
+    # the fused packed op serves a free head size, separate biases, a scale and a window
+    assert attn.packed == (choice in ("head_dim", "qkv_bias", "out_bias", "scale", "window"))
     np.testing.assert_allclose(attn(Tensor(x)).data, reference(attn, x), atol=1e-12)
 
 
