@@ -209,7 +209,7 @@ def test_without_jinja_one_line_names_the_extra(monkeypatch):
     chat_template._environment.cache_clear()
     chat_template._compiled.cache_clear()
     try:
-        with pytest.raises(MissingDependencyError, match=r"pip install 'glassllm\[chat\]'"):
+        with pytest.raises(MissingDependencyError, match=r"pip install -e '\.\[chat\]'"):
             ChatTemplate(SMOLLM2).render([{"role": "user", "content": "hi"}])
     finally:
         monkeypatch.undo()

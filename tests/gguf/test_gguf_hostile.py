@@ -250,7 +250,8 @@ def test_without_the_gguf_package_one_line_names_the_extra(honest, monkeypatch):
 
     monkeypatch.setattr(builtins, "__import__", no_gguf)
     with pytest.raises(
-        MissingDependencyError, match=r"gguf package: pip install 'glassllm\[gguf\]'"
+        MissingDependencyError,
+        match=r"gguf package: the glassllm\[gguf\] extra: pip install -e '\.\[gguf\]'",
     ):
         read_gguf(honest[0])
     read_header(honest[0])  # the header needs no package
