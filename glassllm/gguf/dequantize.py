@@ -25,9 +25,11 @@ def import_gguf() -> Any:
     try:
         import gguf
     except ImportError:
-        raise MissingDependencyError(
-            f"GGUF files need llama.cpp's gguf package: {INSTALL_HINT}"
-        ) from None
+        gguf = None
+    # why: a folder named gguf on the path (the working directory's, of model files) imports as
+    # an empty namespace package when the real one is absent.
+    if getattr(gguf, "__file__", None) is None:
+        raise MissingDependencyError(f"GGUF files need llama.cpp's gguf package: {INSTALL_HINT}")
     return gguf
 
 

@@ -24,6 +24,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from conftest import optional
 
 import glassllm
 from glassllm.app.run_state import RunState
@@ -96,6 +97,7 @@ def fresh_copy(trained, tmp_path):
 
 
 def test_a_tokenizer_that_panics_at_encode_time_is_one_line_from_a_hf_directory(tmp_path):
+    optional("tokenizers")  # a BPE tokenizer
     model = hostile_hf_directory(tmp_path / "gpt2")
     status, _, err = glassllm_cli("sample", "--checkpoint", model, "--prompt", PANIC_PROMPT,
                                   "--max-new-tokens", 2)  # fmt: skip
@@ -103,6 +105,7 @@ def test_a_tokenizer_that_panics_at_encode_time_is_one_line_from_a_hf_directory(
 
 
 def test_a_tokenizer_that_panics_inside_a_verified_glassllm_checkpoint_is_one_line(tmp_path):
+    optional("tokenizers")  # a BPE tokenizer
     opened = open_checkpoint(FIXTURE)
     spec = json.loads(opened.tokenizer.to_json())
     spec["pre_tokenizer"] = CATASTROPHIC
@@ -119,6 +122,8 @@ def test_a_tokenizer_that_panics_inside_a_verified_glassllm_checkpoint_is_one_li
 
 @pytest.mark.parametrize("kind", ["hf-bpe", "char"])
 def test_a_prompt_that_is_not_utf8_is_one_line(kind, trained, tmp_path):
+    if kind == "hf-bpe":
+        optional("tokenizers")
     checkpoint = FIXTURE if kind == "hf-bpe" else trained / "ckpt.safetensors"
     status, _, err = glassllm_cli("sample", "--checkpoint", checkpoint, "--prompt", b"caf\xe9 \xff")
     assert_one_line_error(status, err, "the prompt cannot be encoded")
@@ -208,6 +213,7 @@ def file_size_limit(limit: int):
 
 
 def test_export_onto_a_full_disk_is_one_line_and_leaves_nothing(tmp_path):
+    optional("tokenizers")  # a BPE tokenizer
     with small_disk(tmp_path / "disk", "64k") as disk:
         status, _, err = glassllm_cli("export", "--checkpoint", FIXTURE, "--out-dir",
                                       disk / "model")  # fmt: skip
@@ -216,6 +222,7 @@ def test_export_onto_a_full_disk_is_one_line_and_leaves_nothing(tmp_path):
 
 
 def test_export_past_a_file_size_limit_is_one_line_and_leaves_nothing(tmp_path):
+    optional("tokenizers")  # a BPE tokenizer
     status, _, err = glassllm_cli("export", "--checkpoint", FIXTURE, "--out-dir", tmp_path / "m",
                                   preexec_fn=file_size_limit(20_000))  # fmt: skip
     assert_one_line_error(status, err, "File too large")

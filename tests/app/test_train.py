@@ -289,6 +289,6 @@ def test_interrupt_prints_a_resume_command_a_shell_can_run(data, tmp_path, capsy
 
     out_dir = tmp_path / "my run"
     Trainer(tiny(data, out_dir)).fit(progress=False, on_step=stop_at_2)
-    command = capsys.readouterr().out.split("Continue with: ")[1].strip()
+    command = capsys.readouterr().out.split("Continue with: ")[1].splitlines()[0].strip()
     words = shlex.split(command)
     assert words[words.index("--out-dir") + 1] == str(out_dir)

@@ -11,6 +11,7 @@ import threading
 from pathlib import Path
 
 import pytest
+from conftest import optional
 from view_helpers import make_run
 
 from glassllm.app.view import api, make_server
@@ -94,6 +95,7 @@ def error_of(fn, *args):
 
 @pytest.fixture(scope="module")
 def hostile_model(tmp_path_factory):
+    optional("tokenizers")  # a BPE tokenizer
     path = tmp_path_factory.mktemp("gpt2") / "gpt2"
     shutil.copytree(FIXTURE, path)
     spec = json.loads((path / "tokenizer.json").read_text())
@@ -126,6 +128,8 @@ def test_a_tokenizer_panic_over_http_is_a_json_400_and_the_server_goes_on(hostil
 @pytest.mark.parametrize("prompt", ["\ud800", "caf\udce9", "ok \udfff then"])
 @pytest.mark.parametrize("which", ["bpe", "char"])
 def test_a_prompt_with_a_lone_surrogate_is_a_400(prompt, which, out_dir):
+    if which == "bpe":
+        optional("tokenizers")
     run = Run(FIXTURE, checkpoint=FIXTURE) if which == "bpe" else Run(out_dir)
     for endpoint in (api.generate, api.inspect):
         status, message = error_of(endpoint, run, {"prompt": prompt, "max_new_tokens": 1})
@@ -133,6 +137,7 @@ def test_a_prompt_with_a_lone_surrogate_is_a_400(prompt, which, out_dir):
 
 
 def test_a_lone_surrogate_in_the_json_body_over_http_is_a_json_400():
+    optional("tokenizers")  # a BPE tokenizer
     server = served(FIXTURE, checkpoint=FIXTURE)
     try:
         status, answer = request(server, "POST", "/api/generate", b'{"prompt": "\\udcff"}')
