@@ -108,7 +108,7 @@ class ChatTemplate:
         ``tokenizer_config.json``'s ``chat_template`` (a string, or a list of named templates of
         which ``default`` is taken); the special tokens from ``tokenizer_config.json``. None when
         the directory has no template."""
-        from glassllm.hf.untrusted import HFFormatError, read_json
+        from glassllm._untrusted import HFFormatError, read_json
 
         directory = Path(directory)
         config_path = directory / TOKENIZER_CONFIG
@@ -141,7 +141,7 @@ class ChatTemplate:
 
 
 def _read_text(path: Path) -> str:
-    from glassllm.hf.untrusted import HFFormatError
+    from glassllm._untrusted import HFFormatError
 
     try:
         if path.stat().st_size > MAX_TEMPLATE_CHARS * 4:

@@ -91,11 +91,9 @@ def open_checkpoint(path: str | Path) -> Opened:
     or a GGUF file (``.gguf``, or a file starting with the GGUF magic). Raises ValueError (or
     OSError) with a message for the user; a Hugging Face model without tokenizer files is one."""
     from glassllm.gguf import is_gguf_path
-    from glassllm.hf import is_pretrained_path, load_pretrained
+    from glassllm.hf import is_pretrained_path, load_gguf, load_pretrained
 
     if is_gguf_path(path):
-        from glassllm.gguf import load_gguf
-
         model, tokenizer, chat_template = load_gguf(path)
         source = ModelSource("gguf", Path(path), model.config, tokenizer.kind)
         return Opened(model, tokenizer, source, chat_template=chat_template)

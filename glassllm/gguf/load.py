@@ -1,5 +1,7 @@
 """Open a GGUF file: its model as a transformers-style pair (config dict, tensors), its tokenizer
-and chat template; `load_gguf` builds the glassllm model through `glassllm.hf.model_from_hf`.
+and chat template. `glassllm.hf.load_gguf` builds the glassllm model from them (through
+`glassllm.hf.model_from_hf`); this package never imports `glassllm.hf`, so the Hugging Face
+loaders can open a GGUF file too without a circle of imports.
 
 Every check on the header (`glassllm.gguf.header`), the configuration and the tensor names
 (`glassllm.gguf.convert`) runs before a weight is dequantized; then each tensor's shape is held
@@ -15,7 +17,7 @@ from __future__ import annotations
 import dataclasses
 import os
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
@@ -25,9 +27,6 @@ from glassllm.gguf.convert import hf_config, tensor_names, unpermute
 from glassllm.gguf.dequantize import dequantize, import_gguf
 from glassllm.gguf.header import GGUFFormatError, GGUFHeader, read_header
 from glassllm.gguf.tokenizer import special_tokens, tokenizer_from_metadata
-
-if TYPE_CHECKING:
-    from glassllm.models.gpt import GPT
 
 SUFFIX = ".gguf"
 
@@ -83,16 +82,6 @@ def read_gguf(path: str | os.PathLike[str]) -> GGUFContents:
     return GGUFContents(
         header.path, config, tensors, tokenizer, chat_template_of(header), header.metadata
     )
-
-
-def load_gguf(path: str | os.PathLike[str]) -> tuple[GPT, BPETokenizer, ChatTemplate | None]:
-    """``(model, tokenizer, chat template or None)`` of a GGUF file; the model in eval mode,
-    float32. See `read_gguf` for the errors."""
-    from glassllm.hf import model_from_hf
-
-    contents = read_gguf(path)
-    model = model_from_hf(contents.config, contents.tensors, str(contents.path))
-    return model, contents.tokenizer, contents.chat_template
 
 
 def chat_template_of(header: GGUFHeader) -> ChatTemplate | None:

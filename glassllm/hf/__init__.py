@@ -10,7 +10,8 @@ glassllm GPT; write a glassllm GPT as a directory transformers loads (``GPT2LMHe
 Needs numpy and safetensors only; tokenizers (``pip install -e '.[hf]'`` in the checkout) when a
 tokenizer is read or written. The pure converters (configurations and tensors, both ways) are in
 `glassllm.hf.convert`; each family's keys and tensor names in `glassllm.hf.families`;
-`model_from_hf` converts a config dict and tensors already in memory (a GGUF file's).
+`model_from_hf` converts a config dict and tensors already in memory (a GGUF file's);
+`load_pretrained` and `load_model` open a GGUF file too (`load_gguf`, through `glassllm.gguf`).
 """
 
 from glassllm.hf.convert import (
@@ -27,6 +28,7 @@ from glassllm.hf.families import FAMILIES
 from glassllm.hf.load import (
     find_tokenizer,
     is_pretrained_path,
+    load_gguf,
     load_model,
     load_pretrained,
     model_from_hf,
@@ -41,6 +43,7 @@ __all__ = [
     "find_tokenizer",
     "hf_tokenizer_of",
     "is_pretrained_path",
+    "load_gguf",
     "load_model",
     "load_pretrained",
     "model_from_hf",

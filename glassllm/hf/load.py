@@ -14,7 +14,9 @@ drawing random initial weights (each array is read from the file into place, or 
 small temporary where the layout changes): a load costs the file read, not an initialisation.
 
 `model_from_hf` runs the same checks and conversion on a config dict and tensors already in
-memory (a GGUF file's, dequantized): one conversion for every source.
+memory (a GGUF file's, dequantized): one conversion for every source. `load_pretrained` and
+`load_model` take a GGUF file as well (``.gguf``, or a file starting with the GGUF magic:
+`glassllm.gguf.is_gguf_path`): `load_gguf` reads it through `glassllm.gguf.read_gguf`.
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ from __future__ import annotations
 import os
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -33,6 +35,9 @@ from glassllm.hf.safetensors_file import FLOAT_DTYPES, TensorEntry, read_header,
 from glassllm.hf.tensors import Plan, from_hf, head_problems, plan
 from glassllm.hf.untrusted import MAX_TOKENIZER_BYTES, HFFormatError, listed, read_json, shown
 from glassllm.models.gpt import GPT, GPTConfig
+
+if TYPE_CHECKING:
+    from glassllm.chat_template import ChatTemplate
 
 CONFIG = "config.json"
 WEIGHTS = "model.safetensors"
@@ -46,7 +51,8 @@ def load_pretrained(
     path: str | os.PathLike[str], dtype: Any = np.float32, require_tokenizer: bool = False
 ) -> tuple[GPT, BPETokenizer | None]:
     """``(model, tokenizer)`` from a Hugging Face directory, or from its ``model.safetensors``
-    with a ``config.json`` beside it.
+    with a ``config.json`` beside it, or from a GGUF file (`load_gguf`; it always holds its
+    tokenizer).
 
     The model is in eval mode, its parameters ``dtype`` (float32: F16, BF16 and F64 files are
     converted), dropout 0. The tokenizer comes from ``tokenizer.json`` or ``vocab.json`` +
@@ -56,6 +62,9 @@ def load_pretrained(
     problem with the files, a configuration value the model cannot compute exactly included.
     """
     path = Path(path)
+    if _is_gguf(path):
+        model, tokenizer, _ = load_gguf(path, dtype)
+        return model, tokenizer
     config, tensor_plan, headers = _check(path)
     directory = _directory_of(path)
     tokenizer = find_tokenizer(directory)
@@ -75,10 +84,33 @@ def load_pretrained(
 
 
 def load_model(path: str | os.PathLike[str], dtype: Any = np.float32) -> GPT:
-    """The GPT of a Hugging Face directory or ``model.safetensors``; see `load_pretrained`."""
+    """The GPT of a Hugging Face directory, ``model.safetensors`` or GGUF file; see
+    `load_pretrained`."""
     path = Path(path)
+    if _is_gguf(path):
+        return load_gguf(path, dtype)[0]
     config, tensor_plan, headers = _check(path)
     return _build_from_files(path, config, tensor_plan, headers, dtype)
+
+
+def load_gguf(
+    path: str | os.PathLike[str], dtype: Any = np.float32
+) -> tuple[GPT, BPETokenizer, ChatTemplate | None]:
+    """``(model, tokenizer, chat template or None)`` of a GGUF file: the file read and checked by
+    `glassllm.gguf.read_gguf` (its errors: GGUFFormatError, a ValueError naming the file and the
+    field; MissingDependencyError without the ``gguf`` extra), the model built by `model_from_hf`,
+    in eval mode, its parameters ``dtype``."""
+    from glassllm.gguf import read_gguf
+
+    contents = read_gguf(path)
+    model = model_from_hf(contents.config, contents.tensors, str(contents.path), dtype)
+    return model, contents.tokenizer, contents.chat_template
+
+
+def _is_gguf(path: Path) -> bool:
+    from glassllm.gguf import is_gguf_path
+
+    return is_gguf_path(path)
 
 
 def find_tokenizer(directory: str | os.PathLike[str]) -> BPETokenizer | None:

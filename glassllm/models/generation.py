@@ -13,7 +13,9 @@ numbers and compute the same logits, so they give the same tokens for the same s
 
 The key/value cache: each block keeps an ``nn.KVCache`` (of its ``n_kv_head`` key/value heads,
 already rotated where positions are rotary; a local layer's window applies to the cached keys
-as to the recomputed ones), so after the prompt a new token costs one position. Once the context
+as to the recomputed ones), so after the prompt a new token costs one position. Its capacity is
+what the call can use, the prompt plus ``max_new_tokens`` capped at ``block_size``, never a
+whole block up front. Once the context
 exceeds ``block_size``, sliding the window shifts every token's position (learned or rotary) and
 invalidates what is cached, so from then on each token runs the uncached forward over the last
 ``block_size`` tokens, of which the last block computes only the last position
@@ -114,6 +116,10 @@ def _steps(
     top_k = None if options.top_k is None else min(options.top_k, model.config.vocab_size)
     modules = list(model.modules())
     caches: list[nn.KVCache] | None = None
+    # why: a cache never holds more than the prompt and the tokens fed back (the window stops
+    # caching at block_size), and a whole block would be 8192 or 131072 positions per layer for
+    # SmolLM2 or Llama-3.2: hundreds of MB to GB allocated for a one-line answer.
+    capacity = min(idx.shape[1] + options.max_new_tokens, block_size)
     for _ in range(options.max_new_tokens):
         with _inference(modules):
             if not use_cache or idx.shape[1] >= block_size:
@@ -123,8 +129,8 @@ def _steps(
                 h = last_position_hidden(model, idx[:, -block_size:])  # (B, 1, E)
             elif caches is not None:
                 h = model.hidden_states(idx[:, -1:], caches)  # (B, 1, E): one new position
-            else:  # first step: fill the caches from the prompt, sized for a whole block
-                caches = [nn.KVCache(capacity=block_size) for _ in model.blocks]
+            else:  # first step: fill the caches from the prompt, sized for this call only
+                caches = [nn.KVCache(capacity=capacity) for _ in model.blocks]
                 h = model.hidden_states(idx, caches)  # (B, T, E)
             logits = model.head(h[:, -1, :]).data  # (B, V)
         probs = probabilities(logits, options.temperature, top_k, options.top_p, options.min_p)

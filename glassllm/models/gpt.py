@@ -315,12 +315,18 @@ class GPT(nn.Module):
         top_k: int | None = None,
         rng: np.random.Generator | None = None,
         use_cache: bool = True,
+        *,
+        top_p: float | None = None,
+        min_p: float | None = None,
     ) -> np.ndarray:
         """Sample ``max_new_tokens`` tokens after ``idx`` (B, T): the int array (B, T + new).
+        ``top_p`` (nucleus) and ``min_p`` filter the distribution after top-k.
 
         See ``glassllm.models.generation`` for the sampling rule and the key/value cache.
         """
-        return generation.generate(self, idx, max_new_tokens, temperature, top_k, rng, use_cache)
+        return generation.generate(
+            self, idx, max_new_tokens, temperature, top_k, rng, use_cache, top_p=top_p, min_p=min_p
+        )
 
     def generate_stream(
         self,
@@ -330,13 +336,17 @@ class GPT(nn.Module):
         top_k: int | None = None,
         rng: np.random.Generator | None = None,
         use_cache: bool = True,
+        *,
+        top_p: float | None = None,
+        min_p: float | None = None,
     ) -> Iterator[tuple[np.ndarray, np.ndarray]]:
-        """Yield ``(next_ids (B,), probs (B, vocab_size))`` per generated token.
+        """Yield ``(next_ids (B,), probs (B, vocab_size))`` per generated token; ``probs`` is the
+        distribution after temperature, top-k, ``top_p`` and ``min_p``.
 
         See ``glassllm.models.generation.generate_stream``.
         """
         return generation.generate_stream(
-            self, idx, max_new_tokens, temperature, top_k, rng, use_cache
+            self, idx, max_new_tokens, temperature, top_k, rng, use_cache, top_p=top_p, min_p=min_p
         )
 
     # ---------------------------------------------------------------- training

@@ -75,7 +75,7 @@ def theirs(gguf_file):
 def glass_model(gguf_file):
     optional("gguf")
     optional("tokenizers")
-    from glassllm.gguf import load_gguf
+    from glassllm.hf import load_gguf
 
     return load_gguf(gguf_file)
 

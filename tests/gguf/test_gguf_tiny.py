@@ -118,7 +118,7 @@ def test_logits_of_the_original_model(tmp_path, family, kv_heads, tied, f16):
     optional("gguf")
     optional("tokenizers")
     from glassllm.autograd import no_grad
-    from glassllm.gguf import load_gguf
+    from glassllm.hf import load_gguf
 
     model = random_model(family, kv_heads, tied, f16)
     path = write_like_llama_cpp(tmp_path / f"{family}.gguf", model, family, f16)
@@ -141,7 +141,7 @@ def test_the_permutation_matters(tmp_path):
     optional("gguf")
     optional("tokenizers")
     from glassllm.autograd import no_grad
-    from glassllm.gguf import load_gguf
+    from glassllm.hf import load_gguf
 
     model = random_model("llama", 4)
     path = write_like_llama_cpp(tmp_path / "qwen-like.gguf", model, "llama")
@@ -159,3 +159,33 @@ def test_the_permutation_matters(tmp_path):
         logits = glass(np.asarray([ids]))[0].data[0]
     assert np.abs(logits - other).max() > 1e-2
     assert path.read_bytes() == data
+
+
+def test_the_hugging_face_loaders_open_a_gguf_file(tmp_path):
+    """``glassllm.hf.load_pretrained`` and ``load_model`` take a GGUF file as they take a
+    directory (the issue's ``from_pretrained`` of a ``.gguf``): the same model as `load_gguf`."""
+    optional("gguf")
+    optional("tokenizers")
+    from gguf_files import tiny_llama
+
+    from glassllm.autograd import no_grad
+    from glassllm.hf import load_gguf, load_model, load_pretrained
+
+    meta, tensors = tiny_llama(np.random.default_rng(0), layers=2)
+    path = write_gguf(tmp_path / "tiny.gguf", meta, tensors)
+    renamed = tmp_path / "tiny-model"  # no suffix: recognised by its magic
+    renamed.write_bytes(path.read_bytes())
+    expected, expected_tokenizer, _ = load_gguf(path)
+    ids = np.asarray([[1, 2, 3, 4, 5]])
+    with no_grad():
+        reference = expected(ids)[0].data
+    for source in (path, str(path), renamed):
+        model, tokenizer = load_pretrained(source, require_tokenizer=True)
+        assert tokenizer.encode("ab cab") == expected_tokenizer.encode("ab cab")
+        with no_grad():
+            np.testing.assert_array_equal(model(ids)[0].data, reference)
+            np.testing.assert_array_equal(load_model(source)(ids)[0].data, reference)
+    wide = load_model(path, dtype=np.float64)
+    assert all(p.dtype == np.float64 for p in wide.parameters())
+    with no_grad():
+        np.testing.assert_allclose(wide(ids)[0].data, reference, atol=1e-5)

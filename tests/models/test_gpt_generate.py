@@ -4,6 +4,7 @@ sampling rules, modes, bad input."""
 from __future__ import annotations
 
 import dataclasses
+import tracemalloc
 
 import numpy as np
 import pytest
@@ -189,6 +190,37 @@ def test_bad_generation_arguments_raise_at_the_call(model, kwargs, message):
 def test_zero_new_tokens_returns_the_prompt(model):
     idx = prompt()
     np.testing.assert_array_equal(model.generate(idx, 0), idx)
+
+
+def test_the_cache_is_sized_for_the_call_not_for_a_whole_block(monkeypatch):
+    """A long-context model (Llama-3.2's block_size is 131072) must not allocate a block's cache
+    per layer for a short answer: the caches hold the prompt plus the new tokens."""
+    config = GPTConfig(
+        vocab_size=17, block_size=1 << 16, n_layer=2, n_head=2, n_embd=16, positions="rotary"
+    )
+    model = GPT(config, rng=np.random.default_rng(0))
+    idx = prompt(B=1, T=3)
+    made: list[nn.KVCache] = []
+
+    class Recorded(nn.KVCache):
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, **kwargs)
+            made.append(self)
+
+    model.generate(idx, 1)  # why: the first call imports and compiles kernels (tens of MB)
+    monkeypatch.setattr(nn, "KVCache", Recorded)
+    full_cache = config.n_layer * 2 * config.block_size * config.n_embd * 4  # keys + values
+    tracemalloc.start()
+    try:
+        cached = model.generate(idx, 4, rng=np.random.default_rng(1), use_cache=True)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert len(made) == config.n_layer
+    assert all(cache.capacity == 3 + 4 and cache.length == 3 + 3 for cache in made)
+    assert peak < full_cache / 20, (peak, full_cache)
+    uncached = model.generate(idx, 4, rng=np.random.default_rng(1), use_cache=False)
+    np.testing.assert_array_equal(cached, uncached)
 
 
 # Generation's last-position path: block_last_position and last_position_hidden give the

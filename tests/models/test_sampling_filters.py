@@ -131,3 +131,30 @@ def test_without_the_new_filters_generation_is_unchanged(tiny_gpt):
             model, prompt, 8, 0.9, 5, np.random.default_rng(2), top_p=top_p, min_p=min_p
         )
         np.testing.assert_array_equal(now, before)
+
+
+def test_the_model_methods_take_top_p_and_min_p(tiny_gpt):
+    """``GPT.generate`` and ``GPT.generate_stream`` pass the filters on (keyword-only), giving
+    what `glassllm.models.generation` gives, and the distribution each token came from."""
+    model = tiny_gpt(seed=5)
+    prompt = np.array([[1, 2, 3], [3, 2, 1]])
+    filters = dict(top_p=0.5, min_p=0.2)
+    expected = generation.generate(model, prompt, 7, 1.1, None, np.random.default_rng(9), **filters)
+    got = model.generate(prompt, 7, 1.1, rng=np.random.default_rng(9), **filters)
+    np.testing.assert_array_equal(got, expected)
+    ids = prompt
+    for next_ids, probs in model.generate_stream(
+        prompt, 4, 1.1, rng=np.random.default_rng(9), **filters
+    ):
+        with no_grad():
+            logits = model(ids)[0].data[:, -1, :]
+        np.testing.assert_allclose(
+            probs, sampling.distribution(logits, 1.1, None, 0.5, 0.2), rtol=1e-5, atol=1e-7
+        )
+        ids = np.concatenate([ids, next_ids[:, None]], axis=1)
+    assert (probs == 0).any()  # the filters did cut
+    np.testing.assert_array_equal(ids, expected[:, :7])
+    with pytest.raises(ValueError, match="top_p"):
+        model.generate(prompt, 2, top_p=1.5)
+    with pytest.raises(TypeError):
+        model.generate(prompt, 2, 1.0, None, None, True, 0.5)  # keyword-only
