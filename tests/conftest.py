@@ -8,11 +8,12 @@ with the reason when it is missing, except under ``CI=true``, where a missing or
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import os
 import subprocess
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from types import ModuleType
 
@@ -42,6 +43,24 @@ def optional(name: str) -> ModuleType:
             raise ImportError(f"{name} is only a namespace package here, not installed")
         pytest.skip(f"{name} is not installed (optional oracle)")
     return module
+
+
+@contextlib.contextmanager
+def small_disk(path: Path, size: str = "256k") -> Iterator[Path]:
+    """A real filesystem of ``size`` at ``path`` (tmpfs; needs root), else a pytest.skip (the
+    tests that use it have an RLIMIT_FSIZE variant for machines without)."""
+    path.mkdir()
+    try:
+        done = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(path)],
+                              capture_output=True, timeout=30)  # fmt: skip
+    except (OSError, subprocess.TimeoutExpired):
+        done = None
+    if done is None or done.returncode != 0:
+        pytest.skip("cannot mount a small tmpfs here (not root?)")
+    try:
+        yield path
+    finally:
+        subprocess.run(["umount", "-l", str(path)], capture_output=True, timeout=30)
 
 
 @pytest.fixture(scope="session")

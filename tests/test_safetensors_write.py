@@ -3,32 +3,15 @@ and checkpoint saves): the library's own errors become ours, and a full disk, on
 filesystem (a tmpfs; root only, else the test is skipped), is an OSError with errno ENOSPC
 naming the file, leaving nothing half-written and the previous checkpoint intact."""
 
-import contextlib
 import errno
-import subprocess
 
 import numpy as np
 import pytest
+from conftest import small_disk
 
 import glassllm
 import glassllm.nn as nn
 from glassllm.safetensors_file import SafetensorsWriteError, read_tensors, serialize, write_file
-
-
-@contextlib.contextmanager
-def small_disk(path, size="64k"):
-    path.mkdir()
-    try:
-        done = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(path)],
-                              capture_output=True, timeout=30)  # fmt: skip
-    except (OSError, subprocess.TimeoutExpired):
-        done = None
-    if done is None or done.returncode != 0:
-        pytest.skip("cannot mount a small tmpfs here (not root?)")
-    try:
-        yield path
-    finally:
-        subprocess.run(["umount", "-l", str(path)], capture_output=True, timeout=30)
 
 
 def test_what_the_library_cannot_serialise_is_our_error():
@@ -46,7 +29,7 @@ def test_write_file_round_trips(tmp_path):
 
 
 def test_write_file_onto_a_full_disk_is_enospc_and_leaves_nothing(tmp_path):
-    with small_disk(tmp_path / "disk") as disk:
+    with small_disk(tmp_path / "disk", "64k") as disk:
         with pytest.raises(OSError) as info:
             write_file(disk / "big.safetensors", {"w": np.zeros(100_000, np.float32)})
         assert info.value.errno == errno.ENOSPC and info.value.filename.endswith("big.safetensors")
@@ -54,7 +37,7 @@ def test_write_file_onto_a_full_disk_is_enospc_and_leaves_nothing(tmp_path):
 
 
 def test_a_checkpoint_save_onto_a_full_disk_keeps_the_old_one(tmp_path):
-    with small_disk(tmp_path / "disk") as disk:
+    with small_disk(tmp_path / "disk", "64k") as disk:
         path = disk / "ckpt.safetensors"
         small = nn.Linear(4, 4, rng=np.random.default_rng(0))
         glassllm.save(path, small, metadata={"step": 1})

@@ -24,7 +24,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import optional
+from conftest import optional, small_disk
 
 import glassllm
 from glassllm.app.run_state import RunState
@@ -182,24 +182,6 @@ def test_train_resume_over_garbage_in_both_logs_skips_and_counts_it(trained, tmp
 
 
 # ------------------------------------------------------------------------ a full disk
-
-
-@contextlib.contextmanager
-def small_disk(path: Path, size: str = "256k"):
-    """A real filesystem of ``size`` at ``path`` (tmpfs; needs root), else a pytest.skip (the
-    RLIMIT_FSIZE variant below covers machines without)."""
-    path.mkdir()
-    try:
-        done = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(path)],
-                              capture_output=True, timeout=30)  # fmt: skip
-    except (OSError, subprocess.TimeoutExpired):
-        done = None
-    if done is None or done.returncode != 0:
-        pytest.skip("cannot mount a small tmpfs here (not root?)")
-    try:
-        yield path
-    finally:
-        subprocess.run(["umount", "-l", str(path)], capture_output=True, timeout=30)
 
 
 def file_size_limit(limit: int):
