@@ -22,6 +22,7 @@ from typing import Any, TextIO
 
 import numpy as np
 
+from glassllm.app.config import sampling_options_of
 from glassllm.app.options import field_problems, option
 from glassllm.app.sample import Opened, open_checkpoint
 from glassllm.chat_template import ChatTemplate, ChatTemplateError
@@ -73,14 +74,7 @@ class ChatConfig:
             raise ValueError("; ".join(problems))
 
     def sampling_options(self) -> sampling.SamplingOptions:
-        return sampling.SamplingOptions(
-            self.max_new_tokens,
-            self.temperature,
-            self.top_k,
-            self.seed,
-            top_p=self.top_p,
-            min_p=self.min_p,
-        )
+        return sampling_options_of(self)
 
 
 @dataclasses.dataclass

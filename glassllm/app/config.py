@@ -349,14 +349,7 @@ class SampleConfig:
 
     def sampling_options(self) -> sampling.SamplingOptions:
         """The sampling options of this (validated) configuration."""
-        return sampling.SamplingOptions(
-            self.max_new_tokens,
-            self.temperature,
-            self.top_k,
-            self.seed,
-            top_p=self.top_p,
-            min_p=self.min_p,
-        )
+        return sampling_options_of(self)
 
 
 @dataclasses.dataclass
@@ -390,3 +383,16 @@ class ViewConfig:
         problems = field_problems(self, label=_dashed)
         if problems:
             raise ValueError("; ".join(problems))
+
+
+def sampling_options_of(config: Any) -> sampling.SamplingOptions:
+    """The `SamplingOptions` of a command's configuration (``sample``'s, ``chat``'s): its
+    max_new_tokens, temperature, top_k, seed, top_p and min_p fields."""
+    return sampling.SamplingOptions(
+        config.max_new_tokens,
+        config.temperature,
+        config.top_k,
+        config.seed,
+        top_p=config.top_p,
+        min_p=config.min_p,
+    )
