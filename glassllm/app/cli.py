@@ -147,7 +147,12 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _run_train(args: argparse.Namespace) -> int:
     from glassllm.app import parallel
-    from glassllm.app.config import DEFAULT_OUT_DIR, LaunchConfig, TrainConfig
+    from glassllm.app.config import (
+        DEFAULT_OUT_DIR,
+        LaunchConfig,
+        TrainConfig,
+        refuse_init_checkpoint_options,
+    )
     from glassllm.app.options import given_options
     from glassllm.app.run_state import read_for_resume
     from glassllm.app.train import Trainer, TrainingDiverged
@@ -159,6 +164,8 @@ def _run_train(args: argparse.Namespace) -> int:
         settings = LaunchConfig(**given_options(args, LaunchConfig))
         settings.validate()
         if not args.resume:  # what can be checked before MPI starts
+            if given.get("init_from") is not None:  # its shape and tokenizer: the checkpoint's
+                refuse_init_checkpoint_options(given, given["init_from"])
             config = TrainConfig(**given)
             config.validate()
             parallel.check_split(config.batch_size, config.grad_accum, launch)

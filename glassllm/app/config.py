@@ -13,7 +13,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -48,7 +48,12 @@ DEFAULT_OUT_DIR = "out"
 ARCHS = ("gpt2", "llama")
 # Fields a configuration of today writes only when they differ from these (so a GPT-2 run's
 # train_config is the dict it was before --arch existed, and older checkpoints read as gpt2).
-_ADDED_FIELDS = {"arch": "gpt2", "n_kv_head": None}
+_ADDED_FIELDS = {"arch": "gpt2", "n_kv_head": None, "init_from": None}
+# The options a run started --init-from a checkpoint takes from it (its model's shape, its
+# tokenizer): refused when given, and left out of its train_config, which they do not describe.
+FROM_INIT_CHECKPOINT = (
+    "n_layer", "n_head", "n_embd", "bias", "arch", "n_kv_head", "tokenizer", "vocab_size"
+)  # fmt: skip
 
 # Upper bounds of the options (shown by --help), whether typed or read from a checkpoint: the
 # model's shape as glassllm.models.gpt bounds it (MAX_LAYERS, ...), and no value that makes a
@@ -89,6 +94,15 @@ class TrainConfig:
         "is even, else n_head)",
         min=1,
         max=MAX_HEADS,
+    )
+    init_from: str | None = option(
+        None,
+        "finetune this checkpoint instead of a new model: a glassllm run directory or its "
+        "ckpt.safetensors, a Hugging Face model directory or a GGUF file; the model's shape "
+        "and tokenizer come from it, --block-size (up to its context), --dropout and the "
+        "training options apply",
+        metavar="PATH",
+        if_empty="init_from must name a checkpoint file or directory",
     )
     # data
     data: str = option(
@@ -168,6 +182,14 @@ class TrainConfig:
         problems = field_problems(self, label)
         if type_problems(self):
             return problems  # relations between fields mean nothing with a field of a wrong type
+        if self.init_from is not None:  # the checkpoint's shape and tokenizer, not the fields'
+            defaults = TrainConfig()
+            problems += [
+                f"{label(name)} comes from the init_from checkpoint; leave it unset"
+                for name in FROM_INIT_CHECKPOINT
+                if getattr(self, name) != getattr(defaults, name)
+            ]
+            return problems + self._schedule_problems(label)
         if self.n_head >= 1 and self.n_embd % self.n_head != 0:
             problems.append(
                 f"{label('n_embd')} ({self.n_embd}) must be divisible by {label('n_head')} "
@@ -195,6 +217,10 @@ class TrainConfig:
                 import_tokenizers()
             except MissingDependencyError as err:
                 problems.append(str(err))
+        return problems + self._schedule_problems(label)
+
+    def _schedule_problems(self, label: Callable[[str], str]) -> list[str]:
+        problems = []
         if self.lr_decay_iters is not None and self.lr_decay_iters < self.warmup_iters:
             problems.append(
                 f"{label('lr_decay_iters')} ({self.lr_decay_iters}) must be >= "
@@ -244,6 +270,9 @@ class TrainConfig:
         for name, default in _ADDED_FIELDS.items():
             if values[name] == default:
                 del values[name]
+        if self.init_from is not None:
+            for name in FROM_INIT_CHECKPOINT:
+                values.pop(name, None)
         return values
 
     @classmethod
@@ -257,6 +286,18 @@ class TrainConfig:
         if unknown:
             raise ValueError(f"unknown TrainConfig fields {unknown}")
         return cls(**values)
+
+
+def refuse_init_checkpoint_options(given: Mapping[str, Any], init_from: str) -> None:
+    """Raise ValueError naming the options of ``given`` (field name -> value, as typed) that a
+    run initialised from the checkpoint ``init_from`` takes from it (`FROM_INIT_CHECKPOINT`)."""
+    named = [_flag(name) for name in FROM_INIT_CHECKPOINT if name in given]
+    if named:
+        raise ValueError(
+            f"{', '.join(named)} cannot be given with --init-from {init_from!r}: the model's "
+            "shape and its tokenizer come from that checkpoint (--block-size up to its context, "
+            "--dropout and the training options apply)"
+        )
 
 
 @dataclasses.dataclass
@@ -288,6 +329,10 @@ MIN_TEMPERATURE = sampling.MIN_TEMPERATURE
 
 def _dashed(name: str) -> str:
     return name.replace("_", "-")
+
+
+def _flag(name: str) -> str:
+    return "--" + _dashed(name)
 
 
 @dataclasses.dataclass

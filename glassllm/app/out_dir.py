@@ -1,4 +1,5 @@
-"""Whether an out_dir already holds a run, and replacing one (``glassllm train --overwrite``).
+"""Whether an out_dir can take a run's files (`check_out_dir`), whether it already holds a run,
+and replacing one (``glassllm train --overwrite``).
 
 A fresh ``glassllm train`` into a directory holding a run's files (`OUT_FILES`: checkpoint, log,
 statistics, plot) would silently replace that run, so it is refused, as Hugging Face's Trainer
@@ -15,6 +16,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from glassllm._files import not_writable_kind
 from glassllm.app.config import CHECKPOINT_NAME, LOG_NAME, OUT_FILES, PLOT_NAME, STATS_NAME
 
 # The checkpoint first: once it is gone, no --resume can continue a half-removed run.
@@ -54,3 +56,44 @@ def remove_run(out_dir: str | os.PathLike[str]) -> list[str]:
             path.unlink()
             removed.append(name)
     return removed
+
+
+def check_out_dir(out_dir: str | os.PathLike[str]) -> None:
+    """Raise ValueError unless a run can write its files in ``out_dir``, creating it if needed.
+
+    Checks without creating anything: ``out_dir`` is a writable directory, or the nearest
+    existing folder above it is one; none of the run's files there is a directory, a FIFO (a
+    write would wait on it), a socket or a block device; an existing
+    log or plot (rewritten in place, where the checkpoint is replaced by a rename) is writable.
+    """
+    out_dir = Path(out_dir)
+    if not out_dir.is_dir():
+        if os.path.lexists(out_dir):
+            raise ValueError(f"out_dir {str(out_dir)!r} is not a directory")
+        ancestor = out_dir.parent
+        while not os.path.lexists(ancestor):
+            ancestor = ancestor.parent
+        if not ancestor.is_dir():
+            raise ValueError(
+                f"cannot create out_dir {str(out_dir)!r}: {str(ancestor)!r} is not a directory"
+            )
+        if not os.access(ancestor, os.W_OK | os.X_OK):
+            raise ValueError(
+                f"cannot create out_dir {str(out_dir)!r}: {str(ancestor)!r} is not writable"
+            )
+        return
+    if not os.access(out_dir, os.W_OK | os.X_OK):
+        raise ValueError(f"out_dir {str(out_dir)!r} is not writable")
+    for name, what in OUT_FILES.items():
+        path = out_dir / name
+        try:
+            kind = not_writable_kind(os.stat(path).st_mode)
+        except OSError:
+            kind = None  # absent (or a dangling link: written through, as a plain open would)
+        if kind is not None:  # a FIFO would block the run's first write, or a read of it
+            raise ValueError(
+                f"{str(path)!r} is {kind}, where the run writes its {what}: remove it or "
+                "choose another --out-dir"
+            )
+        if name != CHECKPOINT_NAME and path.exists() and not os.access(path, os.W_OK):
+            raise ValueError(f"the {what} {str(path)!r} is not writable")

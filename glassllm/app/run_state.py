@@ -47,14 +47,13 @@ from typing import Any
 import numpy as np
 
 import glassllm
-from glassllm._files import not_writable_kind
 from glassllm._text import shown
 from glassllm.app.config import (
     CHECKPOINT_NAME,
     DEFAULT_OUT_DIR,
     MAX_STEPS,
-    OUT_FILES,
     TrainConfig,
+    refuse_init_checkpoint_options,
 )
 from glassllm.app.options import field_problems
 from glassllm.app.run_log import EvalRecord
@@ -65,6 +64,9 @@ from glassllm.models.gpt import size_problems
 
 # metadata["format"] of a run's checkpoint; anything else is another model.
 CHECKPOINT_FORMAT = "glassllm.gpt"
+
+# The fields of train_config that describe the model_config of a run trained from scratch.
+_SHAPED = ("n_layer", "n_head", "n_embd", "block_size", "dropout", "bias")
 
 # Fields that shape the model, its tokens or its randomness: a resumed run must keep them.
 FIXED_ON_RESUME = (
@@ -80,9 +82,10 @@ FIXED_ON_RESUME = (
     "seed",
 )
 
-# The model recipe's fields (--arch), fixed on resume as those above; a tuple of their own, as
-# FIXED_ON_RESUME lists the fields every checkpoint has had since the first.
-FIXED_ARCHITECTURE = ("arch", "n_kv_head")
+# The model recipe's fields (--arch, or the checkpoint --init-from named), fixed on resume as
+# those above; a tuple of their own, as FIXED_ON_RESUME lists the fields every checkpoint has had
+# since the first.
+FIXED_ARCHITECTURE = ("arch", "n_kv_head", "init_from")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -210,15 +213,24 @@ class RunState:
             config_problems = config.problems(label=lambda name: f"train_config.{name}")
             problems += config_problems
             if model_config is not None and not config_problems:
+                # an --init-from run's model is the checkpoint's: its own fields say no more
+                shaped = ("dropout",) if config.init_from else _SHAPED
                 problems += [
                     f"model_config.{name} ({getattr(model_config, name)!r}) disagrees with "
                     f"train_config.{name} ({getattr(config, name)!r})"
-                    for name in ("n_layer", "n_head", "n_embd", "block_size", "dropout", "bias")
+                    for name in shaped
                     if getattr(model_config, name) != getattr(config, name)
                 ]
-                problems += _architecture_problems(model_config, config)
+                if config.init_from and config.block_size > model_config.block_size:
+                    problems.append(
+                        f"train_config.block_size ({config.block_size}) is beyond the model's "
+                        f"context (model_config.block_size {model_config.block_size})"
+                    )
+                if not config.init_from:
+                    problems += _architecture_problems(model_config, config)
+        # a tokenizer may be smaller than the vocabulary (Pythia's is padded), never larger
         if model_config is not None and tokenizer is not None:
-            if model_config.vocab_size != tokenizer.vocab_size:
+            if model_config.vocab_size < tokenizer.vocab_size:
                 problems.append(
                     f"the model has a vocabulary of {model_config.vocab_size} but its tokenizer "
                     f"{tokenizer.vocab_size}"
@@ -350,6 +362,8 @@ class SavedRun:
         checkpoint was read from. Nothing is checked here: `check_resumable` refuses a changed
         field of `FIXED_ON_RESUME`, and `TrainConfig.validate` the values."""
         self._require_resumable()
+        if self.state.config.init_from is not None:  # its shape and tokenizer: the checkpoint's
+            refuse_init_checkpoint_options(given, self.state.config.init_from)
         changes = {name: value for name, value in given.items() if name != "out_dir"}
         out_dir = given.get("out_dir", Path(self.path).parent)  # where the run is now
         return dataclasses.replace(self.state.config, **changes, out_dir=str(out_dir))
@@ -391,7 +405,7 @@ def _architecture_problems(model_config: GPTConfig, config: TrainConfig) -> list
         f"train_config.arch {config.arch!r} trains ({getattr(expected, field.name)!r})"
         for field in dataclasses.fields(GPTConfig)
         if getattr(model_config, field.name) != getattr(expected, field.name)
-        and field.name not in ("n_layer", "n_head", "n_embd", "block_size", "dropout", "bias")
+        and field.name not in _SHAPED
     ]
 
 
@@ -424,47 +438,6 @@ def resume_config(given: Mapping[str, Any]) -> TrainConfig:
     config = saved.resume_config(given)
     saved._check_fixed(config)
     return config
-
-
-def check_out_dir(out_dir: str | os.PathLike[str]) -> None:
-    """Raise ValueError unless a run can write its files in ``out_dir``, creating it if needed.
-
-    Checks without creating anything: ``out_dir`` is a writable directory, or the nearest
-    existing folder above it is one; none of the run's files there is a directory, a FIFO (a
-    write would wait on it), a socket or a block device; an existing
-    log or plot (rewritten in place, where the checkpoint is replaced by a rename) is writable.
-    """
-    out_dir = Path(out_dir)
-    if not out_dir.is_dir():
-        if os.path.lexists(out_dir):
-            raise ValueError(f"out_dir {str(out_dir)!r} is not a directory")
-        ancestor = out_dir.parent
-        while not os.path.lexists(ancestor):
-            ancestor = ancestor.parent
-        if not ancestor.is_dir():
-            raise ValueError(
-                f"cannot create out_dir {str(out_dir)!r}: {str(ancestor)!r} is not a directory"
-            )
-        if not os.access(ancestor, os.W_OK | os.X_OK):
-            raise ValueError(
-                f"cannot create out_dir {str(out_dir)!r}: {str(ancestor)!r} is not writable"
-            )
-        return
-    if not os.access(out_dir, os.W_OK | os.X_OK):
-        raise ValueError(f"out_dir {str(out_dir)!r} is not writable")
-    for name, what in OUT_FILES.items():
-        path = out_dir / name
-        try:
-            kind = not_writable_kind(os.stat(path).st_mode)
-        except OSError:
-            kind = None  # absent (or a dangling link: written through, as a plain open would)
-        if kind is not None:  # a FIFO would block the run's first write, or a read of it
-            raise ValueError(
-                f"{str(path)!r} is {kind}, where the run writes its {what}: remove it or "
-                "choose another --out-dir"
-            )
-        if name != CHECKPOINT_NAME and path.exists() and not os.access(path, os.W_OK):
-            raise ValueError(f"the {what} {str(path)!r} is not writable")
 
 
 # ---------------------------------------------------------------------------- for sampling

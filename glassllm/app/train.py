@@ -46,11 +46,12 @@ from glassllm.app.config import (
     TrainConfig,
 )
 from glassllm.app.jsonl import print_warning
-from glassllm.app.out_dir import check_new_run, remove_run
+from glassllm.app.out_dir import check_new_run, check_out_dir, remove_run
 from glassllm.app.parallel import TrainParallel, agreement, stop_signals
 from glassllm.app.plot import plot_or_say_how
 from glassllm.app.run_log import EvalRecord, RunLog, kept_log
-from glassllm.app.run_state import GeneratorStates, RunState, SavedRun, check_out_dir
+from glassllm.app.run_start import start_run
+from glassllm.app.run_state import GeneratorStates, RunState, SavedRun
 from glassllm.app.stats import StatsLog
 from glassllm.app.stopping import StopOnCtrlC, TrainingDiverged, stopped_message
 from glassllm.checkpoint import load
@@ -59,11 +60,9 @@ from glassllm.data import (
     bits_per_character,
     characters_per_token,
     get_batch,
-    tokenize_corpus,
 )
 from glassllm.distributed import World
 from glassllm.kernels import compiled
-from glassllm.models import GPT
 from glassllm.nn.utils import clip_grad_norm_
 from glassllm.optim.lr_scheduler import cosine_with_warmup
 
@@ -148,13 +147,8 @@ class Trainer:
         self.model_rng = np.random.default_rng([config.seed, 0])
         self.batch_rng = np.random.default_rng([config.seed, 1])
 
-        self.corpus: TokenSplits = tokenize_corpus(
-            config.data,
-            config.tokenizer,
-            config.block_size,
-            None if saved is None else saved.state.tokenizer,
-            config.vocab_size,
-        )
+        start = start_run(config, saved, self.model_rng)  # tokens, tokenizer, model
+        self.corpus: TokenSplits = start.corpus
         self.tokenizer = self.corpus.tokenizer
         # Characters of text per token in each split, to report losses also in bits per
         # character, which compare across tokenizers (1 for char; reporting only).
@@ -162,8 +156,7 @@ class Trainer:
             split: characters_per_token(self.tokenizer, ids)
             for split, ids in (("train", self.corpus.train), ("val", self.corpus.val))
         }
-        self.model_config = config.model_config(self.tokenizer.vocab_size)
-        self.model = GPT(self.model_config, rng=self.model_rng)
+        self.model_config, self.model = start.model_config, start.model
         self.optimizer = self.model.configure_optimizer(
             config.lr, config.weight_decay, (config.beta1, config.beta2)
         )
@@ -443,20 +436,22 @@ class Trainer:
             elapsed_s=self.elapsed_s,
         )
 
-    def _heads(self) -> str:
-        kv = self.model_config.kv_heads
-        grouped = "" if kv == self.config.n_head else f" ({kv} key/value)"
-        return f"{self.config.n_head} heads{grouped}"
-
     def _describe(self) -> str:
-        cfg = self.config
+        cfg, model = self.config, self.model_config
+        kv = model.kv_heads
+        heads = f"{model.n_head} heads" + ("" if kv == model.n_head else f" ({kv} key/value)")
         start = f"resuming at step {self.iteration}" if self.resumed else "training from scratch"
+        name, context = _ARCH_NAMES[cfg.arch], f"context {cfg.block_size}"
+        if cfg.init_from is not None:  # the model's own context, and the windows trained on
+            start = start if self.resumed else "finetuning"
+            name, context = f"GPT from {cfg.init_from}", f"{context} of {model.block_size}"
         return (
-            f"glassllm: {start} -> {cfg.max_iters} steps | {_ARCH_NAMES[cfg.arch]} {cfg.n_layer} "
-            f"layers x {cfg.n_embd} wide, {self._heads()}, context {cfg.block_size}: "
-            f"{self.model.num_parameters() / 1e6:.2f}M parameters | {cfg.tokenizer} tokenizer, "
-            f"vocabulary {self.tokenizer.vocab_size} | data {cfg.data}: {len(self.corpus.train):,} "
-            f"training and {len(self.corpus.val):,} validation tokens | out_dir {cfg.out_dir}"
+            f"glassllm: {start} -> {cfg.max_iters} steps | {name} {model.n_layer} layers x "
+            f"{model.n_embd} wide, {heads}, {context}: "
+            f"{self.model.num_parameters() / 1e6:.2f}M parameters | {self.tokenizer.kind} "
+            f"tokenizer, vocabulary {self.tokenizer.vocab_size} | data {cfg.data}: "
+            f"{len(self.corpus.train):,} training and {len(self.corpus.val):,} validation "
+            f"tokens | out_dir {cfg.out_dir}"
             f"{self.parallel.describe(cfg.batch_size)}"
         )
 

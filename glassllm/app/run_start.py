@@ -1,0 +1,117 @@
+"""What a training run starts from: its token streams, its tokenizer and its model (`start_run`,
+called by `glassllm.app.train.Trainer` before anything is written).
+
+Three starts:
+
+* **from scratch**: a new tokenizer of ``--tokenizer`` fitted to the text, a model of the options'
+  shape (``--arch``, ``--n-layer``, ...) with random initial weights drawn from the run's model
+  generator;
+* **resumed** (``--resume``): the checkpoint's tokenizer and model configuration; the Trainer
+  then loads its weights, optimizer state and generators;
+* **from a checkpoint** (``--init-from PATH``, nanoGPT's ``init_from``): a glassllm run directory
+  or its ``ckpt.safetensors``, a Hugging Face model directory or a GGUF file, opened as
+  ``glassllm sample`` opens it (`glassllm.app.sample.open_checkpoint`). The run takes that
+  model's configuration, every architectural choice included (grouped-query attention, an
+  untied head, biases, rotary settings), with the run's ``--dropout``; its weights in float32;
+  and its tokenizer, which tokenizes the corpus and is stored in the run's checkpoint with the
+  configuration, so sampling and resuming never read the original path again. The model keeps
+  its context: ``--block-size`` is the length of the training windows and may be anything up to
+  it (nanoGPT crops the model's context to ``block_size`` instead; a finetuned model here can
+  still be sampled over its whole context). No random number is drawn for the weights, so the
+  model generator starts fresh and drives dropout alone.
+
+The corpus is tokenized in one place, `_token_splits`: the tokenizer given there (a resumed run's
+or the ``--init-from`` checkpoint's) is the one prepared data would be checked against.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from pathlib import Path
+
+import numpy as np
+
+from glassllm.app.config import CHECKPOINT_NAME, TrainConfig
+from glassllm.app.run_state import SavedRun
+from glassllm.app.sample import Opened, open_checkpoint
+from glassllm.data import Tokenizer, TokenSplits, tokenize_corpus
+from glassllm.models import GPT, GPTConfig
+
+
+@dataclasses.dataclass
+class RunStart:
+    """The tokens, model configuration and model a run trains (weights not yet restored when
+    resuming)."""
+
+    corpus: TokenSplits
+    model_config: GPTConfig
+    model: GPT
+
+
+def start_run(
+    config: TrainConfig, saved: SavedRun | None, model_rng: np.random.Generator
+) -> RunStart:
+    """The start of a run of the (validated) ``config``: resumed from ``saved`` when given, else
+    from ``config.init_from`` when set, else from scratch (weights drawn from ``model_rng``).
+    Raises ValueError (or OSError) for the user, before anything is written."""
+    if saved is not None:
+        tokenizer = saved.state.tokenizer
+        corpus = _token_splits(config, tokenizer)
+        if config.init_from is not None:  # the checkpoint holds the model: no draw
+            model_config = saved.state.model_config
+            return RunStart(corpus, model_config, GPT(model_config, rng=model_rng, init=False))
+        # from scratch, as the run first drew it (its weights are replaced by the checkpoint's)
+        model_config = config.model_config(tokenizer.vocab_size)
+        return RunStart(corpus, model_config, GPT(model_config, rng=model_rng))
+    if config.init_from is not None:
+        return _start_from_checkpoint(config, model_rng)
+    corpus = tokenize_corpus(
+        config.data, config.tokenizer, config.block_size, None, config.vocab_size
+    )
+    model_config = config.model_config(corpus.tokenizer.vocab_size)
+    return RunStart(corpus, model_config, GPT(model_config, rng=model_rng))
+
+
+def _start_from_checkpoint(config: TrainConfig, model_rng: np.random.Generator) -> RunStart:
+    assert config.init_from is not None
+    opened = open_init_from(config.init_from)
+    loaded = opened.model.config
+    if config.block_size > loaded.block_size:
+        raise ValueError(
+            f"--block-size {config.block_size} is beyond the context of the --init-from model "
+            f"({loaded.block_size} tokens): give --block-size {loaded.block_size} or less"
+        )
+    corpus = _token_splits(config, opened.tokenizer)
+    model_config = dataclasses.replace(loaded, dropout=config.dropout)
+    model = GPT(model_config, rng=model_rng, init=False)  # dropout masks from the run's generator
+    # the loaded arrays themselves (float32: every loader widens), copied into place once
+    model.load_state_dict({name: p.data for name, p in opened.model.named_parameters()})
+    return RunStart(corpus, model_config, model)
+
+
+def _token_splits(config: TrainConfig, tokenizer: Tokenizer) -> TokenSplits:
+    """The corpus of ``config`` tokenized by ``tokenizer`` (a checkpoint's), split as a run of
+    that tokenizer's kind splits it."""
+    kind = config.tokenizer if config.init_from is None else tokenizer.kind
+    return tokenize_corpus(config.data, kind, config.block_size, tokenizer, config.vocab_size)
+
+
+def open_init_from(path: str | os.PathLike[str]) -> Opened:
+    """The model and tokenizer ``--init-from path`` names: a glassllm run directory (its
+    ``ckpt.safetensors``) or checkpoint, a Hugging Face directory or a GGUF file. Raises a
+    ValueError starting ``--init-from:`` (or an OSError) for the user."""
+    where = Path(path)
+    if where.is_dir() and not (where / "config.json").is_file():
+        if not (where / CHECKPOINT_NAME).is_file():
+            raise ValueError(
+                f"--init-from: {str(path)!r} is a directory with neither config.json (a Hugging "
+                f"Face model) nor {CHECKPOINT_NAME} (a glassllm run)"
+            )
+        where = where / CHECKPOINT_NAME
+    elif not os.path.lexists(where):
+        raise ValueError(f"--init-from: {str(path)!r} does not exist")
+    try:
+        return open_checkpoint(where)
+    except ValueError as err:
+        raise ValueError(f"--init-from: {err}") from None
