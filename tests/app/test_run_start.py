@@ -27,8 +27,9 @@ from gguf_files import tiny_llama, write_gguf  # noqa: E402
 from hf_models import Models, training_text  # noqa: E402
 
 GPT2_FIXTURE = TESTS / "fixtures" / "hf_gpt2_tiny"
-BASE = ["--n-layer", "1", "--n-head", "2", "--n-embd", "16", "--block-size", "16", "--batch-size", "4",
-        "--eval-iters", "1", "--sample-tokens", "0", "--warmup-iters", "1"]  # fmt: skip
+BASE = ["--n-layer", "1", "--n-head", "2", "--n-embd", "16", "--block-size", "16",
+        "--batch-size", "4", "--eval-iters", "1", "--sample-tokens", "0",
+        "--warmup-iters", "1"]  # fmt: skip
 STEPS = ["--batch-size", "4", "--eval-iters", "1", "--sample-tokens", "0", "--warmup-iters",
          "1", "--block-size", "16"]  # fmt: skip
 
