@@ -102,6 +102,26 @@ class ChatTemplate:
             ),
         )
 
+    def to_dict(self) -> dict[str, Any]:
+        """The template as JSON-able values (a checkpoint's metadata stores it so)."""
+        return {"source": self.source, "special_tokens": dict(self.special_tokens)}
+
+    @classmethod
+    def from_dict(cls, values: Any) -> ChatTemplate:
+        """Inverse of `to_dict`; a ValueError naming what is wrong with ``values`` (untrusted)."""
+        if not isinstance(values, dict) or set(values) != {"source", "special_tokens"}:
+            raise ValueError("a chat template is an object of 'source' and 'special_tokens'")
+        source, tokens = values["source"], values["special_tokens"]
+        if not isinstance(source, str) or len(source) > MAX_TEMPLATE_CHARS:
+            raise ValueError(
+                f"its source is not a text of at most {MAX_TEMPLATE_CHARS:,} characters"
+            )
+        if not isinstance(tokens, dict) or not all(
+            name in SPECIAL_TOKEN_NAMES and isinstance(token, str) for name, token in tokens.items()
+        ):
+            raise ValueError(f"its special_tokens must map some of {SPECIAL_TOKEN_NAMES} to texts")
+        return cls(source, dict(tokens))
+
     @classmethod
     def from_directory(cls, directory: str | os.PathLike[str]) -> ChatTemplate | None:
         """The chat template of a Hugging Face model directory: ``chat_template.jinja``, else

@@ -3,7 +3,8 @@
 ``glassllm chat --checkpoint SmolLM2-135M-Instruct.Q4_1.gguf`` reads one user message per line
 of standard input (a terminal, or a pipe: ``echo "Hi" | glassllm chat ...``), renders the whole
 conversation with the model's template (a GGUF file's ``tokenizer.chat_template``, a Hugging Face
-directory's ``chat_template.jinja`` or ``tokenizer_config.json``; `glassllm.chat_template`),
+directory's ``chat_template.jinja`` or ``tokenizer_config.json``, the one a run finetuned
+from either keeps in its checkpoint; `glassllm.chat_template`),
 and streams the answer to standard output token by token until the model writes its end token
 (``eos_token``: ``<|im_end|>`` for SmolLM2) or ``--max-new-tokens``. Ctrl-C during an answer
 stops that answer (what was written so far stays in the conversation) and waits for the next
@@ -154,8 +155,9 @@ class Chat:
 
 
 def chat_setup(opened: Opened) -> tuple[ChatTemplate | None, frozenset[int]]:
-    """The chat template of an opened model (a GGUF file's, a Hugging Face directory's; None for
-    a glassllm checkpoint or a model without one) and the tokens that end an answer."""
+    """The chat template of an opened model (a GGUF file's, a Hugging Face directory's, a glassllm
+    run's finetuned ``--init-from`` an instruct model; None for a model without one) and the
+    tokens that end an answer."""
     template = opened.chat_template
     path = opened.source.path
     if template is None and opened.source.kind == "huggingface" and path is not None:

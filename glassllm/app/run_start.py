@@ -14,7 +14,8 @@ Three starts:
   model's configuration, every architectural choice included (grouped-query attention, an
   untied head, biases, rotary settings), with the run's ``--dropout``; its weights in float32;
   and its tokenizer, which tokenizes the corpus and is stored in the run's checkpoint with the
-  configuration, so sampling and resuming never read the original path again. The model keeps
+  configuration (and an instruct model's chat template, for ``glassllm chat``), so sampling,
+  chatting and resuming never read the original path again. The model keeps
   its context: ``--block-size`` is the length of the training windows and may be anything up to
   it (nanoGPT crops the model's context to ``block_size`` instead; a finetuned model here can
   still be sampled over its whole context). No random number is drawn for the weights, so the
@@ -35,6 +36,7 @@ import numpy as np
 from glassllm.app.config import CHECKPOINT_NAME, TrainConfig
 from glassllm.app.run_state import SavedRun
 from glassllm.app.sample import Opened, open_checkpoint
+from glassllm.chat_template import ChatTemplate
 from glassllm.data import Tokenizer, TokenSplits, tokenize_corpus
 from glassllm.models import GPT, GPTConfig
 
@@ -47,6 +49,7 @@ class RunStart:
     corpus: TokenSplits
     model_config: GPTConfig
     model: GPT
+    chat_template: ChatTemplate | None = None  # an instruct model's, kept for glassllm chat
 
 
 def start_run(
@@ -60,7 +63,8 @@ def start_run(
         corpus = _token_splits(config, tokenizer)
         if config.init_from is not None:  # the checkpoint holds the model: no draw
             model_config = saved.state.model_config
-            return RunStart(corpus, model_config, GPT(model_config, rng=model_rng, init=False))
+            model = GPT(model_config, rng=model_rng, init=False)
+            return RunStart(corpus, model_config, model, saved.state.chat_template)
         # from scratch, as the run first drew it (its weights are replaced by the checkpoint's)
         model_config = config.model_config(tokenizer.vocab_size)
         return RunStart(corpus, model_config, GPT(model_config, rng=model_rng))
@@ -87,7 +91,7 @@ def _start_from_checkpoint(config: TrainConfig, model_rng: np.random.Generator) 
     model = GPT(model_config, rng=model_rng, init=False)  # dropout masks from the run's generator
     # the loaded arrays themselves (float32: every loader widens), copied into place once
     model.load_state_dict({name: p.data for name, p in opened.model.named_parameters()})
-    return RunStart(corpus, model_config, model)
+    return RunStart(corpus, model_config, model, opened.chat_template)
 
 
 def _token_splits(config: TrainConfig, tokenizer: Tokenizer) -> TokenSplits:
@@ -100,7 +104,8 @@ def _token_splits(config: TrainConfig, tokenizer: Tokenizer) -> TokenSplits:
 def open_init_from(path: str | os.PathLike[str]) -> Opened:
     """The model and tokenizer ``--init-from path`` names: a glassllm run directory (its
     ``ckpt.safetensors``) or checkpoint, a Hugging Face directory or a GGUF file. Raises a
-    ValueError starting ``--init-from:`` (or an OSError) for the user."""
+    ValueError starting ``--init-from:`` (or an OSError) for the user. A Hugging Face
+    directory's chat template is read too (a GGUF file's and a run's come with them)."""
     where = Path(path)
     if where.is_dir() and not (where / "config.json").is_file():
         if not (where / CHECKPOINT_NAME).is_file():
@@ -112,6 +117,10 @@ def open_init_from(path: str | os.PathLike[str]) -> Opened:
     elif not os.path.lexists(where):
         raise ValueError(f"--init-from: {str(path)!r} does not exist")
     try:
-        return open_checkpoint(where)
+        opened = open_checkpoint(where)
+        if opened.source.kind == "huggingface" and opened.chat_template is None:
+            directory = where if where.is_dir() else where.parent
+            opened.chat_template = ChatTemplate.from_directory(directory)
+        return opened
     except ValueError as err:
         raise ValueError(f"--init-from: {err}") from None

@@ -25,8 +25,9 @@ Resuming (``glassllm train --resume``), in order:
 3. `glassllm.app.train.Trainer` takes that configuration and the `SavedRun`:
    `SavedRun.check_resumable` checks they belong together (the fields of `FIXED_ON_RESUME`,
    model shape, data, tokenizer and seed, keep the checkpoint's values; ``max_iters`` is beyond
-   its iteration) and `TrainConfig.validate` the values, the tokenizer comes from the
-   metadata (no model is built for it), the model and optimizer state are loaded from the
+   its iteration; a run started ``--init-from`` a checkpoint keeps that path and refuses the
+   options its checkpoint decided) and `TrainConfig.validate` the values, the tokenizer comes
+   from the metadata (no model is built for it), the model and optimizer state are loaded from the
    tensors already in memory, and the optimizer keeps the configuration's hyper-parameters (the
    ones saved in the file are those of the checkpoint's configuration, and step 2 decided which
    of them change);
@@ -57,6 +58,7 @@ from glassllm.app.config import (
 )
 from glassllm.app.options import field_problems
 from glassllm.app.run_log import EvalRecord
+from glassllm.chat_template import ChatTemplate
 from glassllm.checkpoint import Checkpoint, CheckpointError, load, read
 from glassllm.data import Tokenizer, tokenizer_from_dict
 from glassllm.models import GPT, GPTConfig
@@ -155,10 +157,11 @@ class RunState:
     data_sha256: str | None = None  # of the training text, to warn when it changed
     rng: GeneratorStates | None = None
     glassllm_version: str | None = glassllm.__version__  # of the writer
+    chat_template: ChatTemplate | None = None  # an --init-from instruct model's (for chat)
 
     def to_metadata(self) -> dict[str, Any]:
         """The checkpoint metadata of this state (a JSON-able dict, for `glassllm.save`)."""
-        return {
+        metadata = {
             "format": CHECKPOINT_FORMAT,
             "glassllm_version": self.glassllm_version,
             "iteration": self.iteration,
@@ -174,6 +177,9 @@ class RunState:
             "data_sha256": self.data_sha256,
             "rng": None if self.rng is None else self.rng.to_dict(),
         }
+        if self.chat_template is not None:  # written only when there is one, as before
+            metadata["chat_template"] = self.chat_template.to_dict()
+        return metadata
 
     @classmethod
     def from_metadata(cls, metadata: Mapping[str, Any], path: str | os.PathLike[str]) -> RunState:
@@ -207,6 +213,7 @@ class RunState:
         config = parsed("train_config", TrainConfig.from_dict)
         rng = parsed("rng", GeneratorStates.from_dict)
         record = parsed("last_eval_record", EvalRecord.from_dict)
+        chat_template = parsed("chat_template", ChatTemplate.from_dict)
         if "iteration" not in metadata:
             problems.append("no 'iteration'")
         if config is not None:
@@ -243,9 +250,8 @@ class RunState:
             for name in ("iteration", "best_val_loss", "last_eval_iteration", "elapsed_s",
                          "data_sha256", "glassllm_version")
         }  # fmt: skip
-        state = cls(
-            model_config, tokenizer, config=config, rng=rng, last_eval_record=record, **scalars
-        )
+        state = cls(model_config, tokenizer, config=config, rng=rng, last_eval_record=record,
+                    chat_template=chat_template, **scalars)  # fmt: skip
         problems = field_problems(state)
         if not problems:
             problems = state._relation_problems()

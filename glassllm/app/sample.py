@@ -123,7 +123,7 @@ def opened_run(saved: SavedRun, path: Path) -> Opened:
         best_val_loss=state.best_val_loss,
         metadata=state.to_metadata(),
     )
-    return Opened(saved.model(), state.tokenizer, source, state)
+    return Opened(saved.model(), state.tokenizer, source, state, state.chat_template)
 
 
 def open_model(path: str | Path) -> tuple[GPT, Tokenizer, RunState | None]:

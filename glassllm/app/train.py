@@ -1,4 +1,6 @@
-"""Train a GPT on text: the loop behind ``glassllm train`` (its options: `glassllm.app.config`).
+"""Train a GPT on text: the loop behind ``glassllm train`` (its options: `glassllm.app.config`;
+what a run starts from, a new model, a resumed one or ``--init-from`` a checkpoint:
+`glassllm.app.run_start`).
 
 The loop is nanoGPT's ``train.py`` on glassllm parts: random blocks of the training split, AdamW
 with decay on matrices only (``GPT.configure_optimizer``), cosine learning rate with linear warmup,
@@ -157,6 +159,7 @@ class Trainer:
             for split, ids in (("train", self.corpus.train), ("val", self.corpus.val))
         }
         self.model_config, self.model = start.model_config, start.model
+        self.chat_template = start.chat_template  # (None unless --init-from an instruct model)
         self.optimizer = self.model.configure_optimizer(
             config.lr, config.weight_decay, (config.beta1, config.beta2)
         )
@@ -222,6 +225,7 @@ class Trainer:
             config=self.config,
             data_sha256=self.corpus.sha256,
             rng=GeneratorStates.capture(self.model_rng, self.batch_rng),
+            chat_template=self.chat_template,
         )
 
     def metadata(self) -> dict[str, Any]:

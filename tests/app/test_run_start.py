@@ -289,3 +289,28 @@ def test_a_config_with_init_from_refuses_shape_fields_and_records_none():
     assert not {"n_layer", "n_head", "n_embd", "bias", "arch", "tokenizer"} & set(values)
     assert TrainConfig.from_dict(values).problems() == []
     assert "init_from" not in TrainConfig().to_dict()  # a run from scratch writes what it did
+
+
+# ------------------------------------------------------------------ chat on a finetuned run
+
+
+def test_a_run_finetuned_from_an_instruct_model_keeps_its_chat_template(
+    tmp_path, capsys, monkeypatch
+):
+    from test_chat import TEMPLATE, chat, chat_gguf
+
+    source = chat_gguf(tmp_path / "ends.gguf", ends=True)  # every answer: the end token at once
+    text = tmp_path / "letters.txt"
+    rng = np.random.default_rng(2)
+    text.write_text(" ".join("".join(rng.choice(list("abcdef"), size=4)) for _ in range(300)))
+    out = tmp_path / "ft"
+    status, _, err = run(["train", "--init-from", source, "--data", text, "--out-dir", out,
+                          *STEPS, "--max-iters", "1", "--lr", "1e-6"], capsys)  # fmt: skip
+    assert status == 0, err
+    source.unlink()
+    saved = SavedRun.read(out / CHECKPOINT_NAME)
+    assert saved.state.chat_template.source == TEMPLATE
+    status, answers, err = chat(["--checkpoint", out / CHECKPOINT_NAME], capsys, monkeypatch,
+                                "hi\nagain\n")  # fmt: skip
+    assert status == 0, err
+    assert answers == "\n\n"  # the template's eos_token still ends each answer

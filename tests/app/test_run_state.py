@@ -284,3 +284,23 @@ def test_the_learning_rate_is_computed_once_per_step(trained, tmp_path, monkeypa
     config = TrainConfig(**{**trained.config.to_dict(), "out_dir": str(tmp_path)})
     Trainer(config).fit(progress=False)  # 4 steps, evaluations at 0, 2 and 4
     assert calls == [0, 1, 2, 3, 4]  # one per step, and one for the record of the last evaluation
+
+
+def test_a_chat_template_round_trips_and_a_bad_one_is_named():
+    from glassllm.chat_template import ChatTemplate
+    from glassllm.data import CharTokenizer
+    from glassllm.models import GPTConfig
+
+    template = ChatTemplate("{{ messages[0]['content'] }}", {"eos_token": "b"})
+    state = run_state.RunState(
+        GPTConfig(vocab_size=2, block_size=4, n_layer=1, n_head=1, n_embd=2),
+        CharTokenizer("ab"),
+        chat_template=template,
+    )
+    metadata = state.to_metadata()
+    assert run_state.RunState.from_metadata(metadata, "x").chat_template == template
+    assert "chat_template" not in dataclasses.replace(state, chat_template=None).to_metadata()
+    for bad in ({"source": 1, "special_tokens": {}}, {"source": "", "special_tokens": {"x": "y"}},
+                "text", {"source": ""}):  # fmt: skip
+        with pytest.raises(CheckpointError, match="chat_template: "):
+            run_state.RunState.from_metadata({**metadata, "chat_template": bad}, "x")
