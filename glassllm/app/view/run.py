@@ -112,6 +112,7 @@ class Run:
         saved, stamp = self._read()
         opened = opened_run(saved, self.checkpoint_path)  # built from verified metadata
         self._use(opened.model, opened.tokenizer, opened.source)
+        self._opened, self._chat = opened, None  # a run finetuned from an instruct model chats
         self._stamp = stamp
         self.reload_error = None
 
@@ -123,7 +124,8 @@ class Run:
 
     def chat_setup(self) -> tuple[Any, frozenset[int]]:
         """``(chat template or None, end tokens)`` of the model on show (`glassllm.app.chat`):
-        a GGUF file's or a Hugging Face directory's; a glassllm run has none."""
+        a GGUF file's or a Hugging Face directory's; a glassllm run's only when it was
+        finetuned ``--init-from`` an instruct model (its checkpoint keeps the template)."""
         if self._chat is None:
             from glassllm.app.chat import chat_setup
 

@@ -65,3 +65,20 @@ def test_a_model_without_a_template(tmp_path):
     run = Run(tmp_path, chat_gguf(tmp_path / "base.gguf", ends=True, template=None))
     status, message = error_of(run, {"messages": HELLO})
     assert status == 409 and "no chat template" in message
+
+
+def test_a_run_finetuned_from_an_instruct_model_chats(tmp_path):
+    from glassllm.app.config import TrainConfig
+    from glassllm.app.train import Trainer
+
+    text = tmp_path / "letters.txt"
+    text.write_text("abc de fab " * 200)
+    source = chat_gguf(tmp_path / "ends.gguf", ends=True)
+    out = tmp_path / "ft"
+    config = TrainConfig(init_from=str(source), data=str(text), out_dir=str(out),
+                         block_size=16, batch_size=2, max_iters=1, eval_iters=1, lr=1e-6,
+                         sample_tokens=0)  # fmt: skip
+    Trainer(config).fit(progress=False)
+    source.unlink()  # the run's checkpoint holds the template
+    answer = chat_api.chat(Run(out), {"messages": HELLO, "max_new_tokens": 50})
+    assert answer == {**answer, "reply": "", "tokens": [], "ended": True}
