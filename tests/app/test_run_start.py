@@ -141,10 +141,10 @@ def test_text_the_runs_tokenizer_cannot_encode_is_one_line(base_run, tmp_path, c
 # ------------------------------------------------------------------ (b) Hugging Face directories
 
 
-def first_evaluation_and_batches(config: TrainConfig) -> tuple[float, np.ndarray, np.ndarray]:
+def first_evaluation_and_batches(trainer: Trainer) -> tuple[float, np.ndarray, np.ndarray]:
     """The training loss of the run's first evaluation, and the batches it was measured on (drawn
     as `Trainer.evaluate` draws them)."""
-    trainer = Trainer(config)
+    config = trainer.config
     loss = trainer.evaluate()["train"]
     rng = np.random.default_rng([config.seed, 2, 0])
     xs, ys = zip(
@@ -155,16 +155,19 @@ def first_evaluation_and_batches(config: TrainConfig) -> tuple[float, np.ndarray
     return loss, np.concatenate(xs), np.concatenate(ys)
 
 
-@pytest.mark.parametrize("family", ["llama", "gpt2"])
+@pytest.mark.parametrize("family", ["llama", "gpt2", "gpt_neox", "qwen3"])
 def test_the_first_evaluation_is_transformers_loss_of_the_loaded_model(hf_models, tmp_path, family):
+    """llama: GQA, untied head; gpt2: the committed fixture; gpt_neox: a tokenizer smaller than
+    the padded vocabulary (Pythia's), parallel residual; qwen3: QK-norm, a free head_dim."""
     torch = optional("torch")
     transformers = optional("transformers")
-    source = hf_models.get("llama") if family == "llama" else GPT2_FIXTURE
+    source = GPT2_FIXTURE if family == "gpt2" else hf_models.get(family)
     text = tmp_path / "text.txt"
     text.write_text(training_text())
     config = TrainConfig(init_from=str(source), data=str(text), out_dir=str(tmp_path / "ft"),
                          block_size=16, batch_size=3, eval_iters=2, max_iters=1)  # fmt: skip
-    loss, x, y = first_evaluation_and_batches(config)
+    trainer = Trainer(config)
+    loss, x, y = first_evaluation_and_batches(trainer)
     oracle = transformers.AutoModelForCausalLM.from_pretrained(source, dtype=torch.float32).eval()
     with torch.no_grad():
         logits = oracle(torch.from_numpy(x)).logits
@@ -172,6 +175,10 @@ def test_the_first_evaluation_is_transformers_loss_of_the_loaded_model(hf_models
             logits.reshape(-1, logits.shape[-1]), torch.from_numpy(y).reshape(-1)
         )
     assert abs(loss - float(expected)) <= 1e-4
+    result = trainer.fit(progress=False)
+    assert result.evaluations[0]["train_loss"] == loss  # the logged step 0 is that loss
+    saved = SavedRun.read(result.checkpoint, resuming=True)  # the run's checkpoint reads back
+    assert saved.state.model_config == trainer.model_config
 
 
 def test_a_finetuned_llama_keeps_its_shape_and_samples_without_its_source(
