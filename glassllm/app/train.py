@@ -54,13 +54,8 @@ from glassllm.app.run_state import GeneratorStates, RunState, SavedRun, check_ou
 from glassllm.app.stats import StatsLog
 from glassllm.app.stopping import StopOnCtrlC, TrainingDiverged, stopped_message
 from glassllm.checkpoint import load
-from glassllm.data import (
-    TokenSplits,
-    bits_per_character,
-    characters_per_token,
-    get_batch,
-    tokenize_corpus,
-)
+from glassllm.app.training_data import load_training_data
+from glassllm.data import bits_per_character, get_batch
 from glassllm.distributed import World
 from glassllm.kernels import compiled
 from glassllm.models import GPT
@@ -148,20 +143,11 @@ class Trainer:
         self.model_rng = np.random.default_rng([config.seed, 0])
         self.batch_rng = np.random.default_rng([config.seed, 1])
 
-        self.corpus: TokenSplits = tokenize_corpus(
-            config.data,
-            config.tokenizer,
-            config.block_size,
-            None if saved is None else saved.state.tokenizer,
-            config.vocab_size,
-        )
+        # A text tokenized now, or a prepared directory's shards (glassllm.app.training_data);
+        # --init-from: compare the tokenizers there (training_data.check_init_tokenizer)
+        self.corpus = load_training_data(config, None if saved is None else saved.state)
         self.tokenizer = self.corpus.tokenizer
-        # Characters of text per token in each split, to report losses also in bits per
-        # character, which compare across tokenizers (1 for char; reporting only).
-        self.characters_per_token = {
-            split: characters_per_token(self.tokenizer, ids)
-            for split, ids in (("train", self.corpus.train), ("val", self.corpus.val))
-        }
+        self.characters_per_token = self.corpus.characters_per_token()  # for bits per char
         self.model_config = config.model_config(self.tokenizer.vocab_size)
         self.model = GPT(self.model_config, rng=self.model_rng)
         self.optimizer = self.model.configure_optimizer(
