@@ -93,7 +93,8 @@ def check_same_data(
     spec = json.dumps(tokenizer.to_dict(), sort_keys=True, allow_nan=False)
     mine = (text_sha256, hashlib.sha256(spec.encode()).hexdigest())
     everyone = world.allgather_object(mine)
-    for index, what in ((0, "prepared corpus (manifest)" if prepared else "text"), (1, "tokenizer")):
+    corpus = "prepared corpus (manifest)" if prepared else "text"
+    for index, what in ((0, corpus), (1, "tokenizer")):
         digests = [digest[index] for digest in everyone]
         if len(set(digests)) > 1:
             differing = [r for r, d in enumerate(digests) if d != digests[0]]
@@ -187,7 +188,9 @@ class TrainParallel:
         config = trainer.config
         trainer.world.check_same(config.to_dict())
         corpus = trainer.corpus
-        check_same_data(trainer.world, config.data, corpus.sha256, trainer.tokenizer, corpus.prepared)
+        check_same_data(
+            trainer.world, config.data, corpus.sha256, trainer.tokenizer, corpus.prepared
+        )
         return cls(
             trainer.world,
             trainer.model,

@@ -53,14 +53,14 @@ def add_parser(commands: Any) -> None:
     parser.add_argument("--workers", type=int, default=1, metavar="N",
                         help="tokenizing processes (default: 1)")  # fmt: skip
     parser.add_argument("--text-field", default="text",
-                        help="the field of each JSON line holding its text (default: text)")  # fmt: skip
+                        help="the JSON lines' field holding the text (default: text)")  # fmt: skip
     parser.add_argument("--seed", type=int, default=1337, help="of the train/val split")
     parser.add_argument("--skip-bad-files", action="store_true",
-                        help="skip (and count in the manifest) files that cannot be read as text")  # fmt: skip
+                        help="skip (counted in the manifest) files not text")  # fmt: skip
     parser.add_argument("--shard-tokens", type=int, default=DEFAULT_SHARD_TOKENS, metavar="N",
-                        help=f"tokens per shard at most (default: {DEFAULT_SHARD_TOKENS:,})")  # fmt: skip
+                        help=f"tokens per shard (default: {DEFAULT_SHARD_TOKENS:,})")  # fmt: skip
     parser.add_argument("--resume", action="store_true",
-                        help="refused, with the reason: a stopped prepare keeps nothing to continue")  # fmt: skip
+                        help="refused, saying why: a stopped prepare keeps nothing")  # fmt: skip
     parser.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None,
                         help="the progress bar (default: when stderr is a terminal)")  # fmt: skip
 

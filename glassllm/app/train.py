@@ -53,8 +53,8 @@ from glassllm.app.run_log import EvalRecord, RunLog, kept_log
 from glassllm.app.run_state import GeneratorStates, RunState, SavedRun, check_out_dir
 from glassllm.app.stats import StatsLog
 from glassllm.app.stopping import StopOnCtrlC, TrainingDiverged, stopped_message
-from glassllm.checkpoint import load
 from glassllm.app.training_data import load_training_data
+from glassllm.checkpoint import load
 from glassllm.data import bits_per_character, get_batch
 from glassllm.distributed import World
 from glassllm.kernels import compiled

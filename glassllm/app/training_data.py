@@ -14,7 +14,7 @@ from __future__ import annotations
 from typing import Any
 
 from glassllm.app.config import TrainConfig
-from glassllm.data import TokenSplits, Tokenizer, tokenize_corpus
+from glassllm.data import Tokenizer, TokenSplits, tokenize_corpus
 from glassllm.data.dataset import load_prepared
 from glassllm.data.shards import PreparedCorpus, is_prepared
 

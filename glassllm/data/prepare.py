@@ -262,7 +262,7 @@ def prepare(
     dtype, eot = shard_dtype(tokenizer.vocab_size), end_of_text_id(tokenizer)
     target.parent.mkdir(parents=True, exist_ok=True)
     temporary = make_temporary(target)
-    writers = {split: _ShardWriter(temporary, split, dtype, options.shard_tokens) for split in SPLITS}
+    writers = {s: _ShardWriter(temporary, s, dtype, options.shard_tokens) for s in SPLITS}
     try:
         manifest = _write(sources, options, tokenizer, writers, progress)
         manifest.update(dtype=dtype.name, vocab_size=tokenizer.vocab_size, end_of_text=eot)
@@ -307,7 +307,8 @@ def _write(
         listed.append({"path": display_name(source), "bytes": done.size, "sha256": done.sha256,
                        "documents": sum(done.documents.values())})  # fmt: skip
         if progress is not None:
-            progress(done.size, sum(done.documents.values()), sum(len(i) for i in done.ids.values()))
+            tokens = sum(len(ids) for ids in done.ids.values())
+            progress(done.size, sum(done.documents.values()), tokens)
     for writer in writers.values():
         writer.close()
     if not totals["tokens"]["train"]:

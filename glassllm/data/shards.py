@@ -144,10 +144,8 @@ class PreparedCorpus:
         dtype = np.dtype(self.manifest["dtype"])
         if vocab != self.manifest["vocab_size"] or shard_dtype(vocab) != dtype:
             raise DataError(f"{label}: dtype {dtype.name} and vocabulary {vocab} do not agree")
-        self.splits = {
-            split: TokenShards(self.directory, self.manifest["splits"][split]["shards"], dtype, vocab)
-            for split in SPLITS
-        }
+        shards = {split: self.manifest["splits"][split]["shards"] for split in SPLITS}
+        self.splits = {s: TokenShards(self.directory, shards[s], dtype, vocab) for s in SPLITS}
         self.characters = {s: self.manifest["splits"][s]["characters"] for s in SPLITS}
 
 
