@@ -5,24 +5,21 @@ corpus's tokenizer and digest are enforced."""
 from __future__ import annotations
 
 import shutil
-import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
 from conftest import optional, run_cli
+from corpus_files import write_corpus
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "data"))
-from test_prepare import write_corpus  # noqa: E402
-
-import glassllm.app.train as train_module  # noqa: E402
-from glassllm.app.config import CHECKPOINT_NAME  # noqa: E402
-from glassllm.app.train import TrainConfig, Trainer  # noqa: E402
-from glassllm.app.training_data import check_init_tokenizer, load_training_data  # noqa: E402
-from glassllm.checkpoint import read  # noqa: E402
-from glassllm.data import ByteTokenizer, TokenSplits  # noqa: E402
-from glassllm.data.prepare import PrepareOptions, prepare  # noqa: E402
-from glassllm.data.sources import find_sources  # noqa: E402
+import glassllm.app.train as train_module
+from glassllm.app.config import CHECKPOINT_NAME
+from glassllm.app.train import TrainConfig, Trainer
+from glassllm.app.training_data import check_init_tokenizer, load_training_data
+from glassllm.checkpoint import read
+from glassllm.data import ByteTokenizer, TokenSplits
+from glassllm.data.prepare import PrepareOptions, prepare
+from glassllm.data.sources import find_sources
 
 
 def prepared_dir(tmp_path: Path, kind: str, name: str = "prepared", seed: int = 0) -> str:
@@ -36,7 +33,8 @@ def prepared_dir(tmp_path: Path, kind: str, name: str = "prepared", seed: int = 
 def tiny(data: str, out_dir: Path, tokenizer: str, **changes) -> TrainConfig:
     values = dict(
         n_layer=1, n_head=2, n_embd=16, block_size=32, batch_size=4, max_iters=12,
-        warmup_iters=2, lr_decay_iters=12, lr=1e-2, min_lr=1e-3, eval_interval=4, eval_iters=2, sample_tokens=5,
+        warmup_iters=2, lr_decay_iters=12, lr=1e-2, min_lr=1e-3, eval_interval=4, eval_iters=2,
+        sample_tokens=5,
         data=data, out_dir=str(out_dir), tokenizer=tokenizer,
     )  # fmt: skip
     return TrainConfig(**{**values, **changes})

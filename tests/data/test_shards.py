@@ -10,7 +10,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from test_prepare import write_corpus
+from corpus_files import write_corpus
 
 from glassllm.data import DataError, get_batch, sequential_batches
 from glassllm.data.dataset import load_prepared
