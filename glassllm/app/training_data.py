@@ -11,10 +11,11 @@ changed only warns, as before: the text of ``--data FILE`` is the user's to edit
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 from glassllm.app.config import TrainConfig
-from glassllm.data import Tokenizer, TokenSplits, tokenize_corpus
+from glassllm.data import DataError, Tokenizer, TokenSplits, tokenize_corpus
 from glassllm.data.dataset import load_prepared
 from glassllm.data.shards import PreparedCorpus, is_prepared
 
@@ -30,6 +31,11 @@ def load_training_data(config: TrainConfig, saved: Any = None) -> TokenSplits:
     """The corpus of a run configured by ``config``; ``saved``: the `RunState` resumed from."""
     saved_tokenizer = None if saved is None else saved.tokenizer
     if not is_prepared(config.data):
+        if os.path.isdir(config.data):
+            raise DataError(
+                f"--data {config.data!r} is a directory without a manifest.json: make one with "
+                f"glassllm prepare --data {config.data} --out-dir PREPARED, then --data PREPARED"
+            )
         return tokenize_corpus(
             config.data, config.tokenizer, config.block_size, saved_tokenizer, config.vocab_size
         )

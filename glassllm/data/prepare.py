@@ -66,7 +66,13 @@ def shard_dtype(vocab_size: int) -> np.dtype:
 def end_of_text_id(tokenizer: Tokenizer) -> int:
     """The id written after every document (see the module docstring)."""
     if tokenizer.to_dict()["type"] in ("char", "byte"):
-        return tokenizer.encode(DOCUMENT_SEPARATOR)[0]
+        try:
+            return tokenizer.encode(DOCUMENT_SEPARATOR)[0]
+        except ValueError:  # a char vocabulary given, not learned here
+            raise DataError(
+                "the char tokenizer has no NUL character to put between documents (one that "
+                "glassllm prepare learns has): use --tokenizer char or byte"
+            ) from None
     for name in _EOS_NAMES:
         found = tokenizer.token_id(name)  # type: ignore[attr-defined]
         if found is not None:

@@ -127,3 +127,11 @@ def test_a_prepared_corpus_and_an_init_checkpoint_must_share_the_tokenizer(tmp_p
     check_init_tokenizer(corpus, corpus.tokenizer, "init.safetensors")
     with pytest.raises(ValueError, match="prepared with another tokenizer than 'init"):
         check_init_tokenizer(corpus, ByteTokenizer(), "init.safetensors")
+
+
+def test_a_directory_without_a_manifest_says_to_prepare_it(tmp_path, capsys):
+    (tmp_path / "texts").mkdir()
+    status, _, err = run_cli(["train", "--data", tmp_path / "texts", "--out-dir", tmp_path / "r"],
+                             capsys)  # fmt: skip
+    assert status == 2 and err.count("\n") == 1
+    assert "is a directory without a manifest.json: make one with glassllm prepare" in err

@@ -149,3 +149,10 @@ def test_a_manifest_lists_sources_with_sizes_and_digests(tmp_path):
     assert first["bytes"] == len(data) and first["sha256"] == hashlib.sha256(data).hexdigest()
     on_disk = json.loads((tmp_path / "out" / MANIFEST_NAME).read_text())
     assert on_disk == manifest and on_disk["tokenizer"] == {"type": "byte"}
+
+
+def test_a_given_char_tokenizer_needs_the_separator(tmp_path):
+    root = write_corpus(tmp_path / "corpus", files=2)
+    options = PrepareOptions(tokenizer=CharTokenizer("abc"))
+    with pytest.raises(DataError, match="the char tokenizer has no NUL character"):
+        prepare(find_sources([str(root)]), tmp_path / "out", options)
