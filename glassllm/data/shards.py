@@ -9,8 +9,9 @@ sha256 is the manifest's and every id is below the vocabulary size; a shard that
 DataError naming it. Checking all of an 8 GB corpus at start would cost every run (and every
 rank) a pass over it before the first step; the lazy check costs only the shards a run reads, once.
 
-The shards are read-only memory maps: a batch copies its windows out, so the process's memory
-does not grow with the corpus (the page cache holds what the kernel chooses).
+The shards are read-only memory maps, opened for each batch and closed after it (`TokenShards._map`
+says why): a batch copies its windows out, so the process's memory does not grow with the corpus
+or with the steps (the page cache, outside it, holds what the kernel chooses).
 """
 
 from __future__ import annotations
@@ -52,7 +53,7 @@ class TokenShards:
         self.digests = [s["sha256"] for s in shards]
         counts = [s["tokens"] for s in shards]
         self.starts = np.concatenate([[0], np.cumsum(counts, dtype=np.int64)])
-        self._maps: list[np.ndarray | None] = [None] * len(shards)
+        self._verified = [False] * len(shards)
         for name, count in zip(self.names, counts, strict=True):
             self._check_size(name, count)
 
@@ -66,13 +67,16 @@ class TokenShards:
         """``(len(starts), width)`` int64: row r holds the tokens ``starts[r]`` to
         ``starts[r] + width - 1`` of the stream, across shard boundaries."""
         out = np.empty((len(starts), width), dtype=np.int64)
+        maps: dict[int, np.ndarray] = {}  # this call's maps, unmapped when it returns
         for row, start in enumerate(np.asarray(starts, dtype=np.int64)):
             if start < 0 or start + width > len(self):
                 raise IndexError(f"window {start}..{start + width} outside {len(self)} tokens")
             filled, shard = 0, int(np.searchsorted(self.starts, start, side="right")) - 1
             while filled < width:
+                if shard not in maps:
+                    maps[shard] = self._map(shard)
                 offset = int(start + filled - self.starts[shard])
-                piece = self._map(shard)[offset : offset + width - filled]
+                piece = maps[shard][offset : offset + width - filled]
                 out[row, filled : filled + len(piece)] = piece
                 filled, shard = filled + len(piece), shard + 1
         return out
@@ -95,13 +99,15 @@ class TokenShards:
             )
 
     def _map(self, shard: int) -> np.ndarray:
-        mapped = self._maps[shard]
-        if mapped is None:
-            path = self.directory / self.names[shard]
+        """A read-only map of one shard (verified on first use). Not kept: pages a map touched
+        stay in its process's RSS (the kernel maps pages around each one read) until it is
+        unmapped, so a map held for a run grows towards the corpus size; nanoGPT, too, maps
+        ``train.bin`` afresh for every batch. Opening one costs about 20 us."""
+        path = self.directory / self.names[shard]
+        if not self._verified[shard]:
             self._verify(path, self.digests[shard])
-            mapped = np.memmap(path, dtype=self.dtype, mode="r")
-            self._maps[shard] = mapped
-        return mapped
+            self._verified[shard] = True
+        return np.memmap(path, dtype=self.dtype, mode="r")
 
     def _verify(self, path: Path, digest: str) -> None:
         """The lazy check of one shard: its digest and its ids, in one bounded sequential read."""
