@@ -156,3 +156,12 @@ def test_a_given_char_tokenizer_needs_the_separator(tmp_path):
     options = PrepareOptions(tokenizer=CharTokenizer("abc"))
     with pytest.raises(DataError, match="the char tokenizer has no NUL character"):
         prepare(find_sources([str(root)]), tmp_path / "out", options)
+
+
+def test_a_killed_prepare_leaves_nothing_train_reads_and_the_next_one_cleans_up(tmp_path):
+    root = write_corpus(tmp_path / "corpus", files=2)
+    leftover = tmp_path / ".out.999999999.0123abcd.tmp"  # a dead process's temporary directory
+    leftover.mkdir()
+    (leftover / "train_00000.bin").write_bytes(b"\0\0")
+    prepare(find_sources([str(root)]), tmp_path / "out", PrepareOptions("byte"))
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["corpus", "out"]
