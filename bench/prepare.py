@@ -3,16 +3,16 @@
     python bench/prepare.py --corpus-mb 100               # MB/s: glassllm-1, glassllm-2, datasets
     python bench/prepare.py --sides rss --tokens 10e6 1e9 4e9
 
-Throughput: a synthetic corpus of 20 JSON-lines files, one BPE (learned on 1 MB of it) for every
-side; ``glassllm-N``: `glassllm.data.prepare` with N workers; ``datasets``: nanoGPT's OpenWebText
-route, Hugging Face ``datasets`` ``map`` (2 processes) of ``tokenizers`` ``encode_batch``, then the
-ids written to one uint16 memmap. ``rss``: a sparse prepared corpus of ``--tokens`` tokens,
-100 steps of the micro GPT and an evaluation on it; RSS after, and its peak.
+Throughput on 20 synthetic JSON-lines files, one BPE (learned on 1 MB of them) for every side:
+``glassllm-N``, `glassllm.data.prepare` with N workers; ``datasets``, nanoGPT's OpenWebText route
+(``datasets`` map over 2 processes of ``tokenizers`` encode_batch, ids into one uint16 memmap).
+``rss``: 100 steps of the micro GPT and an evaluation on a sparse prepared corpus of ``--tokens``.
 """
 
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import sys
 import tempfile
@@ -36,50 +36,46 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def synthetic_corpus(root: Path, megabytes: float) -> None:
-    rng, per_file = np.random.default_rng(0), int(megabytes * 1e6 / 20)
-    for i in range(20):
-        docs = [" ".join(rng.choice(WORDS, 200)) for _ in range(per_file // 800)]
-        (root / f"{i:02d}.jsonl").write_text("".join(json.dumps({"text": d}) + "\n" for d in docs))
     from glassllm.data import train_bpe
 
+    rng = np.random.default_rng(0)
+    for i in range(20):
+        docs = [" ".join(rng.choice(WORDS, 200)) for _ in range(int(megabytes * 1e6 / 16000))]
+        (root / f"{i:02d}.jsonl").write_text("".join(json.dumps({"text": d}) + "\n" for d in docs))
     text = "\n".join(json.loads(line)["text"] for line in open(root / "00.jsonl"))[: 1 << 20]
     (root / "tokenizer.json").write_text(train_bpe(text, 512).to_json())
 
 
 def sparse_corpus(root: Path, tokens: int) -> None:
-    """A prepared directory of ``tokens`` zero ids (end of text), in 100M-token sparse shards."""
-    import hashlib
-
+    """A prepared directory of ``tokens`` zero ids (end of text) in sparse 100M-token shards."""
     from glassllm.data.prepare import FORMAT, VERSION
 
-    shards = {"train": [], "val": []}
+    splits = {}
     for split, count in (("train", tokens), ("val", 10**6)):
+        shards = []
         for start in range(0, count, 10**8):
             n, digest = min(10**8, count - start), hashlib.sha256()
             for done in range(0, n, 1 << 24):
                 digest.update(bytes(2 * min(1 << 24, n - done)))
-            name = f"{split}_{len(shards[split]):05d}.bin"
-            with open(root / name, "wb") as f:
+            shards.append({"name": f"{split}_{len(shards):05d}.bin", "tokens": n})
+            shards[-1]["sha256"] = digest.hexdigest()
+            with open(root / shards[-1]["name"], "wb") as f:
                 f.truncate(2 * n)
-            shards[split].append({"name": name, "tokens": n, "sha256": digest.hexdigest()})
-    splits = {s: {"tokens": sum(x["tokens"] for x in v), "characters": sum(x["tokens"] for x in v),
-                  "shards": v} for s, v in shards.items()}  # fmt: skip
-    manifest = dict(format=FORMAT, version=VERSION, dtype="uint16", vocab_size=65, end_of_text=0,
-                    tokenizer={"type": "char", "chars": "".join(map(chr, range(65)))},
-                    splits=splits)  # fmt: skip
-    (root / "manifest.json").write_text(json.dumps(manifest))
+        splits[split] = {"tokens": count, "characters": count, "shards": shards}
+    tokenizer = {"type": "char", "chars": "".join(map(chr, range(65)))}
+    manifest = dict(format=FORMAT, version=VERSION, dtype="uint16", vocab_size=65, end_of_text=0)
+    (root / "manifest.json").write_text(
+        json.dumps(manifest | dict(tokenizer=tokenizer, splits=splits))
+    )
 
 
 def worker(args: argparse.Namespace) -> dict[str, Any]:
     corpus, start = Path(args.corpus), time.perf_counter()
     if args.worker == "rss":
         options = dict(max_iters=100, eval_iters=20, eval_interval=100, tokenizer="char")
-        trainer = C.glassllm_trainer(corpus / "run", "micro", data=str(corpus), **options)
-        trainer.fit(progress=False)
-        return {"RSS after (MB)": C.rss_bytes() / 1e6, "peak RSS (MB)": C.peak_rss_bytes() / 1e6,
-                "s": time.perf_counter() - start}  # fmt: skip
-    files = sorted(str(p) for p in corpus.glob("*.jsonl"))
-    out = Path(tempfile.mkdtemp(dir=corpus))
+        C.glassllm_trainer(corpus / "run", "micro", data=str(corpus), **options).fit(progress=False)
+        return {"RSS after (MB)": C.rss_bytes() / 1e6, "peak RSS (MB)": C.peak_rss_bytes() / 1e6}
+    files, out = sorted(str(p) for p in corpus.glob("*.jsonl")), Path(tempfile.mkdtemp(dir=corpus))
     if args.worker == "datasets":
         import datasets
         from tokenizers import Tokenizer
@@ -111,19 +107,20 @@ def worker(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def parent(args: argparse.Namespace) -> dict[str, dict[str, Any]]:
-    runs = {}
+    runs, sides = {}, [s for s in args.sides if s != "rss"]
     with tempfile.TemporaryDirectory(prefix="glassllm-prepare-bench-") as scratch:
-        if "rss" in args.sides:
-            groups = {}
-            for tokens in map(int, args.tokens):
-                (Path(scratch) / str(tokens)).mkdir()
-                sparse_corpus(Path(scratch) / str(tokens), tokens)
-                result = C.run_side(args, "rss", 1, "--corpus", f"{scratch}/{tokens}")
-                groups[f"{tokens:.0e}"] = {"rss": result}
+        groups = {}
+        for tokens in map(int, args.tokens if "rss" in args.sides else []):
+            (Path(scratch) / str(tokens)).mkdir()
+            sparse_corpus(Path(scratch) / str(tokens), tokens)
+            groups[f"{tokens:.0e}"] = {
+                "rss": C.run_side(args, "rss", 1, "--corpus", f"{scratch}/{tokens}")
+            }
+        if groups:
             runs["rss"] = dict(
                 config={"model": "micro", "steps": 100}, group="tokens", groups=groups
             )
-        if sides := [s for s in args.sides if s != "rss"]:
+        if sides:
             synthetic_corpus(Path(scratch), args.corpus_mb)
             args.sides = sides
             rounds = C.alternate(args, args.threads[0], "--corpus", scratch)
