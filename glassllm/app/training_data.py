@@ -15,7 +15,7 @@ import os
 from typing import Any
 
 from glassllm.app.config import TrainConfig
-from glassllm.data import DataError, Tokenizer, TokenSplits, tokenize_corpus
+from glassllm.data import CORPUS_NAMES, DataError, Tokenizer, TokenSplits, tokenize_corpus
 from glassllm.data.dataset import load_prepared
 from glassllm.data.shards import PreparedCorpus, is_prepared
 
@@ -31,7 +31,7 @@ def load_training_data(config: TrainConfig, saved: Any = None) -> TokenSplits:
     """The corpus of a run configured by ``config``; ``saved``: the `RunState` resumed from."""
     saved_tokenizer = None if saved is None else saved.tokenizer
     if not is_prepared(config.data):
-        if os.path.isdir(config.data):
+        if os.path.isdir(config.data) and config.data not in CORPUS_NAMES:
             raise DataError(
                 f"--data {config.data!r} is a directory without a manifest.json: make one with "
                 f"glassllm prepare --data {config.data} --out-dir PREPARED, then --data PREPARED"

@@ -27,7 +27,7 @@ from typing import Any
 import numpy as np
 
 from glassllm._files import FileProblem, read_regular
-from glassllm.data.corpus import DataError
+from glassllm.data.corpus import CORPUS_NAMES, DataError
 from glassllm.data.prepare import FORMAT, MANIFEST_NAME, SPLITS, VERSION, shard_dtype
 from glassllm.data.tokenizers import Tokenizer, tokenizer_from_dict
 
@@ -37,7 +37,10 @@ _CHECK_CHUNK = 1 << 22  # tokens per read while verifying a shard (8 MB of uint1
 
 
 def is_prepared(path: str) -> bool:
-    """Whether ``--data path`` names a prepared directory (a directory holding a manifest)."""
+    """Whether ``--data path`` names a prepared directory (a directory holding a manifest); a
+    corpus name (``builtin``) wins over a directory of that name, as over a file."""
+    if path in CORPUS_NAMES:
+        return False
     return os.path.isdir(path) and os.path.lexists(os.path.join(path, MANIFEST_NAME))
 
 

@@ -121,3 +121,9 @@ def test_load_prepared_needs_a_window_per_split(prepared):
     assert splits.prepared and splits.characters_per_token()["train"] == 1.0
     with pytest.raises(DataError, match="validation split has .* fewer than block_size"):
         load_prepared(str(prepared), len(splits.val))
+
+
+def test_a_corpus_name_wins_over_a_prepared_directory_of_that_name(prepared, monkeypatch):
+    monkeypatch.chdir(prepared.parent)
+    prepared.rename(prepared.parent / "builtin")
+    assert not is_prepared("builtin") and is_prepared("./builtin")
