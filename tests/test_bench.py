@@ -38,6 +38,7 @@ TINY = {
     "view": ["--sizes", "micro", "--repeat", "1", "--generate", "2"],
     "distributed": ["--size", "micro", "--steps", "1", "--warmup", "0", "--ranks", "1"]
     + ["--batch-size", "2"],
+    "prepare": ["--corpus-mb", "0.3", "--tokens", "2000"],
 }
 # The sides of each benchmark without its optional packages, and with them (None: it has none).
 SIDES = {
@@ -50,8 +51,13 @@ SIDES = {
     "sample_hf": ("glassllm", "glassllm,transformers"),
     "view": ("api", "page,api"),
     "distributed": ("steps", None),  # more ranks: tests/distributed runs mpiexec
+    "prepare": ("glassllm-1,glassllm-2,rss", "glassllm-1,datasets"),
 }
-OPTIONAL = {"sample_hf": ["torch", "transformers"], "view": ["playwright"]}
+OPTIONAL = {
+    "sample_hf": ["torch", "transformers"],
+    "view": ["playwright"],
+    "prepare": ["datasets", "tokenizers"],
+}
 MODULE = {
     "sample_hf": "sample",
     "train_step_memory": "train_step",
@@ -81,6 +87,8 @@ def test_benchmark_runs_and_its_results_render(
             pytest.skip(f"{name} has no side with optional packages")
         for package in OPTIONAL.get(name, ["torch"]):
             optional(package)  # skips without it (fails under CI=true)
+    if name == "prepare":
+        optional("tokenizers")  # its corpus's BPE, on every side
     out = tmp_path / f"{name}.json"
     argv = [*TINY[name], "--sides", SIDES[name][with_optional], "--out", str(out), "--inline"]
     argv += ["--threads", "1"]  # PyTorch's spinning threads crawl on a busy machine

@@ -1,4 +1,5 @@
-"""The ``glassllm`` command: ``glassllm train``, ``sample``, ``chat``, ``export`` and ``view``.
+"""The ``glassllm`` command: ``glassllm train``, ``prepare``, ``sample``, ``chat``, ``export``,
+``view``.
 
 The options of each command are the fields of its configuration dataclass
 (:class:`glassllm.app.config.TrainConfig`, :class:`glassllm.app.config.SampleConfig`,
@@ -79,7 +80,9 @@ def build_parser() -> argparse.ArgumentParser:
         prog="glassllm",
         description="Train a tiny GPT on text with a NumPy autograd engine, and sample from it.",
     )
-    commands = parser.add_subparsers(dest="command", metavar="{train,sample,chat,export,view}")
+    commands = parser.add_subparsers(
+        dest="command", metavar="{train,prepare,sample,chat,export,view}"
+    )
 
     train = commands.add_parser(
         "train",
@@ -103,6 +106,10 @@ def build_parser() -> argparse.ArgumentParser:
         help="start a new run even though OUT_DIR holds one (its checkpoint, log, statistics "
         "and plot are removed when training starts); without it, such an OUT_DIR is refused",
     )
+
+    from glassllm.app.prepare import add_parser
+
+    add_parser(commands)
 
     sample = commands.add_parser(
         "sample",
@@ -166,6 +173,8 @@ def _run_train(args: argparse.Namespace) -> int:
         if not args.resume:  # what can be checked before MPI starts
             if given.get("init_from") is not None:  # its shape and tokenizer: the checkpoint's
                 refuse_init_checkpoint_options(given, given["init_from"])
+            elif (implied := _prepared_tokenizer(given.get("data", "builtin"))) is not None:
+                given.setdefault("tokenizer", implied)  # a prepared DIR's own
             config = TrainConfig(**given)
             config.validate()
             parallel.check_split(config.batch_size, config.grad_accum, launch)
@@ -223,6 +232,24 @@ def _run_train(args: argparse.Namespace) -> int:
             world.abort("interrupted (a second Ctrl-C)", EXIT_INTERRUPTED)
         raise
     return EXIT_INTERRUPTED if result.interrupted else 0
+
+
+def _prepared_tokenizer(data: str) -> str | None:
+    from glassllm.app.training_data import tokenizer_option_for
+
+    return tokenizer_option_for(data)
+
+
+def _run_prepare(args: argparse.Namespace) -> int:
+    from glassllm.app.prepare import run_prepare
+
+    try:
+        run_prepare(args)
+    except BrokenPipeError:
+        raise
+    except _INPUT_ERRORS as err:
+        return _fail(_describe(err, None))
+    return 0
 
 
 def _fail_quietly(message: str) -> int:
@@ -322,7 +349,7 @@ def _main(argv: Sequence[str] | None) -> int:
     args = parser.parse_args(argv)
     if args.command is None:
         parser.print_help(sys.stderr)
-        return _fail("choose a command: train, sample, export or view")  # (or chat)
+        return _fail("choose a command: train, prepare, sample, export or view")  # (or chat)
 
     from glassllm.app.allocator import tune_allocator
 
@@ -330,6 +357,8 @@ def _main(argv: Sequence[str] | None) -> int:
     try:
         if args.command == "train":
             return _run_train(args)
+        if args.command == "prepare":
+            return _run_prepare(args)
         if args.command == "export":
             return _run_export(args)
         if args.command == "view":

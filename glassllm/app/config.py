@@ -107,7 +107,8 @@ class TrainConfig:
     # data
     data: str = option(
         "builtin",
-        "'builtin' (Python docs), 'shakespeare' or a text file path",
+        "'builtin' (Python docs), 'shakespeare', a text file path, or a directory written by "
+        "glassllm prepare (its shards are memory-mapped; its tokenizer is used)",
         metavar="DATA",
         if_empty="data must name a corpus or a file",
     )

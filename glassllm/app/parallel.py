@@ -80,24 +80,30 @@ def check_same_resume(world: World, resume: bool) -> None:
         )
 
 
-def check_same_data(world: World, data: str, text_sha256: str, tokenizer: Any) -> None:
+def check_same_data(
+    world: World, data: str, text_sha256: str, tokenizer: Any, prepared: bool = False
+) -> None:
     """ValueError on every rank unless every rank read the same text and built the same
     tokenizer: ``--data`` is a path each rank resolves on its own (its working directory, its
-    machine), and ranks training on different text would silently average their gradients."""
+    machine), and ranks training on different text would silently average their gradients.
+    ``prepared``: ``text_sha256`` is a prepared corpus's manifest digest (which lists the sha256
+    of every shard, each checked when first read: `glassllm.data.shards`)."""
     if world.size == 1:
         return
     spec = json.dumps(tokenizer.to_dict(), sort_keys=True, allow_nan=False)
     mine = (text_sha256, hashlib.sha256(spec.encode()).hexdigest())
     everyone = world.allgather_object(mine)
-    for index, what in ((0, "text"), (1, "tokenizer")):
+    corpus = "prepared corpus (manifest)" if prepared else "text"
+    for index, what in ((0, corpus), (1, "tokenizer")):
         digests = [digest[index] for digest in everyone]
         if len(set(digests)) > 1:
             differing = [r for r, d in enumerate(digests) if d != digests[0]]
             shown = ", ".join(f"rank {r} {d[:12]}" for r, d in enumerate(digests))
             raise ValueError(
                 f"{_ranks(differing)} read a different {what} from --data {data!r} than rank 0 "
-                f"(sha256 {shown}): give every rank the same file (e.g. an absolute path on a "
-                "shared file system)"
+                f"(sha256 {shown}): give every rank the same "
+                f"{'directory, prepared once' if prepared else 'file'} (e.g. an absolute path on "
+                "a shared file system)"
             )
 
 
@@ -181,7 +187,10 @@ class TrainParallel:
         configuration or model differ, and gives every rank rank 0's weights."""
         config = trainer.config
         trainer.world.check_same(config.to_dict())
-        check_same_data(trainer.world, config.data, trainer.corpus.sha256, trainer.tokenizer)
+        corpus = trainer.corpus
+        check_same_data(
+            trainer.world, config.data, corpus.sha256, trainer.tokenizer, corpus.prepared
+        )
         return cls(
             trainer.world,
             trainer.model,

@@ -21,8 +21,9 @@ Three starts:
   still be sampled over its whole context). No random number is drawn for the weights, so the
   model generator starts fresh and drives dropout alone.
 
-The corpus is tokenized in one place, `_token_splits`: the tokenizer given there (a resumed run's
-or the ``--init-from`` checkpoint's) is the one prepared data would be checked against.
+The corpus is read in one place, `_token_splits` (`glassllm.app.training_data`): a text file is
+tokenized by the run's tokenizer (a resumed run's or the ``--init-from`` checkpoint's), and a
+prepared directory (``glassllm prepare``) must have been tokenized by it.
 """
 
 from __future__ import annotations
@@ -34,10 +35,16 @@ from pathlib import Path
 import numpy as np
 
 from glassllm.app.config import CHECKPOINT_NAME, TrainConfig
-from glassllm.app.run_state import SavedRun
+from glassllm.app.run_state import RunState, SavedRun
 from glassllm.app.sample import Opened, open_checkpoint
+from glassllm.app.training_data import (
+    check_init_tokenizer,
+    load_training_data,
+    tokenizer_option_for,
+)
 from glassllm.chat_template import ChatTemplate
 from glassllm.data import Tokenizer, TokenSplits, tokenize_corpus
+from glassllm.data.shards import is_prepared
 from glassllm.models import GPT, GPTConfig
 
 
@@ -60,7 +67,7 @@ def start_run(
     Raises ValueError (or OSError) for the user, before anything is written."""
     if saved is not None:
         tokenizer = saved.state.tokenizer
-        corpus = _token_splits(config, tokenizer)
+        corpus = _token_splits(config, tokenizer, saved.state)
         if config.init_from is not None:  # the checkpoint holds the model: no draw
             model_config = saved.state.model_config
             model = GPT(model_config, rng=model_rng, init=False)
@@ -70,9 +77,7 @@ def start_run(
         return RunStart(corpus, model_config, GPT(model_config, rng=model_rng))
     if config.init_from is not None:
         return _start_from_checkpoint(config, model_rng)
-    corpus = tokenize_corpus(
-        config.data, config.tokenizer, config.block_size, None, config.vocab_size
-    )
+    corpus = load_training_data(config)
     model_config = config.model_config(corpus.tokenizer.vocab_size)
     return RunStart(corpus, model_config, GPT(model_config, rng=model_rng))
 
@@ -94,10 +99,20 @@ def _start_from_checkpoint(config: TrainConfig, model_rng: np.random.Generator) 
     return RunStart(corpus, model_config, model, opened.chat_template)
 
 
-def _token_splits(config: TrainConfig, tokenizer: Tokenizer) -> TokenSplits:
-    """The corpus of ``config`` tokenized by ``tokenizer`` (a checkpoint's), split as a run of
-    that tokenizer's kind splits it."""
-    kind = config.tokenizer if config.init_from is None else tokenizer.kind
+def _token_splits(
+    config: TrainConfig, tokenizer: Tokenizer, saved_state: RunState | None = None
+) -> TokenSplits:
+    """The corpus of ``config`` for ``tokenizer`` (a resumed run's or the ``--init-from``
+    checkpoint's): a text tokenized by it, split as a run of its kind splits it, or a prepared
+    directory, whose ids must be that tokenizer's."""
+    if config.init_from is None:
+        return load_training_data(config, saved_state)
+    if is_prepared(config.data):  # its tokenizer is the manifest's: the checkpoint's, or refused
+        kind = tokenizer_option_for(config.data)
+        corpus = load_training_data(dataclasses.replace(config, tokenizer=kind), saved_state)
+        check_init_tokenizer(corpus, tokenizer, config.init_from)
+        return corpus
+    kind = tokenizer.kind
     return tokenize_corpus(config.data, kind, config.block_size, tokenizer, config.vocab_size)
 
 

@@ -57,12 +57,7 @@ from glassllm.app.run_state import GeneratorStates, RunState, SavedRun
 from glassllm.app.stats import StatsLog
 from glassllm.app.stopping import StopOnCtrlC, TrainingDiverged, stopped_message
 from glassllm.checkpoint import load
-from glassllm.data import (
-    TokenSplits,
-    bits_per_character,
-    characters_per_token,
-    get_batch,
-)
+from glassllm.data import TokenSplits, bits_per_character, get_batch
 from glassllm.distributed import World
 from glassllm.kernels import compiled
 from glassllm.nn.utils import clip_grad_norm_
@@ -150,14 +145,9 @@ class Trainer:
         self.batch_rng = np.random.default_rng([config.seed, 1])
 
         start = start_run(config, saved, self.model_rng)  # tokens, tokenizer, model
-        self.corpus: TokenSplits = start.corpus
+        self.corpus: TokenSplits = start.corpus  # a text tokenized now, or prepared shards
         self.tokenizer = self.corpus.tokenizer
-        # Characters of text per token in each split, to report losses also in bits per
-        # character, which compare across tokenizers (1 for char; reporting only).
-        self.characters_per_token = {
-            split: characters_per_token(self.tokenizer, ids)
-            for split, ids in (("train", self.corpus.train), ("val", self.corpus.val))
-        }
+        self.characters_per_token = self.corpus.characters_per_token()  # for bits per char
         self.model_config, self.model = start.model_config, start.model
         self.chat_template = start.chat_template  # (None unless --init-from an instruct model)
         self.optimizer = self.model.configure_optimizer(

@@ -52,12 +52,16 @@ def get_batch(
     """``batch_size`` windows at uniformly random offsets: ``x, y`` int64 arrays (B, block_size).
 
     Draws exactly ``rng.integers(len(data) - block_size, size=batch_size)``, as nanoGPT, so the
-    generator's state after a batch depends only on how many batches were drawn.
+    generator's state after a batch depends only on how many batches were drawn. ``data`` is an
+    array, or a `glassllm.data.shards.TokenShards` stream, which gives the same windows.
     """
     check_long_enough(data, block_size, "data")
     ix = rng.integers(len(data) - block_size, size=batch_size)  # start offsets, (B,)
-    windows = np.lib.stride_tricks.sliding_window_view(data, block_size + 1)  # view, no copy
-    chosen = windows[ix].astype(np.int64)  # (B, block_size + 1), a copy
+    if isinstance(data, np.ndarray):
+        windows = np.lib.stride_tricks.sliding_window_view(data, block_size + 1)  # view, no copy
+        chosen = windows[ix].astype(np.int64)  # (B, block_size + 1), a copy
+    else:  # a prepared corpus's shards (glassllm.data.shards): the same windows, read from disk
+        chosen = data.windows(ix, block_size + 1)
     return chosen[:, :-1], chosen[:, 1:]
 
 
@@ -75,6 +79,9 @@ def sequential_batches(
     starts = np.arange(n_windows) * block_size
     for first in range(0, n_windows, batch_size):
         ix = starts[first : first + batch_size]
-        offsets = ix[:, None] + np.arange(block_size + 1)  # (b, block_size + 1)
-        chosen = data[offsets].astype(np.int64)
+        if isinstance(data, np.ndarray):
+            offsets = ix[:, None] + np.arange(block_size + 1)  # (b, block_size + 1)
+            chosen = data[offsets].astype(np.int64)
+        else:  # shards (glassllm.data.shards)
+            chosen = data.windows(ix, block_size + 1)
         yield chosen[:, :-1], chosen[:, 1:]

@@ -8,8 +8,8 @@ import hashlib
 import numpy as np
 
 from glassllm.data.batches import VAL_FRACTION, check_long_enough, split_train_val
-from glassllm.data.corpus import load_text
-from glassllm.data.tokenizers import Tokenizer, build_tokenizer
+from glassllm.data.corpus import DataError, load_text
+from glassllm.data.tokenizers import Tokenizer, build_tokenizer, characters_per_token
 
 
 @dataclasses.dataclass
@@ -17,9 +17,45 @@ class TokenSplits:
     """The token streams of a run: 90% for training, 10% for validation."""
 
     tokenizer: Tokenizer
-    train: np.ndarray
+    train: np.ndarray  # or, from a prepared directory, `glassllm.data.shards.TokenShards`
     val: np.ndarray
-    sha256: str  # of the text, so a resumed run can tell whether it trains on the same text
+    sha256: str  # of the text (of a prepared corpus: its manifest), for resumes and ranks
+    # Characters of text in each split, when known without decoding it (a prepared corpus)
+    characters: dict[str, int] | None = None
+    prepared: bool = False  # read from a `glassllm prepare` directory
+
+    def characters_per_token(self) -> dict[str, float]:
+        """Characters of text per token in each split, to report losses also in bits per
+        character, which compare across tokenizers (1 for char)."""
+        if self.characters is not None:
+            return {s: self.characters[s] / len(ids) for s, ids in self.splits().items()}
+        return {s: characters_per_token(self.tokenizer, ids) for s, ids in self.splits().items()}
+
+    def splits(self) -> dict[str, np.ndarray]:
+        return {"train": self.train, "val": self.val}
+
+
+def load_prepared(directory: str, block_size: int) -> TokenSplits:
+    """The splits of a `glassllm prepare` directory, memory-mapped (`glassllm.data.shards`);
+    each must hold a window of ``block_size + 1`` tokens. DataError for anything wrong."""
+    from glassllm.data.shards import PreparedCorpus
+
+    corpus = PreparedCorpus(directory)
+    for split, name in (("train", "training"), ("val", "validation")):
+        try:
+            check_long_enough(corpus.splits[split], block_size, name)
+        except ValueError as err:
+            raise DataError(
+                f"prepared corpus {directory!r}: {err}; use a smaller --block-size"
+            ) from None
+    return TokenSplits(
+        corpus.tokenizer,
+        corpus.splits["train"],
+        corpus.splits["val"],
+        corpus.sha256,
+        corpus.characters,
+        prepared=True,
+    )
 
 
 def tokenize_corpus(

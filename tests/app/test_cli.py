@@ -384,7 +384,7 @@ def test_no_command_is_an_error(capsys):
     status, _, err = run([], capsys)
     assert status == 2
     last = err.strip().splitlines()[-1]
-    assert last == "glassllm: error: choose a command: train, sample, export or view"
+    assert last == "glassllm: error: choose a command: train, prepare, sample, export or view"
 
 
 def test_resume_without_checkpoint(tmp_path, capsys):

@@ -543,3 +543,47 @@ def test_ctrl_c_stops_every_rank_at_one_step_and_resume_continues_bit_for_bit(
     )
     assert out.returncode == 0, out.stderr
     assert_same_tensors(tmp_path / "out", tmp_path / "whole")
+
+
+def prepared_corpus(directory: Path, seed: int = 0) -> Path:
+    """A `glassllm prepare` output of a synthetic corpus, in shards of 101 tokens."""
+    from corpus_files import write_corpus
+
+    from glassllm.data.prepare import PrepareOptions, prepare
+    from glassllm.data.sources import find_sources
+
+    root = write_corpus(directory.parent / f"corpus-{directory.parent.name}-{seed}", seed=seed)
+    prepare(find_sources([str(root)]), directory, PrepareOptions("char", shard_tokens=101))
+    return directory
+
+
+@pytest.mark.mpi
+def test_two_ranks_on_a_prepared_corpus_equal_two_micro_batches(mpiexec, tmp_path):
+    """Every rank maps the same shards and draws the same batches from them."""
+    data = prepared_corpus(tmp_path / "prepared")
+    common = ["--data", data, *TINY, "--max-iters", "10", "--eval-interval", "5"]
+    common += ["--eval-iters", "8", "--blas-threads", "1"]
+    for ranks, extra, name in ((2, [], "ranks"), (0, ["--grad-accum", "2"], "accum")):
+        out, _ = glassllm_train(mpiexec, ranks, *common, *extra, "--out-dir", name, cwd=tmp_path)
+        assert out.returncode == 0, out.stderr
+    assert_same_tensors(tmp_path / "ranks", tmp_path / "accum")
+    assert losses(tmp_path / "ranks") == losses(tmp_path / "accum")
+
+
+@pytest.mark.mpi
+def test_ranks_mapping_different_prepared_corpora_are_refused_naming_them(mpiexec, tmp_path):
+    for folder, seed in (("a", 0), ("b", 1)):  # the same vocabulary, other documents
+        (tmp_path / folder).mkdir()
+        prepared_corpus(tmp_path / folder / "prepared", seed)
+    rank = [sys.executable, "-m", "glassllm", "train", "--data", "prepared", *TINY]
+    rank += ["--max-iters", "2", "--out-dir", str(tmp_path / "run")]
+    other = [mpiexec, "-n", "1", "-wdir", "a", *rank, ":", "-n", "1", "-wdir", "b", *rank]
+    out = run_job(other, tmp_path)
+    assert out.returncode == 2
+    assert out.stderr.count("\n") == 1, out.stderr
+    assert out.stderr.startswith(
+        "glassllm: error: rank 1 read a different prepared corpus (manifest) from --data "
+        "'prepared' than rank 0 (sha256 rank 0 "
+    )
+    assert "give every rank the same directory, prepared once" in out.stderr
+    assert not (tmp_path / "run" / "ckpt.safetensors").exists()
