@@ -321,3 +321,36 @@ def test_a_run_finetuned_from_an_instruct_model_keeps_its_chat_template(
                                 "hi\nagain\n")  # fmt: skip
     assert status == 0, err
     assert answers == "\n\n"  # the template's eos_token still ends each answer
+
+
+# ------------------------------------------------------------------ prepared data
+
+
+def test_finetuning_on_prepared_data_needs_the_checkpoints_tokenizer(tmp_path, capsys):
+    """``--init-from`` with ``--data DIR`` (glassllm prepare): shards prepared with the run's own
+    tokenizer train from its weights; shards of another tokenizer are refused in one line."""
+    optional("tokenizers")
+    from corpus_files import write_corpus
+
+    docs = write_corpus(tmp_path / "docs", files=6)
+    text = tmp_path / "all.txt"
+    text.write_text("".join(p.read_text() for p in sorted(docs.rglob("*.txt"))))
+    base = tmp_path / "base"
+    status, _, err = run(["train", *BASE, "--tokenizer", "bpe", "--vocab-size", "300", "--data",
+                          text, "--out-dir", base, "--max-iters", "2", "--eval-interval", "2"],
+                         capsys)  # fmt: skip
+    assert status == 0, err
+    for name, tokenizer in (("same", base / CHECKPOINT_NAME), ("byte", "byte")):
+        argv = ["prepare", "--data", docs, "--out-dir", tmp_path / name, "--tokenizer", tokenizer,
+                "--val-fraction", "0.3"]  # fmt: skip
+        status, _, err = run(argv, capsys)
+        assert status == 0, err
+    finetune = ["train", "--init-from", base, *STEPS, "--max-iters", "2", "--eval-interval", "2"]
+    status, _, err = run([*finetune, "--data", tmp_path / "same", "--out-dir", tmp_path / "ft"],
+                         capsys)  # fmt: skip
+    assert status == 0, err
+    assert SavedRun.read(tmp_path / "ft" / CHECKPOINT_NAME).state.iteration == 2
+    status, _, err = run([*finetune, "--data", tmp_path / "byte", "--out-dir", tmp_path / "no"],
+                         capsys)  # fmt: skip
+    assert_one_line_error(status, err, "prepared with another tokenizer")
+    assert not (tmp_path / "no").exists()
