@@ -54,6 +54,13 @@ def model_config(size: str, **overrides: int) -> dict[str, int]:
     return {"vocab_size": VOCAB_SIZE, **SIZES[size], **overrides}
 
 
+def gpt_config(size: str, arch: str = "gpt2") -> Any:
+    """The ``GPTConfig`` that ``glassllm train --arch ARCH`` builds at ``size``."""
+    from glassllm.models import GPTConfig, llama_config
+
+    return (llama_config if arch == "llama" else GPTConfig)(**model_config(size), bias=False)
+
+
 # ----------------------------------------------------------------------------- the entry point
 
 

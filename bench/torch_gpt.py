@@ -169,19 +169,62 @@ def to_torch_layout(name: str, array: np.ndarray) -> np.ndarray:
     return array.T if name.endswith(_LINEAR_WEIGHTS) else array
 
 
-def twin(glassllm_model: Any, **choices: Any) -> TorchGPT:
-    """A TorchGPT with the glassllm GPT's configuration and weights (dtype: float32, or float64
-    when the glassllm model is float64). ``choices``: ``attention``, ``gelu``."""
-    model = TorchGPT(TorchGPTConfig.like(glassllm_model.config, **choices))
-    state = {torch_name(name): p.data for name, p in glassllm_model.named_parameters()}
-    if next(iter(state.values())).dtype == np.float64:
+class TorchLlama(nn.Module):
+    """The Llama-style twin: transformers' ``LlamaModel`` and head of a glassllm Llama-style
+    ``GPTConfig`` (``glassllm.models.llama_config``), called as :class:`TorchGPT` is; its fused
+    attention ("sdpa") or the written-out one ("manual": transformers' "eager")."""
+
+    def __init__(self, config: Any, attention: str = "sdpa", **_: Any) -> None:
+        super().__init__()
+        import transformers
+
+        from glassllm.hf import config_to_hf
+
+        hf_config = transformers.LlamaConfig(**config_to_hf(config))
+        hf_config._attn_implementation = "eager" if attention == "manual" else "sdpa"
+        llama = transformers.LlamaForCausalLM(hf_config)
+        self.model, self.lm_head = llama.model, llama.lm_head  # the names of its files
+
+    def forward(
+        self, idx: torch.Tensor, targets: torch.Tensor | None = None
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        logits = self.lm_head(self.model(input_ids=idx, use_cache=False).last_hidden_state)
+        if targets is None:
+            return logits[:, [-1], :], None
+        return logits, F.cross_entropy(logits.view(-1, logits.size(-1)), targets.view(-1))
+
+    configure_optimizer = TorchGPT.configure_optimizer
+
+
+def torch_state(glassllm_model: Any, arrays: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """glassllm tensors of ``glassllm_model`` (its weights or their gradients, by glassllm name)
+    under its twin's names, in its layout (the tied head once, as the embedding)."""
+    if glassllm_model.config.positions == "rotary":
+        from glassllm.hf import state_dict_to_hf
+
+        return state_dict_to_hf(arrays, glassllm_model.config)
+    return {torch_name(n): to_torch_layout(torch_name(n), a) for n, a in arrays.items()}
+
+
+def twin(glassllm_model: Any, **choices: Any) -> TorchGPT | TorchLlama:
+    """A TorchGPT (a TorchLlama for a Llama-style model) with the glassllm model's configuration
+    and weights (dtype: float32, or float64 when the glassllm GPT is float64). ``choices``:
+    ``attention``, ``gelu``."""
+    config = glassllm_model.config
+    if config.positions == "rotary":
+        model = TorchLlama(config, **choices)
+    else:
+        model = TorchGPT(TorchGPTConfig.like(config, **choices))
+    weights = {name: p.data for name, p in glassllm_model.named_parameters()}
+    state = torch_state(glassllm_model, weights)
+    if next(iter(weights.values())).dtype == np.float64:
         model = model.double()
     targets = dict(model.named_parameters())
     if set(state) != set(targets):  # the tied head is named once on both sides
         raise KeyError(f"parameters differ: {sorted(set(state) ^ set(targets))}")
     with torch.no_grad():
         for name, target in targets.items():
-            array = np.ascontiguousarray(to_torch_layout(name, state[name]))
+            array = np.ascontiguousarray(state[name])
             if array.shape != tuple(target.shape):  # copy_ would broadcast
                 raise ValueError(f"{name}: {array.shape} does not fit {tuple(target.shape)}")
             target.copy_(torch.from_numpy(array).to(target.dtype))
