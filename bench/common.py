@@ -166,7 +166,7 @@ def alternate(
 
 def prepare_worker(args: argparse.Namespace) -> None:
     """A torch side's thread count, or glassllm's allocator tuned as ``glassllm train`` tunes it."""
-    if args.worker.startswith("torch"):
+    if args.worker.startswith(("torch", "transformers")):
         set_torch_threads(args.threads)
     else:
         from glassllm.app.allocator import tune_allocator
