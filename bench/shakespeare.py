@@ -2,12 +2,15 @@
 
     python bench/shakespeare.py                                # glassllm, seed 1337
     python bench/shakespeare.py --sides glassllm,nanogpt --seed 1
+    python bench/shakespeare.py --sides glassllm,glassllm-llama    # GPT-2 vs Llama-style recipe
     python bench/shakespeare.py --data path/to/input.txt --max-iters 2000
 
-Sides: ``glassllm``, ``glassllm train``'s defaults in the shipped Trainer; ``torch``, the control:
-bench/torch_gpt.py on the Trainer's initial weights, batches and schedule (``--torch-gelu none``:
-exact GELU); ``nanogpt``: nanoGPT's own RNG, initialisation, exact GELU and batches. Reported:
-train and val loss over the *whole* splits, the eval_iters-batch estimates, wall time, ms/step.
+Sides: ``glassllm``, ``glassllm train``'s defaults in the shipped Trainer; ``glassllm-llama``, the
+same with ``--arch llama`` (RoPE, RMSNorm, SwiGLU, GQA at GPT-2's parameter count); ``torch``, the
+control: bench/torch_gpt.py on the Trainer's initial weights, batches and schedule (``--torch-gelu
+none``: exact GELU); ``nanogpt``: nanoGPT's own RNG, initialisation, exact GELU and batches.
+Reported: train and val loss over the *whole* splits, the eval_iters-batch estimates, wall time,
+ms/step, parameters.
 """
 
 from __future__ import annotations
@@ -25,7 +28,7 @@ import numpy as np
 
 from glassllm.data import bits_per_character, get_batch, sequential_batches
 
-SIDES = ("glassllm", "torch", "nanogpt")
+SIDES = ("glassllm", "glassllm-llama", "torch", "nanogpt")
 DEFAULT_SIDES = ("glassllm",)
 
 Loss = Callable[[np.ndarray, np.ndarray], float]
@@ -100,7 +103,8 @@ def train_torch(args: argparse.Namespace, trainer: Any) -> tuple[Loss, list, lis
     return loss, evaluations, ends
 
 
-FRAMEWORK = {"glassllm": "glassllm", "nanogpt": "nanoGPT in PyTorch (own RNG)"}
+FRAMEWORK = {"glassllm": "glassllm", "glassllm-llama": "glassllm, --arch llama"}
+FRAMEWORK["nanogpt"] = "nanoGPT in PyTorch (own RNG)"
 
 
 def worker(args: argparse.Namespace) -> dict[str, Any]:
@@ -108,12 +112,13 @@ def worker(args: argparse.Namespace) -> dict[str, Any]:
 
     with tempfile.TemporaryDirectory() as tmp:
         trainer = C.glassllm_trainer(
-            Path(tmp), args.size, args.seed, args.worker == "glassllm", data=args.data,
+            Path(tmp), args.size, args.seed, args.worker.startswith("glassllm"), data=args.data,
             max_iters=args.max_iters, eval_interval=args.eval_interval,
             eval_iters=args.eval_iters, tokenizer=args.tokenizer, vocab_size=args.vocab_size,
+            arch="llama" if args.worker == "glassllm-llama" else "gpt2",
         )  # fmt: skip
         start = time.perf_counter()
-        if args.worker == "glassllm":
+        if args.worker.startswith("glassllm"):
             ends: list[float] = []
             fit = trainer.fit(progress=False, on_step=lambda *_: ends.append(time.perf_counter()))
             evaluations = [
@@ -142,7 +147,8 @@ def worker(args: argparse.Namespace) -> dict[str, Any]:
         "run s": wall,
         "ms/step": C.median(np.diff([start, *ends])) * 1e3,
         "peak RSS MiB": C.peak_rss_bytes() / 2**20,
-        "allocator tuned": args.worker == "glassllm",
+        "allocator tuned": args.worker.startswith("glassllm"),
+        "parameters": trainer.model.num_parameters(),
         "config": trainer.model.config.to_dict(),
         "evals": evaluations,
     }
