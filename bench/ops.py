@@ -11,7 +11,6 @@ One call: forward, backward from a fixed random upstream gradient, input gradien
 from __future__ import annotations
 
 import argparse
-import sys
 from collections.abc import Callable
 from typing import Any
 
@@ -140,5 +139,4 @@ def parent(args: argparse.Namespace) -> dict[str, dict[str, Any]]:
     return {"tiny": dict(config=config, group="op", groups=groups)}
 
 
-if __name__ == "__main__":
-    sys.exit(C.main(sys.modules[__name__]))
+C.run_as_script(__name__)

@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import argparse
 import importlib.util
-import sys
 import tempfile
 import time
 from pathlib import Path
@@ -87,7 +86,6 @@ def token_rates(args: argparse.Namespace, block_size: int) -> dict[str, float]:
 
 
 def hf_worker(args: argparse.Namespace) -> dict[str, Any]:
-    C.prepare_worker(args)
     prompt = np.random.default_rng(SEED).integers(0, 512, size=(1, args.prompt_tokens))
     path = Path(args.model_dir)
     before, start = C.rss_bytes(), time.perf_counter()
@@ -132,9 +130,9 @@ def hf_worker(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def worker(args: argparse.Namespace) -> dict[str, Any]:
+    C.prepare_worker(args)
     if args.model == "hf":
         return hf_worker(args)
-    C.prepare_worker(args)
     return {str(bs): token_rates(args, bs) for bs in args.block_sizes}
 
 
@@ -182,5 +180,4 @@ def hf_parent(args: argparse.Namespace) -> dict[str, dict[str, Any]]:
     return {f"hf {args.shape}": run}
 
 
-if __name__ == "__main__":
-    sys.exit(C.main(sys.modules[__name__]))
+C.run_as_script(__name__)

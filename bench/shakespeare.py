@@ -16,7 +16,6 @@ ms/step, parameters.
 from __future__ import annotations
 
 import argparse
-import sys
 import tempfile
 import time
 from collections.abc import Callable
@@ -175,5 +174,4 @@ def parent(args: argparse.Namespace) -> dict[str, dict[str, Any]]:
     return runs
 
 
-if __name__ == "__main__":
-    sys.exit(C.main(sys.modules[__name__]))
+C.run_as_script(__name__)

@@ -189,8 +189,6 @@ class TorchLlama(nn.Module):
         self, idx: torch.Tensor, targets: torch.Tensor | None = None
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         logits = self.lm_head(self.model(input_ids=idx, use_cache=False).last_hidden_state)
-        if targets is None:
-            return logits[:, [-1], :], None
         return logits, F.cross_entropy(logits.view(-1, logits.size(-1)), targets.view(-1))
 
     configure_optimizer = TorchGPT.configure_optimizer

