@@ -77,9 +77,8 @@ def main(bench: ModuleType, argv: Sequence[str] | None = None) -> int:
     )
     parser.add_argument("--threads", type=int, nargs="+", default=[2], help="BLAS/torch threads")
     parser.add_argument("--rounds", type=int, default=3, help="alternating rounds of the sides")
-    parser.add_argument(
-        "--sides", default=",".join(bench.DEFAULT_SIDES), help=", ".join(bench.SIDES)
-    )
+    sides = ",".join(bench.DEFAULT_SIDES)
+    parser.add_argument("--sides", default=sides, help=", ".join(bench.SIDES))
     parser.add_argument("--out", type=Path, metavar="JSON", help="store the runs here")
     stored = f"store the runs in bench/results/{name}.json, then regenerate bench/RESULTS.md"
     parser.add_argument("--write-results", action="store_true", help=stored)
@@ -138,17 +137,13 @@ def run_side(args: argparse.Namespace, side: str, threads: int, *extra: str) -> 
     env = dict(os.environ, PYTHONHASHSEED="0", **dict.fromkeys(THREAD_VARIABLES, str(threads)))
     env.setdefault("OPENBLAS_THREAD_TIMEOUT", "16")  # what `import glassllm` sets before NumPy
     done = subprocess.run(command, env=env, cwd=REPO_DIR, capture_output=True, text=True)
-    payloads = [
-        json.loads(line[len(JSON_MARKER) :])
-        for line in done.stdout.splitlines()
-        if line.startswith(JSON_MARKER)
-    ]
-    if done.returncode != 0 or not payloads:
+    reports = [line for line in done.stdout.splitlines() if line.startswith(JSON_MARKER)]
+    if done.returncode != 0 or not reports:
         raise RuntimeError(
             f"worker failed (exit {done.returncode}): {' '.join(command)}\n"
             f"--- stdout ---\n{done.stdout[-3000:]}\n--- stderr ---\n{done.stderr[-5000:]}"
         )
-    return payloads[-1]
+    return json.loads(reports[-1][len(JSON_MARKER) :])
 
 
 def alternate(
@@ -222,10 +217,8 @@ def torch_step(
     cfg = trainer.config
     model = twin(trainer.model, **choices) if model is None else model
     optimizer = model.configure_optimizer(cfg.lr, cfg.weight_decay, (cfg.beta1, cfg.beta2))
-    data = trainer.corpus.train
-    next_batch = next_batch or (
-        lambda: get_batch(data, cfg.block_size, cfg.batch_size, trainer.batch_rng)
-    )
+    batches = (trainer.corpus.train, cfg.block_size, cfg.batch_size, trainer.batch_rng)
+    next_batch = next_batch or (lambda: get_batch(*batches))
     iteration = [trainer.iteration]
 
     def step() -> float:

@@ -57,13 +57,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def token_rates(args: argparse.Namespace, block_size: int) -> dict[str, float]:
     """Tokens per second sampling 2 * block_size - 1 tokens after an untimed warm-up of 8: over
     the first block_size - 1 (*fill*) and the rest (*slide*)."""
-    config = C.model_config(args.size, block_size=block_size)
+    from glassllm.models import GPT, GPTConfig
+
+    config = GPTConfig(**C.model_config(args.size, block_size=block_size))
     if args.worker == "torch":
         import torch
-        from torch_gpt import TorchGPT, TorchGPTConfig
+        from torch_gpt import TorchGPT
 
         torch.manual_seed(SEED)
-        model = TorchGPT(TorchGPTConfig(**config)).eval()
+        model = TorchGPT(config).eval()
         generator = torch.Generator().manual_seed(SEED)
         idx = torch.zeros((1, 1), dtype=torch.long)
         model.generate(idx, 8, generator=generator)
@@ -72,9 +74,7 @@ def token_rates(args: argparse.Namespace, block_size: int) -> dict[str, float]:
             idx = model.generate(idx, 1, generator=generator)
             tokens.append(time.perf_counter())
     else:
-        from glassllm.models import GPT, GPTConfig
-
-        model = GPT(GPTConfig(**config), rng=np.random.default_rng(SEED))
+        model = GPT(config, rng=np.random.default_rng(SEED))
         rng, use_cache = np.random.default_rng(SEED), args.worker == "glassllm-cache"
         prompt = np.zeros((1, 1), dtype=np.int64)
         for _ in model.generate_stream(prompt, 8, rng=rng, use_cache=use_cache):

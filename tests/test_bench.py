@@ -48,7 +48,7 @@ SIDES = {
     "train_step_memory": ("glassllm", "glassllm,torch"),
     "sample": ("glassllm-cache,glassllm-nocache", "glassllm-cache,torch"),
     "ops": ("glassllm", "glassllm,torch"),
-    "shakespeare": ("glassllm,glassllm-llama", "glassllm,glassllm-llama,torch,nanogpt"),
+    "shakespeare": ("glassllm,glassllm-llama", "glassllm,nanogpt"),
     "train_step_stats": ("glassllm,glassllm-stats", "glassllm-stats,glassllm,torch"),
     "sample_hf": ("glassllm", "glassllm,transformers"),
     "sample_smollm2": (None, "glassllm"),  # transformers takes ~30 s to load it: tests/gguf/
