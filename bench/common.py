@@ -17,6 +17,7 @@ import importlib.metadata
 import json
 import os
 import platform
+import re
 import resource
 import statistics
 import subprocess
@@ -54,6 +55,13 @@ def model_config(size: str, **overrides: int) -> dict[str, int]:
     return {"vocab_size": VOCAB_SIZE, **SIZES[size], **overrides}
 
 
+def gpt_config(size: str, arch: str = "gpt2") -> Any:
+    """The ``GPTConfig`` that ``glassllm train --arch ARCH`` builds at ``size``."""
+    from glassllm.models import GPTConfig, llama_config
+
+    return (llama_config if arch == "llama" else GPTConfig)(**model_config(size), bias=False)
+
+
 # ----------------------------------------------------------------------------- the entry point
 
 
@@ -69,9 +77,8 @@ def main(bench: ModuleType, argv: Sequence[str] | None = None) -> int:
     )
     parser.add_argument("--threads", type=int, nargs="+", default=[2], help="BLAS/torch threads")
     parser.add_argument("--rounds", type=int, default=3, help="alternating rounds of the sides")
-    parser.add_argument(
-        "--sides", default=",".join(bench.DEFAULT_SIDES), help=", ".join(bench.SIDES)
-    )
+    sides = ",".join(bench.DEFAULT_SIDES)
+    parser.add_argument("--sides", default=sides, help=", ".join(bench.SIDES))
     parser.add_argument("--out", type=Path, metavar="JSON", help="store the runs here")
     stored = f"store the runs in bench/results/{name}.json, then regenerate bench/RESULTS.md"
     parser.add_argument("--write-results", action="store_true", help=stored)
@@ -111,35 +118,32 @@ def main(bench: ModuleType, argv: Sequence[str] | None = None) -> int:
     stored = f"wrote {out} {list(runs)}" if out else "(not stored: --write-results)"
     print(render(runs), stored, sep="\n\n")
     if args.write_results:
-        import report
-
-        report.main()
+        report()
     return 0
 
 
-def run_side(
-    args: argparse.Namespace, side: str, threads: int, *extra: str, launcher: Sequence[str] = ()
-) -> dict[str, Any]:
-    """One worker process for ``side``: the parent's own options plus ``--worker side``, started
-    by ``launcher`` (``mpiexec -n N``) when given."""
+def run_as_script(module_name: str) -> None:
+    """A script's last line: its command line, when it runs as ``python bench/<script>.py``."""
+    if module_name == "__main__":
+        sys.exit(main(sys.modules[module_name]))
+
+
+def run_side(args: argparse.Namespace, side: str, threads: int, *extra: str) -> dict[str, Any]:
+    """One worker process for ``side``: the parent's own options plus ``--worker side``."""
     options = [*args.argv, *extra, "--worker", side, "--threads", str(threads)]
     if args.inline:
         return args.run_inline(options)
-    command = [*launcher, sys.executable, str(args.script), *options]
+    command = [sys.executable, str(args.script), *options]
     env = dict(os.environ, PYTHONHASHSEED="0", **dict.fromkeys(THREAD_VARIABLES, str(threads)))
     env.setdefault("OPENBLAS_THREAD_TIMEOUT", "16")  # what `import glassllm` sets before NumPy
     done = subprocess.run(command, env=env, cwd=REPO_DIR, capture_output=True, text=True)
-    payloads = [
-        json.loads(line[len(JSON_MARKER) :])
-        for line in done.stdout.splitlines()
-        if line.startswith(JSON_MARKER)
-    ]
-    if done.returncode != 0 or not payloads:
+    reports = [line for line in done.stdout.splitlines() if line.startswith(JSON_MARKER)]
+    if done.returncode != 0 or not reports:
         raise RuntimeError(
             f"worker failed (exit {done.returncode}): {' '.join(command)}\n"
             f"--- stdout ---\n{done.stdout[-3000:]}\n--- stderr ---\n{done.stderr[-5000:]}"
         )
-    return payloads[-1]
+    return json.loads(reports[-1][len(JSON_MARKER) :])
 
 
 def alternate(
@@ -159,7 +163,7 @@ def alternate(
 
 def prepare_worker(args: argparse.Namespace) -> None:
     """A torch side's thread count, or glassllm's allocator tuned as ``glassllm train`` tunes it."""
-    if args.worker.startswith("torch"):
+    if args.worker.startswith(("torch", "transformers")):
         set_torch_threads(args.threads)
     else:
         from glassllm.app.allocator import tune_allocator
@@ -213,10 +217,8 @@ def torch_step(
     cfg = trainer.config
     model = twin(trainer.model, **choices) if model is None else model
     optimizer = model.configure_optimizer(cfg.lr, cfg.weight_decay, (cfg.beta1, cfg.beta2))
-    data = trainer.corpus.train
-    next_batch = next_batch or (
-        lambda: get_batch(data, cfg.block_size, cfg.batch_size, trainer.batch_rng)
-    )
+    batches = (trainer.corpus.train, cfg.block_size, cfg.batch_size, trainer.batch_rng)
+    next_batch = next_batch or (lambda: get_batch(*batches))
     iteration = [trainer.iteration]
 
     def step() -> float:
@@ -319,6 +321,21 @@ def high_water_bytes(during: Callable[[], Any] | None = None) -> int:
 # ----------------------------------------------------------------------------- results
 
 
+def report() -> None:
+    """Regenerate bench/RESULTS.md's measured blocks from bench/results/<benchmark>.json: only the
+    text between ``<!-- generated:NAME -->`` and ``<!-- /generated:NAME -->`` is replaced."""
+    path = BENCH_DIR / "RESULTS.md"
+    text = path.read_text()
+    for result in sorted(RESULTS_DIR.glob("*.json")):
+        body = render(json.loads(result.read_text())["runs"])
+        block = rf"(<!-- generated:{result.stem} -->\n).*?(<!-- /generated:{result.stem} -->)"
+        text = re.sub(
+            block, lambda m, body=body: m.group(1) + body + "\n" + m.group(2), text, flags=re.S
+        )
+    path.write_text(text)
+    print(f"updated {path}")
+
+
 def machine_info() -> dict[str, Any]:
     """CPU, cores, Python/NumPy/BLAS/PyTorch versions and the glassllm commit."""
     cpu, flags = platform.processor() or "unknown", set()
@@ -388,13 +405,15 @@ def render(runs: dict[str, Any]) -> str:
         (g, side) for run in runs.values() for g, sides in run["groups"].items() for side in sides
     ]
     named = len(set(keys)) < len(keys)  # a run column where groups and sides do not tell them
-    machines: dict[str, list[str]] = {}
-    configs: dict[str, list[str]] = {}
-    for name, run in runs.items():
-        machines.setdefault(machine_line(run["machine"]), []).append(name)
-        configs.setdefault(fmt_dict(run["config"]) + ".", []).append(name)
-    text = [f"{', '.join(names)}: {line}" if several else line for line, names in machines.items()]
-    text += [f"{', '.join(names)}: {line}" if several else line for line, names in configs.items()]
+    text = []
+    lines_of = (lambda run: machine_line(run["machine"]), lambda run: fmt_dict(run["config"]) + ".")
+    for line_of in lines_of:
+        lines: dict[str, list[str]] = {}  # each line once, naming the runs it is true of
+        for name, run in runs.items():
+            lines.setdefault(line_of(run), []).append(name)
+        text += [
+            f"{', '.join(names)}: {line}" if several else line for line, names in lines.items()
+        ]
     by_heading: dict[str, list[str]] = {}  # one table per kind of group, for a mixed file
     for name, run in runs.items():
         by_heading.setdefault(run["group"], []).append(name)

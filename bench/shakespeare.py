@@ -2,18 +2,20 @@
 
     python bench/shakespeare.py                                # glassllm, seed 1337
     python bench/shakespeare.py --sides glassllm,nanogpt --seed 1
+    python bench/shakespeare.py --sides glassllm,glassllm-llama    # GPT-2 vs Llama-style recipe
     python bench/shakespeare.py --data path/to/input.txt --max-iters 2000
 
-Sides: ``glassllm``, ``glassllm train``'s defaults in the shipped Trainer; ``torch``, the control:
-bench/torch_gpt.py on the Trainer's initial weights, batches and schedule (``--torch-gelu none``:
-exact GELU); ``nanogpt``: nanoGPT's own RNG, initialisation, exact GELU and batches. Reported:
-train and val loss over the *whole* splits, the eval_iters-batch estimates, wall time, ms/step.
+Sides: ``glassllm``, ``glassllm train``'s defaults in the shipped Trainer; ``glassllm-llama``, the
+same with ``--arch llama`` (RoPE, RMSNorm, SwiGLU, GQA at GPT-2's parameter count); ``nanogpt``:
+nanoGPT's own RNG, initialisation, exact GELU and batches (the ``torch`` control on the Trainer's
+own weights and batches was retired in issue 19: tests/test_bench.py checks that step for step).
+Reported: train and val loss over the *whole* splits, the eval_iters-batch estimates, wall time,
+ms/step, parameters.
 """
 
 from __future__ import annotations
 
 import argparse
-import sys
 import tempfile
 import time
 from collections.abc import Callable
@@ -25,7 +27,7 @@ import numpy as np
 
 from glassllm.data import bits_per_character, get_batch, sequential_batches
 
-SIDES = ("glassllm", "torch", "nanogpt")
+SIDES = ("glassllm", "glassllm-llama", "nanogpt")
 DEFAULT_SIDES = ("glassllm",)
 
 Loss = Callable[[np.ndarray, np.ndarray], float]
@@ -40,7 +42,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--seed", type=int, default=1337)
     parser.add_argument("--size", default="tiny", choices=list(C.SIZES), help="tiny: the recipe's")
     parser.add_argument("--target", type=float, default=1.90, help="full-val loss to reach")
-    parser.add_argument("--torch-gelu", choices=["tanh", "none"], default="tanh")
     parser.add_argument("--tokenizer", choices=["char", "bpe"], default="char")
     parser.add_argument("--vocab-size", type=int, default=None, help="bpe's (default 512)")
 
@@ -66,25 +67,23 @@ def split_loss(loss: Loss, data: np.ndarray, block_size: int) -> float:
 
 
 def train_torch(args: argparse.Namespace, trainer: Any) -> tuple[Loss, list, list[float]]:
-    """nanoGPT's loop in PyTorch on the trainer's recipe: (loss, evaluations, ends of steps)."""
+    """nanoGPT's loop, model and batches in PyTorch on the trainer's recipe: (loss, evaluations,
+    ends of steps)."""
     import torch
-    from torch_gpt import TorchGPT, TorchGPTConfig
+    from torch_gpt import TorchGPT
 
     C.set_torch_threads(args.threads)
     cfg = trainer.config
-    if args.worker == "nanogpt":
-        torch.manual_seed(args.seed)
-        model = TorchGPT(TorchGPTConfig.like(trainer.model.config, gelu="none"))
-        data, T = trainer.corpus.train, cfg.block_size
+    torch.manual_seed(args.seed)
+    model = TorchGPT(trainer.model.config, gelu="none")
+    data, T = trainer.corpus.train, cfg.block_size
 
-        def next_batch() -> tuple[np.ndarray, np.ndarray]:  # nanoGPT's get_batch
-            starts = torch.randint(len(data) - T, (cfg.batch_size,)).numpy()
-            offsets = starts[:, None] + np.arange(T)
-            return data[offsets].astype(np.int64), data[offsets + 1].astype(np.int64)
+    def next_batch() -> tuple[np.ndarray, np.ndarray]:  # nanoGPT's get_batch
+        starts = torch.randint(len(data) - T, (cfg.batch_size,)).numpy()
+        offsets = starts[:, None] + np.arange(T)
+        return data[offsets].astype(np.int64), data[offsets + 1].astype(np.int64)
 
-        step = C.torch_step(trainer, model, next_batch)[1]
-    else:
-        model, step = C.torch_step(trainer, gelu=args.torch_gelu)
+    step = C.torch_step(trainer, model, next_batch)[1]
 
     def loss(x: np.ndarray, y: np.ndarray) -> float:
         with torch.no_grad():
@@ -100,7 +99,8 @@ def train_torch(args: argparse.Namespace, trainer: Any) -> tuple[Loss, list, lis
     return loss, evaluations, ends
 
 
-FRAMEWORK = {"glassllm": "glassllm", "nanogpt": "nanoGPT in PyTorch (own RNG)"}
+FRAMEWORK = {"glassllm": "glassllm", "glassllm-llama": "glassllm, --arch llama"}
+FRAMEWORK["nanogpt"] = "nanoGPT in PyTorch (own RNG)"
 
 
 def worker(args: argparse.Namespace) -> dict[str, Any]:
@@ -108,12 +108,13 @@ def worker(args: argparse.Namespace) -> dict[str, Any]:
 
     with tempfile.TemporaryDirectory() as tmp:
         trainer = C.glassllm_trainer(
-            Path(tmp), args.size, args.seed, args.worker == "glassllm", data=args.data,
+            Path(tmp), args.size, args.seed, args.worker.startswith("glassllm"), data=args.data,
             max_iters=args.max_iters, eval_interval=args.eval_interval,
             eval_iters=args.eval_iters, tokenizer=args.tokenizer, vocab_size=args.vocab_size,
+            arch="llama" if args.worker == "glassllm-llama" else "gpt2",
         )  # fmt: skip
         start = time.perf_counter()
-        if args.worker == "glassllm":
+        if args.worker.startswith("glassllm"):
             ends: list[float] = []
             fit = trainer.fit(progress=False, on_step=lambda *_: ends.append(time.perf_counter()))
             evaluations = [
@@ -131,7 +132,7 @@ def worker(args: argparse.Namespace) -> dict[str, Any]:
         train = split_loss(loss, trainer.corpus.train, trainer.config.block_size)
     per_char = trainer.characters_per_token  # bits per character: comparable across tokenizers
     return {
-        "framework": FRAMEWORK.get(args.worker, f"torch (gelu {args.torch_gelu})"),
+        "framework": FRAMEWORK[args.worker],
         "train loss (whole split)": train,
         "val loss (whole split)": val,
         "val bits/char": bits_per_character(val, per_char["val"]),
@@ -142,7 +143,8 @@ def worker(args: argparse.Namespace) -> dict[str, Any]:
         "run s": wall,
         "ms/step": C.median(np.diff([start, *ends])) * 1e3,
         "peak RSS MiB": C.peak_rss_bytes() / 2**20,
-        "allocator tuned": args.worker == "glassllm",
+        "allocator tuned": args.worker.startswith("glassllm"),
+        "parameters": trainer.model.num_parameters(),
         "config": trainer.model.config.to_dict(),
         "evals": evaluations,
     }
@@ -169,5 +171,4 @@ def parent(args: argparse.Namespace) -> dict[str, dict[str, Any]]:
     return runs
 
 
-if __name__ == "__main__":
-    sys.exit(C.main(sys.modules[__name__]))
+C.run_as_script(__name__)

@@ -1,6 +1,7 @@
 """The PyTorch reference GPT that the tests and the benchmarks hold glassllm to: nanoGPT's model.py,
 the architecture of ``glassllm.models.GPT``, written the way nanoGPT writes it (AdamW not fused,
-as nanoGPT on a CPU; generation without a key/value cache). :class:`TorchGPTConfig` choices:
+as nanoGPT on a CPU; generation without a key/value cache), built from a glassllm ``GPTConfig``
+(its vocab_size, block_size, n_layer, n_head, n_embd, bias) and two choices:
 ``attention`` "sdpa" (``F.scaled_dot_product_attention``) or "manual" (written out); ``gelu``
 "tanh" (glassllm's, so both compute the same loss from the same weights) or "none" (nanoGPT's
 exact erf). Names follow nanoGPT (:func:`torch_name`); Linear weights are (in, out) in glassllm
@@ -10,7 +11,6 @@ and (out, in) here (:func:`to_torch_layout`).
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -19,30 +19,12 @@ import torch.nn as nn
 from torch.nn import functional as F
 
 
-@dataclass
-class TorchGPTConfig:
-    vocab_size: int
-    block_size: int
-    n_layer: int
-    n_head: int
-    n_embd: int
-    bias: bool = False
-    gelu: str = "tanh"  # or "none": exact erf, nanoGPT's nn.GELU()
-    attention: str = "sdpa"  # or "manual"
-
-    @classmethod
-    def like(cls, config: Any, **choices: Any) -> TorchGPTConfig:
-        """The twin of a glassllm ``GPTConfig``."""
-        names = ("vocab_size", "block_size", "n_layer", "n_head", "n_embd", "bias")
-        return cls(**{name: getattr(config, name) for name in names}, **choices)
-
-
 class CausalSelfAttention(nn.Module):
-    def __init__(self, config: TorchGPTConfig) -> None:
+    def __init__(self, config: Any, attention: str = "sdpa") -> None:
         super().__init__()
         self.c_attn = nn.Linear(config.n_embd, 3 * config.n_embd, bias=config.bias)
         self.c_proj = nn.Linear(config.n_embd, config.n_embd, bias=config.bias)
-        self.n_head, self.n_embd, self.attention = config.n_head, config.n_embd, config.attention
+        self.n_head, self.n_embd, self.attention = config.n_head, config.n_embd, attention
         causal = torch.tril(torch.ones(config.block_size, config.block_size, dtype=torch.bool))
         self.register_buffer("causal", causal.view(1, 1, config.block_size, config.block_size))
 
@@ -61,10 +43,10 @@ class CausalSelfAttention(nn.Module):
 
 
 class MLP(nn.Module):
-    def __init__(self, config: TorchGPTConfig) -> None:
+    def __init__(self, config: Any, gelu: str = "tanh") -> None:
         super().__init__()
         self.c_fc = nn.Linear(config.n_embd, 4 * config.n_embd, bias=config.bias)
-        self.gelu = nn.GELU(approximate=config.gelu)
+        self.gelu = nn.GELU(approximate=gelu)  # "none": exact erf, nanoGPT's nn.GELU()
         self.c_proj = nn.Linear(4 * config.n_embd, config.n_embd, bias=config.bias)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -72,12 +54,12 @@ class MLP(nn.Module):
 
 
 class Block(nn.Module):
-    def __init__(self, config: TorchGPTConfig) -> None:
+    def __init__(self, config: Any, gelu: str = "tanh", attention: str = "sdpa") -> None:
         super().__init__()
         self.ln_1 = nn.LayerNorm(config.n_embd, bias=config.bias)
-        self.attn = CausalSelfAttention(config)
+        self.attn = CausalSelfAttention(config, attention)
         self.ln_2 = nn.LayerNorm(config.n_embd, bias=config.bias)
-        self.mlp = MLP(config)
+        self.mlp = MLP(config, gelu)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         x = x + self.attn(self.ln_1(x))
@@ -85,14 +67,14 @@ class Block(nn.Module):
 
 
 class TorchGPT(nn.Module):
-    def __init__(self, config: TorchGPTConfig) -> None:
+    def __init__(self, config: Any, gelu: str = "tanh", attention: str = "sdpa") -> None:
         super().__init__()
         self.config = config
         self.transformer = nn.ModuleDict(
             dict(
                 wte=nn.Embedding(config.vocab_size, config.n_embd),
                 wpe=nn.Embedding(config.block_size, config.n_embd),
-                h=nn.ModuleList([Block(config) for _ in range(config.n_layer)]),
+                h=nn.ModuleList([Block(config, gelu, attention) for _ in range(config.n_layer)]),
                 ln_f=nn.LayerNorm(config.n_embd, bias=config.bias),
             )
         )
@@ -169,19 +151,60 @@ def to_torch_layout(name: str, array: np.ndarray) -> np.ndarray:
     return array.T if name.endswith(_LINEAR_WEIGHTS) else array
 
 
-def twin(glassllm_model: Any, **choices: Any) -> TorchGPT:
-    """A TorchGPT with the glassllm GPT's configuration and weights (dtype: float32, or float64
-    when the glassllm model is float64). ``choices``: ``attention``, ``gelu``."""
-    model = TorchGPT(TorchGPTConfig.like(glassllm_model.config, **choices))
-    state = {torch_name(name): p.data for name, p in glassllm_model.named_parameters()}
-    if next(iter(state.values())).dtype == np.float64:
+class TorchLlama(nn.Module):
+    """The Llama-style twin: transformers' ``LlamaModel`` and head of a glassllm Llama-style
+    ``GPTConfig`` (``glassllm.models.llama_config``), called as :class:`TorchGPT` is; its fused
+    attention ("sdpa") or the written-out one ("manual": transformers' "eager")."""
+
+    def __init__(self, config: Any, attention: str = "sdpa", **_: Any) -> None:
+        super().__init__()
+        import transformers
+
+        from glassllm.hf import config_to_hf
+
+        hf_config = transformers.LlamaConfig(**config_to_hf(config))
+        hf_config._attn_implementation = "eager" if attention == "manual" else "sdpa"
+        llama = transformers.LlamaForCausalLM(hf_config)
+        self.model, self.lm_head = llama.model, llama.lm_head  # the names of its files
+
+    def forward(
+        self, idx: torch.Tensor, targets: torch.Tensor | None = None
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        logits = self.lm_head(self.model(input_ids=idx, use_cache=False).last_hidden_state)
+        return logits, F.cross_entropy(logits.view(-1, logits.size(-1)), targets.view(-1))
+
+    configure_optimizer = TorchGPT.configure_optimizer
+
+
+def torch_state(glassllm_model: Any, arrays: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """glassllm tensors of ``glassllm_model`` (its weights or their gradients, by glassllm name)
+    under its twin's names, in its layout (the tied head once, as the embedding)."""
+    if glassllm_model.config.positions == "rotary":
+        from glassllm.hf import state_dict_to_hf
+
+        return state_dict_to_hf(arrays, glassllm_model.config)
+    return {torch_name(n): to_torch_layout(torch_name(n), a) for n, a in arrays.items()}
+
+
+def twin(glassllm_model: Any, **choices: Any) -> TorchGPT | TorchLlama:
+    """A TorchGPT (a TorchLlama for a Llama-style model) with the glassllm model's configuration
+    and weights (dtype: float32, or float64 when the glassllm GPT is float64). ``choices``:
+    ``attention``, ``gelu``."""
+    config = glassllm_model.config
+    if config.positions == "rotary":
+        model = TorchLlama(config, **choices)
+    else:
+        model = TorchGPT(config, **choices)
+    weights = {name: p.data for name, p in glassllm_model.named_parameters()}
+    state = torch_state(glassllm_model, weights)
+    if next(iter(weights.values())).dtype == np.float64:
         model = model.double()
     targets = dict(model.named_parameters())
     if set(state) != set(targets):  # the tied head is named once on both sides
         raise KeyError(f"parameters differ: {sorted(set(state) ^ set(targets))}")
     with torch.no_grad():
         for name, target in targets.items():
-            array = np.ascontiguousarray(to_torch_layout(name, state[name]))
+            array = np.ascontiguousarray(state[name])
             if array.shape != tuple(target.shape):  # copy_ would broadcast
                 raise ValueError(f"{name}: {array.shape} does not fit {tuple(target.shape)}")
             target.copy_(torch.from_numpy(array).to(target.dtype))

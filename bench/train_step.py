@@ -2,13 +2,17 @@
 
     python bench/train_step.py                          # tiny size, threads 2 and 1, 5 rounds
     python bench/train_step.py --size tiny small mid --threads 2 --sides glassllm,torch,torch-manual
+    python bench/train_step.py --arch llama --size tiny small mid --threads 2   # Llama-style
 
 A step is ``Trainer.train_step`` (batch, scheduled learning rate, forward, backward, clip, AdamW);
-PyTorch takes it in nanoGPT's model on the same data (common.torch_step). Sides: ``glassllm``,
+PyTorch takes it in nanoGPT's model on the same data (common.torch_step); with ``--arch llama``
+(train_step_llama.json) the model ``glassllm train --arch llama`` builds, against transformers'
+``LlamaModel`` with its weights (bench/torch_gpt.py: TorchLlama). Sides: ``glassllm``,
 ``glassllm-numpy`` (without the ``fast`` extra's kernels), ``glassllm-stats`` (writing stats.jsonl
-every ``--stats-interval`` steps), ``torch`` (fused attention), ``torch-manual`` (attention written
-out). Also: the step's matmul GFLOP/s against one large np.matmul, the "BLAS floor" (the step's
-matrix products alone), and first a check that both models give the same loss and gradients.
+every ``--stats-interval`` steps; its cost: the paired ratio column), ``torch`` (fused attention),
+``torch-manual`` (attention written out). Also: the step's matmul GFLOP/s against one large
+np.matmul, the "BLAS floor" (the step's matrix products alone), and first a check that both models
+give the same loss and gradients.
 
 ``--memory`` (memory.json): resident memory instead, one process per side: the peak of one step
 after 3 warm-up ones over the RSS once the model was built, ``ru_maxrss``, and the growth over
@@ -19,7 +23,6 @@ from __future__ import annotations
 
 import argparse
 import gc
-import sys
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -36,6 +39,7 @@ MIB = 2**20
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.set_defaults(threads=[2, 1], rounds=5)
     parser.add_argument("--size", nargs="+", default=["tiny"], choices=list(C.SIZES))
+    parser.add_argument("--arch", choices=["gpt2", "llama"], default="gpt2", help="as in train")
     parser.add_argument("--steps", type=int, default=20, help="timed steps per process")
     parser.add_argument("--warmup", type=int, default=5)
     parser.add_argument("--matmul-n", type=int, default=2048, help="n of the n³ GFLOP/s probe")
@@ -48,7 +52,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def worker(args: argparse.Namespace) -> dict[str, Any]:
     size = args.size[0]
     if args.worker == "matmul":
-        return matmul_rates(C.model_config(size), args.matmul_n)
+        return matmul_rates(C.gpt_config(size, args.arch), args.matmul_n)
     from glassllm.kernels import compiled
 
     with tempfile.TemporaryDirectory() as tmp:
@@ -56,7 +60,9 @@ def worker(args: argparse.Namespace) -> dict[str, Any]:
             compiled.set_enabled(False)
         interval = args.stats_interval if args.worker == "glassllm-stats" else 0
         tuned = args.worker.startswith("glassllm")
-        trainer = C.glassllm_trainer(Path(tmp), size, tuned=tuned, stats_interval=interval)
+        trainer = C.glassllm_trainer(
+            Path(tmp), size, tuned=tuned, stats_interval=interval, arch=args.arch
+        )
         trainer.stats.path.parent.mkdir(parents=True, exist_ok=True)
         trainer.stats.start(None)
         if args.worker == "check":
@@ -120,7 +126,7 @@ def memory_use(args: argparse.Namespace, trainer: Any, model: Any, step: Any) ->
 def equivalence(trainer: Any) -> dict[str, Any]:
     """Same weights, same batch: the loss and every gradient must agree (float32 tolerance)."""
     import torch
-    from torch_gpt import to_torch_layout, torch_name, twin
+    from torch_gpt import torch_state, twin
 
     from glassllm.data import get_batch
 
@@ -131,33 +137,32 @@ def equivalence(trainer: Any) -> dict[str, Any]:
     loss.backward()
     _, ref_loss = reference(torch.from_numpy(x.copy()), torch.from_numpy(y.copy()))
     ref_loss.backward()
-    reference_params = dict(reference.named_parameters())
-    worst = 0.0
-    for name, p in model.named_parameters():
-        g = to_torch_layout(torch_name(name), reference_params[torch_name(name)].grad.numpy())
-        worst = max(worst, float(np.abs(p.grad - g).max() / (np.abs(g).max() or 1.0)))
-    ours, theirs = float(loss.data), float(ref_loss.detach())
-    if abs(ours - theirs) > 1e-4 or worst > 1e-3:
-        raise AssertionError(f"loss {ours} vs {theirs}, worst gradient difference {worst:.1e}")
-    return {"loss_glassllm": ours, "loss_torch": theirs, "grad_max_rel_diff": worst}
+    theirs = {name: p.grad.numpy() for name, p in reference.named_parameters()}
+    ours = torch_state(model, {name: p.grad for name, p in model.named_parameters()})
+    worst = max(float(np.abs(g - theirs[n]).max() / (np.abs(theirs[n]).max() or 1.0))
+                for n, g in ours.items())  # fmt: skip
+    mine, other = float(loss.data), float(ref_loss.detach())
+    if abs(mine - other) > 1e-4 or worst > 1e-3:
+        raise AssertionError(f"loss {mine} vs {other}, worst gradient difference {worst:.1e}")
+    return {"loss_glassllm": mine, "loss_torch": other, "grad_max_rel_diff": worst}
 
 
-def matmul_rates(config: dict[str, int], n: int) -> dict[str, float]:
+def matmul_rates(config: Any, n: int) -> dict[str, float]:
     """GFLOP/s of one n³ float32 np.matmul, and the milliseconds of the step's matrix products
     alone (forward and backward, transposes folded into the shapes, operands preallocated)."""
     rng = np.random.default_rng(0)
     a, b = (rng.standard_normal((n, n), dtype=np.float32) for _ in range(2))
     rate = 2.0 * n**3 / min(C.time_calls(lambda: np.matmul(a, b), repeats=7, warmup=2)) / 1e9
-    N, T, E, V = C.BATCH_SIZE * config["block_size"], config["block_size"], config["n_embd"], 65
-    BH, hs = C.BATCH_SIZE * config["n_head"], config["n_embd"] // config["n_head"]
+    N, T, E, V = C.BATCH_SIZE * config.block_size, config.block_size, config.n_embd, 65
+    BH, hs = C.BATCH_SIZE * config.n_head, config.head_size
 
     def linear(i: int, o: int) -> list:  # y = x W, dx = g Wᵀ, dW = xᵀ g
         return [((N, i), (i, o)), ((N, o), (o, i)), ((i, N), (N, o))]
 
     # attention: q kᵀ, P v; backward dP = dy vᵀ, dv = Pᵀ dy, dq = dS k, dk = dSᵀ q
     attention = [((BH, T, hs), (BH, hs, T)), ((BH, T, T), (BH, T, hs))] * 3
-    layer = linear(E, 3 * E) + attention + linear(E, E) + linear(E, 4 * E) + linear(4 * E, E)
-    shapes = layer * config["n_layer"] + linear(E, V)
+    layer = [p for shape in block_matrices(config) for p in linear(*shape)] + attention
+    shapes = layer * config.n_layer + linear(E, V)
     operands = [
         (rng.standard_normal(s, dtype=np.float32), rng.standard_normal(t, dtype=np.float32))
         for s, t in shapes
@@ -166,11 +171,21 @@ def matmul_rates(config: dict[str, int], n: int) -> dict[str, float]:
     return {"np.matmul n³ GFLOP/s": rate, "BLAS floor ms": floor * 1e3}
 
 
-def matmul_flops_per_step(batch_size: int, block_size: int, n_layer: int, n_embd: int, **_: Any):
-    """Matrix-multiply FLOPs of one training step: per token and layer 24·E² (qkv, projection,
-    MLP) + 4·T·E (scores and weighted sum over the full T x T square); head 2·E·V; backward 2x."""
-    T, E, L, V = block_size, n_embd, n_layer, C.VOCAB_SIZE
-    return 3.0 * batch_size * T * (L * (24 * E * E + 4 * T * E) + 2 * E * V)
+def block_matrices(config: Any) -> list[tuple[int, int]]:
+    """(in, out) of each Linear weight of a block (GPT-2: qkv, projection, MLP up and down)."""
+    from glassllm.models.config import parameter_shapes
+
+    shapes = parameter_shapes(config).items()
+    return [shape for name, shape in shapes if name.startswith("blocks.0.") and len(shape) == 2]
+
+
+def matmul_flops_per_step(config: Any, batch_size: int) -> float:
+    """Matrix-multiply FLOPs of one training step: per token and layer 2 per weight of the
+    block's Linear layers (GPT-2: 24·E²) + 4·T·E (scores and weighted sum over the full T x T
+    square); head 2·E·V; backward 2x."""
+    T, E, L, V = config.block_size, config.n_embd, config.n_layer, C.VOCAB_SIZE
+    weights = sum(i * o for i, o in block_matrices(config))
+    return 3.0 * batch_size * T * (L * (2 * weights + 4 * T * E) + 2 * E * V)
 
 
 def parent(args: argparse.Namespace) -> dict[str, dict[str, Any]]:
@@ -181,10 +196,14 @@ def parent(args: argparse.Namespace) -> dict[str, dict[str, Any]]:
         run = dict(config=config | {"forwards": args.forwards})
         sides = C.summarise(rounds, ratios=["step peak over model (MiB)"])
         return {size: run | {"group": "threads", "groups": {str(args.threads[0]): sides}}}
-    runs = {}
+    runs, llama = {}, args.arch == "llama"
+    args.result_name = "train_step_llama" if llama else "train_step"
     for size in args.size:
         config = {**C.model_config(size), "batch_size": C.BATCH_SIZE}
-        flops = matmul_flops_per_step(**config)
+        gpt_config = C.gpt_config(size, args.arch)
+        if llama:
+            config |= dict(arch="llama", n_kv_head=gpt_config.n_kv_head, mlp=gpt_config.mlp_hidden)
+        flops = matmul_flops_per_step(gpt_config, C.BATCH_SIZE)
         config |= dict(rounds=args.rounds, steps=args.steps, matmul_gflop_per_step=flops / 1e9)
         run = dict(config=config, group="threads", groups={}, notes=[])
         if not args.no_check and any(s.startswith("torch") for s in args.sides):
@@ -209,14 +228,9 @@ def parent(args: argparse.Namespace) -> dict[str, dict[str, Any]]:
                 rate: max(r[rate] for r in probe),
                 floor: min(r[floor] for r in probe),
             }
-            if {"glassllm", "glassllm-stats"} <= set(ms):
-                ratio = C.paired_ratio(ms["glassllm-stats"], ms["glassllm"])
-                note = f"{size}, {threads} threads: glassllm-stats / glassllm (paired) {ratio:.3f}."
-                run["notes"].append(note)
             run["groups"][str(threads)] = sides
         runs[size] = run
     return runs
 
 
-if __name__ == "__main__":
-    sys.exit(C.main(sys.modules[__name__]))
+C.run_as_script(__name__)

@@ -1,30 +1,26 @@
-"""How fast ``glassllm view`` answers on untrained models: each figure the median of ``--repeat``
-tries after one untimed (cache-warming) try, one process per side.
+"""How fast ``glassllm view``'s API answers on untrained models: each figure the median of
+``--repeat`` tries after one untimed (cache-warming) try.
 
     python bench/view.py                 # 5 repetitions of each
-    python bench/view.py --repeat 1 --sides api
+    python bench/view.py --repeat 1 --sizes tiny
 
-* side ``page``, the page load (Playwright's chromium): navigation start to first contentful
-  paint, and to the header showing the checkpoint (the first API answer drawn);
-* side ``api``: per ``--sizes`` model, ``/api/inspect`` of a full context (inspection cache
-  emptied, JSON included; attention left out over the inline limit, then one layer's
-  ``/api/attention``, the page's request per layer); on the first, ``api.generate``.
+Per ``--sizes`` model, ``/api/inspect`` of a full context (inspection cache emptied, JSON
+included; attention left out over the inline limit, then one layer's ``/api/attention``, the
+page's request per layer); on the first, ``api.generate``. (The page-load side, Playwright's
+first contentful paint, was removed in issue 19; its figures stand in LOG.md.)
 """
 
 from __future__ import annotations
 
 import argparse
-import shutil
-import sys
 import tempfile
-import threading
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import common as C
 
-SIDES = DEFAULT_SIDES = ("page", "api")
+SIDES = DEFAULT_SIDES = ("api",)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -80,49 +76,12 @@ def api_rows(out_dir: Path, repeat: int, generate: int, size: str) -> dict[str, 
     return rows
 
 
-def page_rows(out_dir: Path, repeat: int) -> dict[str, str]:
-    """Milliseconds from navigation start to the first contentful paint and to the checkpoint's
-    description shown, median of ``repeat`` loads after one that warms the caches."""
-    from playwright.sync_api import expect, sync_playwright
-
-    from glassllm.app.view import make_server
-
-    server = make_server(out_dir, port=0)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    executable = shutil.which("chromium") or shutil.which("chromium-browser")
-    paint = "performance.getEntriesByName('first-contentful-paint')[0]?.startTime ?? null"
-    paints, ready = [], []
-    try:
-        with sync_playwright() as playwright:
-            options = ["--headless", "--no-sandbox", "--disable-gpu"]
-            browser = playwright.chromium.launch(executable_path=executable, args=options)
-            for _ in range(repeat + 1):
-                context = browser.new_context(viewport={"width": 1280, "height": 900})
-                page = context.new_page()
-                page.goto(f"http://127.0.0.1:{server.port}/")
-                expect(page.locator("#info")).to_contain_text("step")
-                ready.append(page.evaluate("performance.now()"))
-                paints.append(page.evaluate(paint))
-                context.close()
-            browser.close()
-    finally:
-        server.shutdown()
-        server.server_close()
-    return {
-        "page load to first contentful paint": f"{C.median(paints[1:]):.0f} ms",
-        "page load to checkpoint info shown": f"{C.median(ready[1:]):.0f} ms",
-    }
-
-
 def worker(args: argparse.Namespace) -> dict[str, Any]:
+    rows = {}
     with tempfile.TemporaryDirectory() as tmp:
-        if args.worker == "page":
-            rows = page_rows(make_checkpoint(Path(tmp), args.sizes[0]), args.repeat)
-        else:
-            rows = {}
-            for size in args.sizes:
-                generate = args.generate if size == args.sizes[0] else 0  # on the first only
-                rows |= api_rows(make_checkpoint(Path(tmp), size), args.repeat, generate, size)
+        for size in args.sizes:
+            generate = args.generate if size == args.sizes[0] else 0  # on the first only
+            rows |= api_rows(make_checkpoint(Path(tmp), size), args.repeat, generate, size)
         return {measurement: {"median": figure} for measurement, figure in rows.items()}
 
 
@@ -131,5 +90,4 @@ def parent(args: argparse.Namespace) -> dict[str, dict[str, Any]]:
     return {"view": dict(config={"repeat": args.repeat}, group="measurement", groups=groups)}
 
 
-if __name__ == "__main__":
-    sys.exit(C.main(sys.modules[__name__]))
+C.run_as_script(__name__)
