@@ -29,7 +29,9 @@ import numpy as np
 import glassllm.functional as F
 from glassllm._checks import check_float, check_generator, check_int, check_probability
 from glassllm.autograd import is_grad_enabled
+from glassllm.nn.attention_hooks import hooked_attention
 from glassllm.nn.dropout import Dropout
+from glassllm.nn.hooks import HookPoint, any_active
 from glassllm.nn.kv_cache import KVCache
 from glassllm.nn.linear import Linear
 from glassllm.nn.module import Module
@@ -243,6 +245,16 @@ class CausalSelfAttention(Module):
         # The fused op that splits, attends and merges in one serves every layer whose heads
         # are plain slices of qkv: GPT-2's, and GPT-Neo's (scale, window) too
         self.packed = kv == self.num_heads and not qk_norm and self.rotary is None
+        # TransformerLens's sites (glassllm.nn.attention_hooks); forward takes the hooked path
+        # only when one of them has a hook
+        self.hook_q, self.hook_k, self.hook_v = HookPoint(), HookPoint(), HookPoint()
+        if self.rotary is not None:
+            self.hook_rot_q, self.hook_rot_k = HookPoint(), HookPoint()
+        self.hook_attn_scores = HookPoint(side=True)
+        self.hook_pattern = HookPoint(side=True)
+        self.hook_z = HookPoint()
+        points = [point for point in self.children() if isinstance(point, HookPoint)]
+        object.__setattr__(self, "_hook_points", tuple(points))
 
     def heads(self, qkv: Tensor, start: int = 0) -> tuple[Tensor, Tensor, Tensor]:
         """The packed projection ``qkv (B, T, (H + 2 KV) hd)`` as heads, ready to attend:
@@ -264,6 +276,10 @@ class CausalSelfAttention(Module):
 
     def forward(self, x: Tensor, kv_cache: KVCache | None = None) -> Tensor:
         x = _check_input(x, self.embed_dim, "x")
+        if kv_cache is not None:
+            _check_cache(kv_cache, "a KV cache is for inference: run the forward inside")
+        if any_active(self._hook_points):
+            return hooked_attention(self, x, kv_cache)
         dropout_p = self.dropout if self.training else 0.0
         if kv_cache is None and self.packed:
             # One op splits the heads, attends and merges them again: its backward writes
@@ -280,7 +296,6 @@ class CausalSelfAttention(Module):
         if kv_cache is None:
             q, k, v = self.heads(self.qkv(x))  # (B, H, T, hd), (B, KV, T, hd) x 2
         else:
-            _check_cache(kv_cache, "a KV cache is for inference: run the forward inside")
             if self.packed:  # GPT-2: the packed heads as views, as before the choices existed
                 qkv = F.split_packed_heads(self.qkv(x).data, self.num_heads)  # (3, B, H, T, hd)
                 q, k, v = Tensor(qkv[0]), qkv[1], qkv[2]
