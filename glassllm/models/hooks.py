@@ -220,10 +220,12 @@ def hooks(model: GPT, fwd_hooks: Iterable[tuple[Any, HookFn]] = ()) -> Iterator[
     ``fn(activation, name)`` gets a writable copy of the activation (a NumPy array) and returns
     None to keep it (or to keep its in-place edits of that copy), or a replacement: an array of
     the same shape (cast to the activation's dtype) or a glassllm `Tensor` (used as it is, a
-    graph node). An array replacement joins the graph as a straight-through node: the gradient
-    reaching it passes unchanged to the original activation (exact for an added vector, such as
-    steering; for any other edit, the gradient at the replaced value). Nothing else changes:
-    the mode and grad state are the caller's (`run_with_hooks` sets eval mode).
+    graph node). An array equal to the activation changes nothing: the forward goes on with the
+    original node (so a pattern hook that only reads keeps the attention fused). Any other array
+    joins the graph as a straight-through node: the gradient reaching it passes unchanged to
+    the original activation (exact for an added vector, as in steering; for any other edit,
+    the gradient taken at the replaced value). The mode and grad state are the caller's
+    (`run_with_hooks` sets eval mode).
     """
     points = hook_points(model)
     pairs = []
@@ -259,8 +261,8 @@ def _array_hook(name: str, fn: HookFn) -> Callable:
             return result
         result = np.asarray(result)
         _check_shape(name, result.shape, original.shape)
-        if result is given and np.array_equal(given, original, equal_nan=True):
-            return None  # read only: the forward goes on with the very same node
+        if np.array_equal(result, original, equal_nan=True):
+            return None  # nothing changed: the forward goes on with the very same node
         return straight_through(output, result.astype(original.dtype, copy=False))
 
     return hook
