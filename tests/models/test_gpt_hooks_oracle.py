@@ -1,12 +1,13 @@
-"""TransformerLens as the oracle of the hook points: a random GPT-2-shaped glassllm model and a
-`HookedTransformer` given the same weights (TransformerLens's layout, no folding or centring)
-cache the same activations under every shared hook name (<= 1e-5)."""
+"""TransformerLens as the oracle of the hook points: a random GPT-2-shaped (and a Llama-shaped:
+grouped-query, rotary, RMSNorm, SwiGLU) glassllm model and a `HookedTransformer` given the same
+weights (TransformerLens's layout, no folding or centring) cache the same activations under
+every shared hook name (<= 1e-5)."""
 
 from __future__ import annotations
 
 import numpy as np
 from conftest import optional
-from test_gpt_families import perturbed
+from test_gpt_families import FAMILIES, perturbed
 
 from glassllm.models import GPTConfig
 
@@ -95,3 +96,64 @@ def test_a_head_ablation_agrees_with_transformer_lens():
         )
     np.testing.assert_allclose(ours.data, theirs.numpy(), atol=1e-5)
     assert not np.allclose(ours.data, model.run_with_hooks(IDS).data, atol=1e-3)
+
+
+def llama_twin(model):
+    """A HookedTransformer of the Llama family with ``model``'s weights (grouped-query heads
+    in TransformerLens's ``_W_K`` / ``_W_V``, rotary pairs (i, i + d/2) as transformers)."""
+    torch = optional("torch")
+    lens = optional("transformer_lens")
+    c = model.config
+    attn = model.blocks[0].attn
+    H, KV, hd, E = attn.num_heads, attn.num_kv_heads, attn.head_size, c.n_embd
+    cfg = lens.HookedTransformerConfig(
+        n_layers=c.n_layer, d_model=E, n_heads=H, d_head=hd, d_mlp=c.mlp_size,
+        d_vocab=c.vocab_size, n_ctx=c.block_size, act_fn="silu", normalization_type="RMS",
+        eps=c.norm_eps, positional_embedding_type="rotary", rotary_dim=hd,
+        rotary_base=c.rope_theta, n_key_value_heads=KV, gated_mlp=True, final_rms=True,
+        dtype=torch.float32, device="cpu",
+    )  # fmt: skip
+    twin = lens.HookedTransformer(cfg)
+    weights = {"embed.W_E": model.wte.weight.data}
+    for i, block in enumerate(model.blocks):
+        w, p = block.attn.qkv.weight.data, f"blocks.{i}."
+        groups = {"W_Q": (0, H), "_W_K": (H, KV), "_W_V": (H + KV, KV)}
+        for name, (first, count) in groups.items():
+            columns = w[:, first * hd : (first + count) * hd].reshape(E, count, hd)
+            weights[p + "attn." + name] = columns.transpose(1, 0, 2)  # (heads, E, hd)
+        weights[p + "attn.W_O"] = block.attn.proj.weight.data.reshape(H, hd, E)
+        weights[p + "ln1.w"], weights[p + "ln2.w"] = block.ln_1.weight.data, block.ln_2.weight.data
+        weights[p + "mlp.W_gate"] = block.mlp.gate.weight.data
+        weights[p + "mlp.W_in"] = block.mlp.up.weight.data
+        weights[p + "mlp.W_out"] = block.mlp.proj.weight.data
+    weights["ln_final.w"] = model.ln_f.weight.data
+    weights["unembed.W_U"] = model.lm_head.weight.data
+    params = dict(twin.named_parameters())
+    assert set(weights) <= set(params)
+    with torch.no_grad():
+        for name, param in params.items():  # the biases glassllm's Llama has none of: zeros
+            value = weights.get(name, np.zeros(tuple(param.shape), np.float32))
+            param.copy_(torch.from_numpy(np.ascontiguousarray(value)))
+    return twin
+
+
+def test_a_llama_model_agrees_with_transformer_lens_grouped_query_and_rotary():
+    torch = optional("torch")
+    model = perturbed(FAMILIES["llama"])
+    twin = llama_twin(model)
+    ids = IDS % model.config.vocab_size
+    logits, cache = model.run_with_cache(ids)
+    their_logits, theirs = twin.run_with_cache(torch.from_numpy(ids))
+    shared = sorted(set(cache) & set(theirs.keys()))
+    assert shared == sorted(cache)
+    assert cache["blocks.0.attn.hook_k"].shape[2] == 2  # KV heads, theirs too (checked below)
+    worst = {}
+    for name in shared:
+        ours, their = cache[name], theirs[name].numpy()
+        assert ours.shape == their.shape, name
+        finite = np.isfinite(their)
+        assert np.array_equal(finite, np.isfinite(ours)), name
+        worst[name] = float(np.max(np.abs(ours[finite] - their[finite])))
+    assert max(worst.values()) <= 1e-5, worst
+    print(f"llama worst {max(worst.values()):.2e}")
+    np.testing.assert_allclose(logits.data, their_logits.detach().numpy(), atol=1e-5)
