@@ -383,6 +383,11 @@ class GPT(nn.Module):
         """``{TransformerLens name: HookPoint}`` of every site (`glassllm.models.hooks`)."""
         return hooks.hook_points(self)
 
+    def reset_hooks(self) -> None:
+        """Remove every hook from every hook point (TransformerLens's ``reset_hooks``)."""
+        for point in hooks.hook_points(self).values():
+            point.remove_hooks()
+
     def run_with_cache(
         self,
         ids: Any,

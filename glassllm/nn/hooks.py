@@ -134,6 +134,16 @@ class HookPoint(Module):
     def forward(self, x: Any) -> Any:
         return x
 
+    def remove_hooks(self) -> None:
+        """Remove every hook of this point (TransformerLens's ``remove_hooks``); their handles'
+        ``remove`` then does nothing."""
+        global _point_hooks
+        for attribute in ("_forward_hooks", "_forward_pre_hooks"):
+            hooks = self.__dict__.get(attribute)
+            if hooks:
+                _point_hooks -= len(hooks)
+                hooks.clear()
+
     @property
     def active(self) -> bool:
         """Whether a hook is attached (a layer computes a `side` value only then)."""

@@ -278,3 +278,18 @@ def test_a_replaced_module_is_found_again_never_hooked_silently_in_vain():
     model.run_with_hooks(IDS, [("blocks.1.attn.hook_z", lambda a, n: seen.append(n))])
     assert seen == ["blocks.1.attn.hook_z"]
     assert model.hook_points()["blocks.1.attn.hook_z"] is fresh.attn.hook_z
+
+
+def test_reset_hooks_removes_every_hook_of_every_point():
+    from glassllm.nn import hooks
+
+    model = perturbed(FAMILIES["llama"])
+    before = hooks._point_hooks
+    handle = model.blocks[0].hook_resid_pre.register_forward_hook(lambda m, a, o: o * 0.0)
+    model.blocks[1].attn.hook_pattern.register_forward_pre_hook(lambda m, a: None)
+    model.reset_hooks()
+    handle.remove()  # a no-op now
+    assert hooks._point_hooks == before
+    assert not any(m._forward_hooks or m._forward_pre_hooks for m in model.modules())
+    with no_grad():
+        assert np.array_equal(model(IDS)[0].data, model.run_with_cache(IDS, [])[0].data)
