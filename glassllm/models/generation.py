@@ -114,7 +114,7 @@ def _steps(
 ) -> Iterator[tuple[np.ndarray, np.ndarray]]:
     block_size = model.config.block_size
     top_k = None if options.top_k is None else min(options.top_k, model.config.vocab_size)
-    modules = list(model.modules())
+    modules = [m for m in model.modules() if not m._is_hook_point]  # points have no mode
     caches: list[nn.KVCache] | None = None
     # why: a cache never holds more than the prompt and the tokens fed back (the window stops
     # caching at block_size), and a whole block would be 8192 or 131072 positions per layer for

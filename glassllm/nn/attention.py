@@ -178,6 +178,10 @@ class CausalSelfAttention(Module):
     Without grouped heads, QK-norm or rotary positions, the fused `F.packed_attention` runs
     (GPT-2's fast path, GPT-Neo's too).
 
+    Hook points (TransformerLens's; `glassllm.nn.attention_hooks`, which runs the layer while
+    one has a hook): ``hook_q``, ``hook_k``, ``hook_v``, ``hook_rot_q`` and ``hook_rot_k``
+    (rotary), ``hook_attn_scores``, ``hook_pattern``, ``hook_z``. `prefill` calls none of them.
+
     ``dtype`` sets the parameters' dtype (float32 by default); ``rng`` draws the initial weights
     and the dropout masks (default: `glassllm.rng.get_rng()`, read when each is drawn).
     """
