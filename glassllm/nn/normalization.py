@@ -103,8 +103,8 @@ def _hooked_norm(norm: LayerNorm | RMSNorm, x: Tensor, centre: bool) -> Tensor:
     """The norm with its hook points: scale and normalised value are computed step by step and
     shown to the hooks; if neither is replaced the fused op's output is returned (the same
     numbers as without hooks), else ``normalized * weight (+ bias)`` of the replacements."""
-    centred = x - x.mean(axis=-1, keepdims=True) if centre else x  # (..., dim)
-    scale = ((centred * centred).mean(axis=-1, keepdims=True) + norm.eps).sqrt()  # (..., 1)
+    centred = _centred(x) if centre else x  # (..., dim)
+    scale = _root_mean_square(centred, norm.eps)  # (..., 1)
     shown_scale = norm.hook_scale(scale)
     normalized = centred / shown_scale  # (..., dim)
     shown = norm.hook_normalized(normalized)
@@ -115,3 +115,19 @@ def _hooked_norm(norm: LayerNorm | RMSNorm, x: Tensor, centre: bool) -> Tensor:
     y = shown * norm.weight
     bias = getattr(norm, "bias", None)
     return y if bias is None else y + bias
+
+
+def _centred(x: Tensor) -> Tensor:
+    """``x - mean(x)`` over the last axis, one node: the VJP is ``g - mean(g)``."""
+    data = x.data - x.data.mean(axis=-1, keepdims=True)
+    return Tensor.from_op(data, (x,), lambda g: (g - g.mean(axis=-1, keepdims=True),)).named(
+        "centre"
+    )
+
+
+def _root_mean_square(x: Tensor, eps: float) -> Tensor:
+    """``sqrt(mean(x^2) + eps)`` over the last axis (kept, size 1), one node: the VJP is
+    ``g x / (n s)``."""
+    s = np.sqrt((x.data * x.data).mean(axis=-1, keepdims=True) + eps)
+    n = x.shape[-1]
+    return Tensor.from_op(s, (x,), lambda g: (g * x.data / (n * s),)).named("root_mean_square")
