@@ -253,7 +253,7 @@ class CausalSelfAttention(Module):
         # only when one of them has a hook
         self.hook_q, self.hook_k, self.hook_v = HookPoint(), HookPoint(), HookPoint()
         if self.rotary is not None:
-            self.hook_rot_q, self.hook_rot_k = HookPoint(), HookPoint()
+            self.hook_rot_q, self.hook_rot_k = HookPoint(side=True), HookPoint(side=True)
         self.hook_attn_scores = HookPoint(side=True)
         self.hook_pattern = HookPoint(side=True)
         self.hook_z = HookPoint()
@@ -284,34 +284,38 @@ class CausalSelfAttention(Module):
             _check_cache(kv_cache, "a KV cache is for inference: run the forward inside")
         if any_active(self._hook_points):
             return hooked_attention(self, x, kv_cache)
+        return self.resid_dropout(self.proj(self.attend(self.qkv(x), kv_cache)))  # (B, T, E)
+
+    def attend(self, qkv: Tensor, kv_cache: KVCache | None = None) -> Tensor:
+        """The heads' outputs side by side, ``(B, T, H hd)``, for the packed projection ``qkv
+        (B, T, (H + 2 KV) hd)``: what ``proj`` reads (the hooked path calls it too)."""
         dropout_p = self.dropout if self.training else 0.0
         if kv_cache is None and self.packed:
             # One op splits the heads, attends and merges them again: its backward writes
             # dq, dk, dv into one (B, T, 3E) array (see F.packed_attention).
-            y = F.packed_attention(
-                self.qkv(x),
+            return F.packed_attention(
+                qkv,
                 self.num_heads,
                 causal=True,
                 dropout_p=dropout_p,
                 rng=self.rng,
                 **self.attention_options(),
             )  # (B, T, H hd)
-            return self.resid_dropout(self.proj(y))  # (B, T, E)
         if kv_cache is None:
-            q, k, v = self.heads(self.qkv(x))  # (B, H, T, hd), (B, KV, T, hd) x 2
+            q, k, v = self.heads(qkv)  # (B, H, T, hd), (B, KV, T, hd) x 2
         else:
             if self.packed:  # GPT-2: the packed heads as views, as before the choices existed
-                qkv = F.split_packed_heads(self.qkv(x).data, self.num_heads)  # (3, B, H, T, hd)
-                q, k, v = Tensor(qkv[0]), qkv[1], qkv[2]
+                heads = F.split_packed_heads(qkv.data, self.num_heads)  # (3, B, H, T, hd)
+                q, k, v = Tensor(heads[0]), heads[1], heads[2]
             else:
-                q, k, v = self.heads(self.qkv(x), start=kv_cache.length)
+                q, k, v = self.heads(qkv, start=kv_cache.length)
                 k, v = k.data, v.data
             keys, values = kv_cache.append(k, v)  # (B, KV, T_cached, hd)
             k, v = Tensor(keys), Tensor(values)
         y = F.scaled_dot_product_attention(
             q, k, v, causal=True, dropout_p=dropout_p, rng=self.rng, **self.attention_options()
         )  # (B, H, T, hd)
-        return self.resid_dropout(self.proj(merge_heads(y)))  # (B, T, E)
+        return merge_heads(y)  # (B, T, H hd)
 
     def attention_options(self) -> dict[str, Any]:
         """The keyword arguments of the choices to `F.scaled_dot_product_attention` and

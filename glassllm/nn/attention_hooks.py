@@ -16,21 +16,25 @@ seen, cached ones included; H query heads, KV key/value heads, hd features per h
 * ``hook_pattern`` (B, H, T, Tk): the softmax of the scores (a row of all ``-inf`` gives 0s);
 * ``hook_z`` (B, T, H, hd): each head's ``pattern @ v``, before the output projection.
 
-q, k, v and z are reshapes of what the fused op reads and writes, so hooks on them keep the
-fused attention (the packed projection is rebuilt from the hooked q, k and v: the same numbers).
-Scores and pattern are `HookPoint.side` points: computed beside the fused op for the hooks;
-only a replacement of one of them makes ``z = pattern @ v`` the unfused product of the
-replacement (dropout applied to it in training mode), whose numbers differ from the fused
-op's by float rounding.
+q, k, v and z are reshapes of what `CausalSelfAttention.attend` (the layer's computation
+without hooks, fused or not) reads and writes, so hooks on them keep it: the packed projection
+is rebuilt from the hooked q, k and v (the same numbers when none was edited). The rotated
+q and k, the scores and the pattern are `HookPoint.side` points: computed beside ``attend``
+for the hooks; only a replacement of one of them makes the layer compute the unfused maths of
+the replacement (``z = pattern @ v``, dropout applied to the pattern in training mode), whose
+numbers differ from ``attend``'s by float rounding.
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+import numpy as np
+
 import glassllm.functional as F
 from glassllm.autograd import is_grad_enabled
 from glassllm.functional.attention import _mask_bias, _scale
+from glassllm.nn.hooks import any_active
 from glassllm.tensor import Tensor
 
 if TYPE_CHECKING:
@@ -39,7 +43,9 @@ if TYPE_CHECKING:
 
 
 def hooked_attention(attn: CausalSelfAttention, x: Tensor, kv_cache: KVCache | None) -> Tensor:
-    """``attn.forward(x, kv_cache)`` (x checked), with every hook point of ``attn`` called."""
+    """``attn.forward(x, kv_cache)`` (x and the cache checked), with every hook point of
+    ``attn`` called. Unless a side point (rotated q/k, scores, pattern) was replaced, the heads'
+    outputs come from ``attn.attend``, the very computation of the forward without hooks."""
     batch, steps, _ = x.shape
     H, KV, hd = attn.num_heads, attn.num_kv_heads, attn.head_size
     qkv = attn.qkv(x)  # (B, T, (H + 2 KV) hd)
@@ -51,49 +57,75 @@ def hooked_attention(attn: CausalSelfAttention, x: Tensor, kv_cache: KVCache | N
     q = attn.hook_q(views[0])  # (B, T, H, hd)
     k = attn.hook_k(views[1])  # (B, T, KV, hd)
     v = attn.hook_v(views[2])  # (B, T, KV, hd)
-    # Without gradients and with q, k, v as they were, the fused op may read qkv itself; else
-    # it reads the packed projection rebuilt from the hooked heads (the same numbers), which
+    # Without gradients and with q, k, v as they were, attend reads qkv itself; else the packed
+    # projection rebuilt from the hooked heads (the same numbers when none was edited), which
     # also puts q, k and v on the graph (a metric's gradient reaches them)
-    reuse = not is_grad_enabled() and all(a is b for a, b in zip((q, k, v), views, strict=True))
-    dropout_p = attn.dropout if attn.training else 0.0
-    options = attn.attention_options()
-    start = 0 if kv_cache is None else kv_cache.length
+    packed = qkv
+    if is_grad_enabled() or any(a is not b for a, b in zip((q, k, v), views, strict=True)):
+        packed = F.concatenate([t.reshape(batch, steps, -1) for t in (q, k, v)], axis=-1)
+    side = [attn.hook_attn_scores, attn.hook_pattern]
+    if attn.rotary is not None:
+        side += [attn.hook_rot_q, attn.hook_rot_k]
+    if not any_active(tuple(side)):
+        y = attn.attend(packed, kv_cache)  # (B, T, H hd)
+    else:
+        y = _attend_shown(attn, q, k, v, kv_cache, packed)
+    z = attn.hook_z(y.reshape(batch, steps, H, hd))  # (B, T, H, hd)
+    return attn.resid_dropout(attn.proj(z.reshape(batch, steps, H * hd)))  # (B, T, E)
+
+
+def _attend_shown(
+    attn: CausalSelfAttention,
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    cache: KVCache | None,
+    qkv: Tensor,
+) -> Tensor:
+    """The heads' outputs (B, T, H hd) when a side point has a hook: the rotated queries and
+    keys and the scores and pattern are computed and shown; if none was replaced, ``attend``
+    still computes the output from the packed ``qkv``, else the unfused maths of the
+    replacements."""
+    batch, steps, H, hd = q.shape
+    KV = k.shape[2]
+    start = 0 if cache is None else cache.length
     # (B, heads, T, hd), the layout the attention ops read (attn.heads' own steps)
     q, k, v = (t.transpose(0, 2, 1, 3) for t in (q, k, v))
     if attn.q_norm is not None:
         q, k = attn.q_norm(q), attn.k_norm(k)
+    replaced = False
     if attn.rotary is not None:
-        q = attn.hook_rot_q(attn.rotary(q, start).transpose(0, 2, 1, 3)).transpose(0, 2, 1, 3)
-        k = attn.hook_rot_k(attn.rotary(k, start).transpose(0, 2, 1, 3)).transpose(0, 2, 1, 3)
-    if kv_cache is not None:
-        keys, values = kv_cache.append(k.data, v.data)  # (B, KV, Tk, hd)
-        k, v = Tensor(keys), Tensor(values)
+        rotated = (
+            attn.rotary(q, start).transpose(0, 2, 1, 3),
+            attn.rotary(k, start).transpose(0, 2, 1, 3),
+        )  # (B, T, heads, hd), as TransformerLens shows them
+        shown = attn.hook_rot_q(rotated[0]), attn.hook_rot_k(rotated[1])
+        replaced = any(a is not b for a, b in zip(shown, rotated, strict=True))
+        q, k = (t.transpose(0, 2, 1, 3) for t in shown)
+    keys, values = k, v  # every key and value attended to: the cached ones first
+    if cache is not None and cache.length:
+        keys = Tensor(np.concatenate([cache.keys, k.data], axis=2))
+        values = Tensor(np.concatenate([cache.values, v.data], axis=2))
     pattern = None
     if attn.hook_attn_scores.active or attn.hook_pattern.active:
-        pattern = _hooked_pattern(attn, q, k, options)  # None when neither was replaced
-    if pattern is not None:
+        pattern = _hooked_pattern(attn, q, keys, attn.attention_options())
+    if pattern is None and not replaced:
+        return attn.attend(qkv, cache)  # the forward's own numbers
+    if cache is not None:
+        cache.append(k.data, v.data)
+    dropout_p = attn.dropout if attn.training else 0.0
+    if pattern is None:
+        heads = F.scaled_dot_product_attention(
+            q, keys, values, causal=True, dropout_p=dropout_p, rng=attn.rng,
+            **attn.attention_options(),
+        )  # fmt: skip
+    else:
         if dropout_p:
             pattern = F.dropout(pattern, dropout_p, rng=attn.rng)
-        groups = pattern.reshape(batch, KV, H // KV, steps, k.shape[2])  # per kv head
-        heads = (groups @ v.reshape(batch, KV, 1, k.shape[2], hd)).reshape(batch, H, steps, hd)
-    elif attn.packed and kv_cache is None:
-        packed = qkv  # (B, T, 3 H hd)
-        if not reuse:
-            columns = [t.transpose(0, 2, 1, 3).reshape(batch, steps, -1) for t in (q, k, v)]
-            packed = F.concatenate(columns, axis=-1)
-        y = F.packed_attention(
-            packed, H, causal=True, dropout_p=dropout_p, rng=attn.rng, **options
-        )  # (B, T, H hd)
-        heads = None
-    else:
-        heads = F.scaled_dot_product_attention(
-            q, k, v, causal=True, dropout_p=dropout_p, rng=attn.rng, **options
-        )  # (B, H, T, hd)
-    z = (
-        y.reshape(batch, steps, H, hd) if heads is None else heads.transpose(0, 2, 1, 3)
-    )  # (B, T, H, hd)
-    z = attn.hook_z(z).reshape(batch, steps, H * hd)
-    return attn.resid_dropout(attn.proj(z))  # (B, T, E)
+        tk = keys.shape[2]
+        groups = pattern.reshape(batch, KV, H // KV, steps, tk)  # per kv head
+        heads = (groups @ values.reshape(batch, KV, 1, tk, hd)).reshape(batch, H, steps, hd)
+    return heads.transpose(0, 2, 1, 3).reshape(batch, steps, H * hd)  # (B, T, H hd)
 
 
 def _hooked_pattern(

@@ -293,3 +293,34 @@ def test_reset_hooks_removes_every_hook_of_every_point():
     assert not any(m._forward_hooks or m._forward_pre_hooks for m in model.modules())
     with no_grad():
         assert np.array_equal(model(IDS)[0].data, model.run_with_cache(IDS, [])[0].data)
+
+
+def _uniform_head_0(pattern, name):
+    """Head 0 attends evenly to every key it may see (the causal mask aligned to the end)."""
+    queries, keys = pattern.shape[-2:]
+    allowed = np.tril(np.ones((queries, keys)), keys - queries)
+    pattern[:, 0] = allowed / allowed.sum(-1, keepdims=True)
+
+
+@pytest.mark.parametrize("family", ["gpt2", "llama", "qwen3"])
+def test_a_replaced_pattern_gives_the_same_tokens_with_and_without_the_kv_cache(family):
+    model = perturbed(FAMILIES[family])
+    prompt = IDS[:, :3]
+    with model.hooks([("blocks.0.attn.hook_pattern", _uniform_head_0)]):
+        cached = model.generate(prompt, 6, top_k=1)
+        uncached = model.generate(prompt, 6, top_k=1, use_cache=False)
+        with no_grad():
+            full = model(cached)[0].data
+    assert np.array_equal(cached, uncached)
+    assert np.array_equal(full[:, 2:-1].argmax(-1), cached[:, 3:])  # each token the argmax
+
+
+def test_zeroed_rotated_keys_make_every_head_average_its_values():
+    model = perturbed(FAMILIES["llama"])
+    attn = model.blocks[0].attn
+    group = attn.num_heads // attn.num_kv_heads
+    with model.hooks([("blocks.0.attn.hook_rot_k", lambda k, n: np.zeros_like(k))]):
+        _, cache = model.run_with_cache(IDS)
+    v = np.repeat(cache["blocks.0.attn.hook_v"], group, axis=2)  # (B, T, H, hd)
+    expected = np.cumsum(v, axis=1) / np.arange(1, 7)[None, :, None, None]
+    np.testing.assert_allclose(cache["blocks.0.attn.hook_z"], expected, atol=1e-5)
