@@ -114,7 +114,7 @@ def _steps(
 ) -> Iterator[tuple[np.ndarray, np.ndarray]]:
     block_size = model.config.block_size
     top_k = None if options.top_k is None else min(options.top_k, model.config.vocab_size)
-    modules = list(model.modules())
+    modules = [m for m in model.modules() if not m._is_hook_point]  # points have no mode
     caches: list[nn.KVCache] | None = None
     # why: a cache never holds more than the prompt and the tokens fed back (the window stops
     # caching at block_size), and a whole block would be 8192 or 131072 positions per layer for
@@ -230,11 +230,17 @@ def block_last_position(block: Block, x: Tensor) -> Tensor:
     the last position alone (keys and values still come from every position): the same
     numbers for about a quarter of the block's work at T = 256.
     """
+    if _has_hooks(block):  # every hook sees what it sees in a whole forward
+        return block(x)[:, -1:]  # (B, 1, E)
     h = block.ln_1(x)  # (B, T, E)
     cache = nn.KVCache(capacity=x.shape[1])
     if x.shape[1] > 1:
         block.attn.prefill(h[:, :-1], cache)  # keys/values of positions 0..T-2
     return block.residual(x[:, -1:], block.attn(h[:, -1:], kv_cache=cache))  # (B, 1, E)
+
+
+def _has_hooks(block: nn.Module) -> bool:
+    return any(m._forward_hooks or m._forward_pre_hooks for m in block.modules())
 
 
 @contextmanager

@@ -17,14 +17,14 @@ from __future__ import annotations
 
 import contextlib
 import math
-from collections.abc import Iterator
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 import numpy as np
 
 import glassllm.functional as F
 import glassllm.nn as nn
-from glassllm.models import generation
+from glassllm.models import generation, hooks
 from glassllm.models.config import (  # noqa: F401  (re-exported: glassllm.models.gpt.X)
     MAX_CONTEXT,
     MAX_HEADS,
@@ -56,22 +56,33 @@ class MLP(nn.Module):
         self.gelu = nn.GELU(approximate="tanh" if config.mlp == "gelu_tanh" else "none")
         self.proj = nn.Linear(M, E, bias=bias, dtype=dtype, rng=rng)
         self.dropout = nn.Dropout(config.dropout, rng=rng)
+        self.hook_pre = nn.HookPoint()  # (B, T, M) fc(x), before the GELU
+        self.hook_post = nn.HookPoint()  # (B, T, M) after it: what proj reads
 
     def forward(self, x: Tensor) -> Tensor:
-        x = self.gelu(self.fc(x))  # (B, T, M)
+        x = self.hook_post(self.gelu(self.hook_pre(self.fc(x))))  # (B, T, M)
         return self.dropout(self.proj(x))  # (B, T, E)
 
 
 class SwiGLUMLP(nn.SwiGLU):
-    """Llama's gated feed-forward: ``proj(silu(gate(x)) * up(x))`` (`nn.SwiGLU`), then dropout."""
+    """Llama's gated feed-forward: ``proj(silu(gate(x)) * up(x))`` (`nn.SwiGLU`), then dropout.
+
+    Hook points as TransformerLens's gated MLP: ``hook_pre`` ``gate(x)`` (before the SiLU),
+    ``hook_pre_linear`` ``up(x)``, ``hook_post`` ``silu(gate(x)) * up(x)`` (what proj reads).
+    """
 
     def __init__(self, config: GPTConfig, rng: np.random.Generator | None, dtype: Any) -> None:
         bias = config.has_bias("mlp")
         super().__init__(config.n_embd, config.mlp_size, bias=bias, dtype=dtype, rng=rng)
         self.dropout = nn.Dropout(config.dropout, rng=rng)
+        self.hook_pre = nn.HookPoint()  # (B, T, M)
+        self.hook_pre_linear = nn.HookPoint()  # (B, T, M)
+        self.hook_post = nn.HookPoint()  # (B, T, M)
 
-    def forward(self, x: Tensor) -> Tensor:
-        return self.dropout(super().forward(x))  # (B, T, E)
+    def forward(self, x: Tensor) -> Tensor:  # nn.SwiGLU.forward with the hook points
+        gate, up = self.hook_pre(self.gate(x)), self.hook_pre_linear(self.up(x))  # (B, T, M)
+        hidden = self.hook_post(F.swiglu(gate, up))  # (B, T, M)
+        return self.dropout(self.proj(hidden))  # (B, T, E)
 
 
 def norm_layer(config: GPTConfig, dtype: Any) -> nn.Module:
@@ -86,7 +97,11 @@ def norm_layer(config: GPTConfig, dtype: Any) -> nn.Module:
 class Block(nn.Module):
     """Pre-norm transformer block: the residual stream passes through untouched, each sub-layer
     adds its contribution (which is why the residual projections get a smaller initial scale).
-    ``layer`` is the block's index (local attention is chosen per block)."""
+    ``layer`` is the block's index (local attention is chosen per block).
+
+    Hook points (B, T, E), TransformerLens's: ``hook_resid_pre`` (the input), ``hook_attn_out``,
+    ``hook_resid_mid`` (input + attention; none with a parallel residual, as TransformerLens),
+    ``hook_mlp_out``, ``hook_resid_post`` (the output)."""
 
     def __init__(
         self, config: GPTConfig, rng: np.random.Generator | None, dtype: Any, layer: int = 0
@@ -119,16 +134,22 @@ class Block(nn.Module):
         self.mlp = (
             SwiGLUMLP(config, rng, dtype) if config.mlp == "swiglu" else MLP(config, rng, dtype)
         )
+        self.hook_resid_pre, self.hook_attn_out = nn.HookPoint(), nn.HookPoint()
+        if not self.parallel_residual:
+            self.hook_resid_mid = nn.HookPoint()
+        self.hook_mlp_out, self.hook_resid_post = nn.HookPoint(), nn.HookPoint()
 
     def forward(self, x: Tensor, kv_cache: nn.KVCache | None = None) -> Tensor:
+        x = self.hook_resid_pre(x)  # (B, T, E)
         return self.residual(x, self.attn(self.ln_1(x), kv_cache=kv_cache))  # (B, T, E)
 
     def residual(self, x: Tensor, attended: Tensor) -> Tensor:
         """The block's output from its input ``x`` and the attention's output ``attended``."""
+        attended = self.hook_attn_out(attended)  # (B, T, E)
         if self.parallel_residual:  # GPT-NeoX: both sub-layers read the block's input
-            return x + attended + self.mlp(self.ln_2(x))  # (B, T, E)
-        x = x + attended  # (B, T, E)
-        return x + self.mlp(self.ln_2(x))  # (B, T, E)
+            return self.hook_resid_post(x + attended + self.hook_mlp_out(self.mlp(self.ln_2(x))))
+        x = self.hook_resid_mid(x + attended)  # (B, T, E)
+        return self.hook_resid_post(x + self.hook_mlp_out(self.mlp(self.ln_2(x))))  # (B, T, E)
 
 
 class GPT(nn.Module):
@@ -189,7 +210,12 @@ class GPT(nn.Module):
             if config.tied_head
             else nn.Linear(E, config.vocab_size, bias=False, dtype=dtype, rng=init_rng)
         )
+        # TransformerLens's embedding sites (B, T, E); hook_pos_embed only with learned positions
+        self.hook_embed = nn.HookPoint()
+        if self.wpe is not None:
+            self.hook_pos_embed = nn.HookPoint()
         self._init_weights(init_rng)
+        hooks.name_hook_points(self)
 
     def _init_weights(self, rng: np.random.Generator) -> None:
         """GPT-2 initialisation, for every configuration: Linear weights and embeddings
@@ -260,11 +286,13 @@ class GPT(nn.Module):
     def embed(self, idx: np.ndarray, start: int = 0) -> Tensor:
         """Token (plus learned position) embedding, then dropout: (B, T, E) for checked ids at
         positions ``start, start + 1, ...``."""
-        tok_emb = self.wte(idx)  # (B, T, E)
+        tok_emb = self.hook_embed(self.wte(idx))  # (B, T, E)
         if self.wpe is None:  # rotary: each attention layer rotates q and k by position
             return self.drop(tok_emb)  # (B, T, E)
         positions = np.arange(start, start + idx.shape[1])  # (T,)
         pos_emb = self.wpe(positions)  # (T, E), broadcast over the batch
+        if self.hook_pos_embed.active:  # shown (B, T, E), as TransformerLens
+            pos_emb = self.hook_pos_embed(hooks.broadcast_to(pos_emb, tok_emb.shape))
         return self.drop(tok_emb + pos_emb)  # (B, T, E)
 
     def head(self, x: Tensor) -> Tensor:
@@ -348,6 +376,41 @@ class GPT(nn.Module):
         return generation.generate_stream(
             self, idx, max_new_tokens, temperature, top_k, rng, use_cache, top_p=top_p, min_p=min_p
         )
+
+    # ------------------------------------------------------------- hook points
+
+    def hook_points(self) -> dict[str, nn.HookPoint]:
+        """``{TransformerLens name: HookPoint}`` of every site (`glassllm.models.hooks`)."""
+        return hooks.hook_points(self)
+
+    def reset_hooks(self) -> None:
+        """Remove every hook from every hook point (TransformerLens's ``reset_hooks``)."""
+        for point in hooks.hook_points(self).values():
+            point.remove_hooks()
+
+    def run_with_cache(
+        self,
+        ids: Any,
+        names: hooks.NameFilter = None,
+        *,
+        metric: Callable[[Tensor], Tensor] | None = None,
+    ) -> tuple[Tensor, hooks.ActivationCache]:
+        """``(logits, cache)`` of ``model(ids)`` (see `glassllm.models.hooks.run_with_cache`)."""
+        return hooks.run_with_cache(self, ids, names, metric=metric)
+
+    def run_with_hooks(
+        self, ids: Any, fwd_hooks: Iterable[tuple[Any, hooks.HookFn]] = ()
+    ) -> Tensor:
+        """The logits of ``model(ids)`` with ``fwd_hooks`` attached
+        (`glassllm.models.hooks.run_with_hooks`)."""
+        return hooks.run_with_hooks(self, ids, fwd_hooks)
+
+    def hooks(
+        self, fwd_hooks: Iterable[tuple[Any, hooks.HookFn]] = ()
+    ) -> contextlib.AbstractContextManager[GPT]:
+        """``with model.hooks(fwd_hooks):`` the hooks attached for the body
+        (`glassllm.models.hooks.hooks`)."""
+        return hooks.hooks(self, fwd_hooks)
 
     # ---------------------------------------------------------------- training
 

@@ -14,6 +14,7 @@ from glassllm.nn.attention import CausalSelfAttention, MultiHeadAttention
 from glassllm.nn.container import ModuleList, Sequential
 from glassllm.nn.dropout import Dropout
 from glassllm.nn.embedding import Embedding
+from glassllm.nn.hooks import HookPoint, RemovableHandle
 from glassllm.nn.kv_cache import KVCache
 from glassllm.nn.linear import Linear
 from glassllm.nn.mlp import SwiGLU
@@ -26,6 +27,7 @@ __all__ = [
     "Dropout",
     "Embedding",
     "GELU",
+    "HookPoint",
     "IncompatibleKeys",
     "KVCache",
     "LayerNorm",
@@ -35,6 +37,7 @@ __all__ = [
     "MultiHeadAttention",
     "ReLU",
     "RMSNorm",
+    "RemovableHandle",
     "RotaryEmbedding",
     "Sequential",
     "SiLU",

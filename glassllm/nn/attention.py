@@ -29,7 +29,9 @@ import numpy as np
 import glassllm.functional as F
 from glassllm._checks import check_float, check_generator, check_int, check_probability
 from glassllm.autograd import is_grad_enabled
+from glassllm.nn.attention_hooks import hooked_attention
 from glassllm.nn.dropout import Dropout
+from glassllm.nn.hooks import HookPoint, any_active
 from glassllm.nn.kv_cache import KVCache
 from glassllm.nn.linear import Linear
 from glassllm.nn.module import Module
@@ -176,6 +178,10 @@ class CausalSelfAttention(Module):
     Without grouped heads, QK-norm or rotary positions, the fused `F.packed_attention` runs
     (GPT-2's fast path, GPT-Neo's too).
 
+    Hook points (TransformerLens's; `glassllm.nn.attention_hooks`, which runs the layer while
+    one has a hook): ``hook_q``, ``hook_k``, ``hook_v``, ``hook_rot_q`` and ``hook_rot_k``
+    (rotary), ``hook_attn_scores``, ``hook_pattern``, ``hook_z``. `prefill` calls none of them.
+
     ``dtype`` sets the parameters' dtype (float32 by default); ``rng`` draws the initial weights
     and the dropout masks (default: `glassllm.rng.get_rng()`, read when each is drawn).
     """
@@ -243,6 +249,16 @@ class CausalSelfAttention(Module):
         # The fused op that splits, attends and merges in one serves every layer whose heads
         # are plain slices of qkv: GPT-2's, and GPT-Neo's (scale, window) too
         self.packed = kv == self.num_heads and not qk_norm and self.rotary is None
+        # TransformerLens's sites (glassllm.nn.attention_hooks); forward takes the hooked path
+        # only when one of them has a hook
+        self.hook_q, self.hook_k, self.hook_v = HookPoint(), HookPoint(), HookPoint()
+        if self.rotary is not None:
+            self.hook_rot_q, self.hook_rot_k = HookPoint(side=True), HookPoint(side=True)
+        self.hook_attn_scores = HookPoint(side=True)
+        self.hook_pattern = HookPoint(side=True)
+        self.hook_z = HookPoint()
+        points = [point for point in self.children() if isinstance(point, HookPoint)]
+        object.__setattr__(self, "_hook_points", tuple(points))
 
     def heads(self, qkv: Tensor, start: int = 0) -> tuple[Tensor, Tensor, Tensor]:
         """The packed projection ``qkv (B, T, (H + 2 KV) hd)`` as heads, ready to attend:
@@ -264,35 +280,42 @@ class CausalSelfAttention(Module):
 
     def forward(self, x: Tensor, kv_cache: KVCache | None = None) -> Tensor:
         x = _check_input(x, self.embed_dim, "x")
+        if kv_cache is not None:
+            _check_cache(kv_cache, "a KV cache is for inference: run the forward inside")
+        if any_active(self._hook_points):
+            return hooked_attention(self, x, kv_cache)
+        return self.resid_dropout(self.proj(self.attend(self.qkv(x), kv_cache)))  # (B, T, E)
+
+    def attend(self, qkv: Tensor, kv_cache: KVCache | None = None) -> Tensor:
+        """The heads' outputs side by side, ``(B, T, H hd)``, for the packed projection ``qkv
+        (B, T, (H + 2 KV) hd)``: what ``proj`` reads (the hooked path calls it too)."""
         dropout_p = self.dropout if self.training else 0.0
         if kv_cache is None and self.packed:
             # One op splits the heads, attends and merges them again: its backward writes
             # dq, dk, dv into one (B, T, 3E) array (see F.packed_attention).
-            y = F.packed_attention(
-                self.qkv(x),
+            return F.packed_attention(
+                qkv,
                 self.num_heads,
                 causal=True,
                 dropout_p=dropout_p,
                 rng=self.rng,
                 **self.attention_options(),
             )  # (B, T, H hd)
-            return self.resid_dropout(self.proj(y))  # (B, T, E)
         if kv_cache is None:
-            q, k, v = self.heads(self.qkv(x))  # (B, H, T, hd), (B, KV, T, hd) x 2
+            q, k, v = self.heads(qkv)  # (B, H, T, hd), (B, KV, T, hd) x 2
         else:
-            _check_cache(kv_cache, "a KV cache is for inference: run the forward inside")
             if self.packed:  # GPT-2: the packed heads as views, as before the choices existed
-                qkv = F.split_packed_heads(self.qkv(x).data, self.num_heads)  # (3, B, H, T, hd)
-                q, k, v = Tensor(qkv[0]), qkv[1], qkv[2]
+                heads = F.split_packed_heads(qkv.data, self.num_heads)  # (3, B, H, T, hd)
+                q, k, v = Tensor(heads[0]), heads[1], heads[2]
             else:
-                q, k, v = self.heads(self.qkv(x), start=kv_cache.length)
+                q, k, v = self.heads(qkv, start=kv_cache.length)
                 k, v = k.data, v.data
             keys, values = kv_cache.append(k, v)  # (B, KV, T_cached, hd)
             k, v = Tensor(keys), Tensor(values)
         y = F.scaled_dot_product_attention(
             q, k, v, causal=True, dropout_p=dropout_p, rng=self.rng, **self.attention_options()
         )  # (B, H, T, hd)
-        return self.resid_dropout(self.proj(merge_heads(y)))  # (B, T, E)
+        return merge_heads(y)  # (B, T, H hd)
 
     def attention_options(self) -> dict[str, Any]:
         """The keyword arguments of the choices to `F.scaled_dot_product_attention` and

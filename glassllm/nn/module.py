@@ -64,6 +64,10 @@ class Module:
     """
 
     training: bool
+    # Empty defaults read by __call__, never written to (glassllm.nn.hooks.register)
+    _forward_hooks: dict = {}  # noqa: RUF012
+    _forward_pre_hooks: dict = {}  # noqa: RUF012
+    _is_hook_point = False  # HookPoint: hidden from repr, an attribute of its parent too
 
     def __init__(self) -> None:
         # object.__setattr__ because our own __setattr__ needs these dicts to exist.
@@ -93,6 +97,8 @@ class Module:
             _check_registered_name(name)
             self._unregister(name, keep="_modules")
             self._modules[name] = value
+            if value._is_hook_point:  # read in every forward: found without __getattr__
+                object.__setattr__(self, name, value)
         elif name in self._buffers and (value is None or isinstance(value, np.ndarray)):
             self._buffers[name] = value  # updating a buffer keeps it a buffer (and its persistence)
         else:
@@ -115,6 +121,7 @@ class Module:
             if entries is not None and name in entries:
                 del entries[name]
                 self._non_persistent_buffers.discard(name)
+                self.__dict__.pop(name, None)  # a hook point's copy
                 return
         object.__delattr__(self, name)
 
@@ -173,7 +180,25 @@ class Module:
         raise NotImplementedError(f"{type(self).__name__} does not define forward()")
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        if self._forward_pre_hooks or self._forward_hooks:
+            from glassllm.nn.hooks import call_with_hooks  # hooks.py imports this module
+
+            return call_with_hooks(self, args, kwargs)
         return self.forward(*args, **kwargs)
+
+    def register_forward_hook(self, hook: Callable, *, prepend: bool = False) -> Any:
+        """Call ``hook(module, args, output)`` after each ``forward``; a result other than None
+        replaces the output. Returns a `RemovableHandle` (PyTorch's rules: `glassllm.nn.hooks`)."""
+        from glassllm.nn.hooks import register
+
+        return register(self, "_forward_hooks", hook, prepend)
+
+    def register_forward_pre_hook(self, hook: Callable, *, prepend: bool = False) -> Any:
+        """Call ``hook(module, args)`` before each ``forward``; a result other than None
+        replaces the positional arguments (a non-tuple becomes a 1-tuple); a `RemovableHandle`."""
+        from glassllm.nn.hooks import register
+
+        return register(self, "_forward_pre_hooks", hook, prepend)
 
     # ------------------------------------------------------------------ traversal
 
@@ -391,12 +416,13 @@ class Module:
         own_summary = ", ".join(f"{name} {tuple(p.shape)}" for name, p in own)
         own_count = sum(int(p.size) for _, p in own)
         header = f"{type(self).__name__}({self.extra_repr()}"
-        if not self._modules:
+        shown = {name: m for name, m in self._modules.items() if not m._is_hook_point}
+        if not shown:
             if own_summary:
                 return f"{header})  # {own_summary}: {_count(own_count)}"
             return header + ")"
         lines = [header + (f"  # own: {own_summary}" if own_summary else "")]
-        for name, child in self._modules.items():
+        for name, child in shown.items():
             child_text = repr(child).replace("\n", "\n  ")
             lines.append(f"  ({name}): {child_text}")
         lines.append(f")  # {_count(self.num_parameters())} in total")
