@@ -1,0 +1,1 @@
+"""Experiments on a GPT through its hook points (`glassllm.models.hooks`)."""
