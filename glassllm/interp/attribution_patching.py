@@ -27,7 +27,7 @@ import numpy as np
 
 from glassllm.interp.grids import PatchingResult, grid, labels
 from glassllm.interp.metrics import Metric, rows, total
-from glassllm.interp.patching import default_metric, head_labels, prompt_pair
+from glassllm.interp.patching import default_metric, head_labels, one_blas_thread, prompt_pair
 
 # Points at which a logit difference is exactly linear: the final norm's normalised output.
 LINEAR_POINTS = ("ln_final.hook_normalized",)
@@ -53,10 +53,11 @@ def attribution_patch(
     metric = default_metric(metric, answer, wrong)
     sweep = grid(model, point, index, clean_ids.shape[1], layers)
     names = list(sweep.names)
-    clean_logits, clean_cache = model.run_with_cache(clean_ids, names=names)
-    corrupt_logits, corrupt_cache = model.run_with_cache(
-        corrupt_ids, names=names, metric=total(metric)
-    )
+    with one_blas_thread(True):  # as activation_patch: small products, a busy box
+        clean_logits, clean_cache = model.run_with_cache(clean_ids, names=names)
+        corrupt_logits, corrupt_cache = model.run_with_cache(
+            corrupt_ids, names=names, metric=total(metric)
+        )
     clean_metric = float(rows(metric, clean_logits)[0])
     corrupt_metric = float(rows(metric, corrupt_logits)[0])
     estimates = []
