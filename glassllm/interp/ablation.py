@@ -68,11 +68,13 @@ def ablation_hooks(
     if how not in HOW:
         raise ValueError(f"how must be one of {HOW}, got {how!r}")
     config = model.config
-    sites: dict[str, list[tuple]] = {}  # hook name -> indexes (a feature axis slice) in it
+    sites: dict[
+        str, list[tuple]
+    ] = {}  # hook name -> index after (B, T): (head,), (neuron,) or () for all
     for layer, head in heads:
         _check(layer, config.n_layer, "layer")
         _check(head, config.n_head, "head")
-        sites.setdefault(f"blocks.{layer}.attn.hook_z", []).append((slice(None), int(head)))
+        sites.setdefault(f"blocks.{layer}.attn.hook_z", []).append((int(head),))
     for layer, neuron in neurons:
         _check(layer, config.n_layer, "layer")
         _check(neuron, config.mlp_size, "neuron")
