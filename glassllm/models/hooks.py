@@ -72,13 +72,29 @@ def name_hook_points(model: GPT) -> None:
             module.name = ".".join(_TL_PARTS.get(part, part) for part in path.split("."))
 
 
-def hook_points(model: GPT) -> dict[str, HookPoint]:
+def hook_points(model: GPT, refresh: bool = True) -> dict[str, HookPoint]:
     """``{name: HookPoint}`` of every site of ``model``, the embeddings first, then block by
-    block, then ``ln_final``."""
-    name_hook_points(model)
-    points = [module for module in model.modules() if isinstance(module, HookPoint)]
-    first = [point for point in points if point.name in ("hook_embed", "hook_pos_embed")]
-    return {point.name: point for point in first + [p for p in points if p not in first]}
+    block, then ``ln_final``. The index is kept on the model; ``refresh=False`` reuses it (a
+    run checks that every point it hooked did run, and refreshes it if not)."""
+    index = model.__dict__.get("_hook_index")
+    if refresh or index is None:
+        name_hook_points(model)
+        points = [module for module in model.modules() if isinstance(module, HookPoint)]
+        first = [point for point in points if point.name in ("hook_embed", "hook_pos_embed")]
+        index = {point.name: point for point in first + [p for p in points if p not in first]}
+        object.__setattr__(model, "_hook_index", index)  # a plain attribute, not a registration
+    return index
+
+
+def _fresh_run(model: GPT, run: Callable[[dict[str, HookPoint]], tuple[Any, list[str]]]) -> Any:
+    """``run(points)`` returns its result and the names it hooked that did not run. With the
+    kept index first; if a point did not run (the model's modules were replaced since), once
+    more with a fresh index; a point that still does not run is an error, never a no-op."""
+    for refresh in (False, True):
+        result, missing = run(hook_points(model, refresh=refresh))
+        if not missing:
+            return result
+    raise RuntimeError(f"hook points {missing} did not run in the forward")
 
 
 def resolve(points: Mapping[str, HookPoint], names: NameFilter) -> list[str]:
@@ -159,33 +175,39 @@ def run_with_cache(
     that they get a gradient, and the logits equal ``model(ids)``'s to float rounding only.
     """
     idx = _ids(model, ids)
-    points = hook_points(model)
-    chosen = resolve(points, names)
     if metric is not None and not is_grad_enabled():
         raise RuntimeError("run_with_cache(metric=...) needs gradients: call it outside no_grad")
-    activations: dict[str, np.ndarray] = {}
-    tensors: dict[str, Tensor] = {}
 
-    def recorder(name: str) -> Callable:
-        def record(point: HookPoint, _args: tuple, output: Tensor) -> Tensor | None:
-            wired = metric is not None and point.side
-            if wired:  # the forward consumes this node, so the metric's gradient reaches it
-                output = straight_through(output, output.data)
-            if metric is not None:
-                tensors[name] = output
-            activations[name] = np.array(output.data, copy=True)
-            return output if wired else None
+    def run(points: dict[str, HookPoint]) -> tuple[Any, list[str]]:
+        chosen = resolve(points, names)
+        activations: dict[str, np.ndarray] = {}
+        tensors: dict[str, Tensor] = {}
 
-        return record
+        def recorder(name: str) -> Callable:
+            def record(point: HookPoint, _args: tuple, output: Tensor) -> Tensor | None:
+                wired = metric is not None and point.side
+                if wired:  # the forward consumes this node, so the metric's gradient reaches it
+                    output = straight_through(output, output.data)
+                if metric is not None:
+                    tensors[name] = output
+                activations[name] = np.array(output.data, copy=True)
+                return output if wired else None
 
-    with ExitStack() as stack:
-        stack.enter_context(model.evaluating())
-        stack.enter_context(no_grad() if metric is None else nullcontext())
-        for name in chosen:
-            stack.callback(points[name].register_forward_hook(recorder(name)).remove)
-        logits, _ = model(idx)
-        grads = {} if metric is None else _gradients(model, metric(logits), tensors)
-    return logits, ActivationCache(activations, grads)
+            return record
+
+        with ExitStack() as stack:
+            stack.enter_context(model.evaluating())
+            stack.enter_context(no_grad() if metric is None else nullcontext())
+            for name in chosen:
+                stack.callback(points[name].register_forward_hook(recorder(name)).remove)
+            logits, _ = model(idx)
+            missing = [name for name in chosen if name not in activations]
+            grads = {}
+            if metric is not None and not missing:
+                grads = _gradients(model, metric(logits), tensors)
+        return (logits, ActivationCache(activations, grads)), missing
+
+    return _fresh_run(model, run)
 
 
 def _gradients(model: GPT, value: Any, tensors: dict[str, Tensor]) -> dict[str, np.ndarray]:
@@ -228,15 +250,20 @@ def hooks(model: GPT, fwd_hooks: Iterable[tuple[Any, HookFn]] = ()) -> Iterator[
     (`run_with_hooks` sets eval mode).
     """
     points = hook_points(model)
+    with ExitStack() as stack:
+        for name, fn in _pairs(points, fwd_hooks):
+            stack.callback(points[name].register_forward_hook(_array_hook(name, fn)).remove)
+        yield model
+
+
+def _pairs(points: dict[str, HookPoint], fwd_hooks: Iterable[tuple[Any, HookFn]]) -> list:
+    """``[(name, fn)]`` of ``fwd_hooks``, every name resolved (and checked) first."""
     pairs = []
     for spec, fn in fwd_hooks:
         if not callable(fn):
             raise TypeError(f"the hook for {spec!r} must be callable, got {type(fn).__name__}")
         pairs += [(name, fn) for name in resolve(points, spec)]
-    with ExitStack() as stack:
-        for name, fn in pairs:
-            stack.callback(points[name].register_forward_hook(_array_hook(name, fn)).remove)
-        yield model
+    return pairs
 
 
 def run_with_hooks(model: GPT, ids: Any, fwd_hooks: Iterable[tuple[Any, HookFn]] = ()) -> Tensor:
@@ -244,13 +271,26 @@ def run_with_hooks(model: GPT, ids: Any, fwd_hooks: Iterable[tuple[Any, HookFn]]
     mode (the caller's modes come back after); ``ids`` as in `run_with_cache`. Gradients are
     tracked as the caller's grad mode says, so a loss of the logits can be back-propagated."""
     idx = _ids(model, ids)
-    with model.evaluating(), hooks(model, fwd_hooks):
-        logits, _ = model(idx)
-    return logits
+    fwd_hooks = list(fwd_hooks)
+
+    def run(points: dict[str, HookPoint]) -> tuple[Any, list[str]]:
+        pairs = _pairs(points, fwd_hooks)
+        ran: set[str] = set()
+        with ExitStack() as stack:
+            stack.enter_context(model.evaluating())
+            for name, fn in pairs:
+                hook = _array_hook(name, fn, ran)
+                stack.callback(points[name].register_forward_hook(hook).remove)
+            logits, _ = model(idx)
+        return logits, [name for name, _ in pairs if name not in ran]
+
+    return _fresh_run(model, run)
 
 
-def _array_hook(name: str, fn: HookFn) -> Callable:
+def _array_hook(name: str, fn: HookFn, ran: set[str] | None = None) -> Callable:
     def hook(_point: HookPoint, _args: tuple, output: Tensor) -> Tensor | None:
+        if ran is not None:
+            ran.add(name)
         original = output.data
         given = np.array(original, copy=True)
         result = fn(given, name)

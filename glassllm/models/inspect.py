@@ -1,21 +1,18 @@
 """Look inside a GPT's forward pass: attention, residual stream, logit lens and MLP activations.
 
 `inspect(model, ids)` runs the model's own forward (``model(idx)``, the very call that training
-and scoring make) and records, on the way, what each sub-module produced. The recording wraps the
-``forward`` of a few sub-modules for the duration of the call only (an instance attribute that
-shadows the class method and is removed afterwards), so the numbers are those of `GPT.forward`
-and cannot drift from it:
+and scoring make) and records, on the way, what its hook points (`glassllm.models.hooks`) saw:
+forward hooks attached for the duration of the call only, so the numbers are those of
+`GPT.forward` and cannot drift from it:
 
-* ``model.drop`` output: the embedding output ``wte[ids] + wpe[positions]`` (residual stream 0);
-* ``blocks[i]`` output: the residual stream after block ``i``;
-* ``blocks[i].attn.qkv`` output: the packed queries, keys and values of block ``i``, made into
-  heads by the layer's own ``attn.heads`` (QK-norm and rotary positions included), from which
-  the attention probabilities are recomputed per head with
-  `glassllm.functional.attention.attention_probabilities` (the layer's scale and window; a
-  grouped-query head reads its kv head), since the fused op does not return them;
-* ``blocks[i].attn.proj`` input: the fused attention's output, against which the recomputed
-  ``P @ V`` is checked (``attention_check``);
-* ``blocks[i].mlp.proj`` input: the MLP's hidden activations, its "neurons": ``GELU(fc(x))``,
+* ``blocks.0.hook_resid_pre``: the embedding output ``wte[ids] + wpe[positions]`` (residual
+  stream 0); ``blocks.{i}.hook_resid_post``: the residual stream after block ``i``;
+* ``blocks.{i}.attn.hook_pattern``: the attention probabilities, computed beside the fused op
+  (which never forms them) from the layer's own queries and keys, QK-norm and rotary positions
+  included, with its scale and window (a grouped-query head reads its kv head);
+* ``blocks.{i}.attn.hook_v`` and ``hook_z``: the values, and the fused attention's output, against
+  which the recomputed ``P @ V`` is checked (``attention_check``);
+* ``blocks.{i}.mlp.hook_post``: the MLP's hidden activations, its "neurons": ``GELU(fc(x))``,
   or ``silu(gate(x)) * up(x)`` for a SwiGLU MLP (the product is what the output projection
   reads, so each unit's value is its whole contribution's weight).
 
@@ -44,16 +41,13 @@ most likely tokens of each row and the probability of the actual next token are 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Iterator, Sequence
-from contextlib import ExitStack, contextmanager
-from typing import Any
+from collections.abc import Callable, Sequence
+from contextlib import ExitStack
 
 import numpy as np
 
 import glassllm.functional as F
-import glassllm.nn as nn
 from glassllm.autograd import no_grad
-from glassllm.functional.attention import attention_probabilities
 from glassllm.models.gpt import GPT
 from glassllm.nn.module import Module
 from glassllm.tensor import Tensor
@@ -62,11 +56,12 @@ from glassllm.tensor import Tensor
 # "path: name (comment)", name a function or Class.attribute defined in that file.
 SOURCES = {
     "attention": (
-        "glassllm/functional/attention.py: attention_probabilities (of blocks[i].attn.heads)"
+        "glassllm/nn/attention.py: CausalSelfAttention.forward (blocks[i].attn.hook_pattern, "
+        "computed beside the fused op in glassllm/nn/attention_hooks.py)"
     ),
-    "residual": "glassllm/models/gpt.py: GPT.hidden_states (model.drop and blocks[i] outputs)",
+    "residual": "glassllm/models/gpt.py: Block.forward (hook_resid_pre, hook_resid_post)",
     "lens": "glassllm/models/inspect.py: logit_lens (GPT.ln_f then GPT.head)",
-    "mlp": "glassllm/models/gpt.py: MLP.forward (the input of blocks[i].mlp.proj)",
+    "mlp": "glassllm/models/gpt.py: MLP.forward (blocks[i].mlp.hook_post)",
     "logits": "glassllm/models/gpt.py: GPT.forward",
 }
 
@@ -146,7 +141,7 @@ def inspect(
     ``(L + 1, T, V)`` lens too (for a GPT-2-sized vocabulary and context, gigabytes).
 
     Runs under no_grad and in eval mode (no dropout), restoring the model's mode afterwards.
-    Not thread-safe: the recording briefly wraps sub-modules of ``model``, and no_grad is
+    Not thread-safe: the recording briefly attaches hooks to ``model``, and no_grad is
     process-global, so callers serialise model computations.
     """
     if not isinstance(model, GPT):
@@ -155,57 +150,47 @@ def inspect(
     if idx.ndim != 1:
         raise ValueError(f"ids must be a 1-D sequence of token ids, got shape {idx.shape}")
     idx = model.check_idx(idx[None, :])  # (1, T): the model's own checks and messages
-    layers = len(model.blocks)
-    embeddings: list[np.ndarray] = []
-    streams: list[np.ndarray] = []
-    recomputed: list[np.ndarray] = []  # P @ V of each block, (T, H hd)
-    attention_outputs: list[np.ndarray] = []
-    # (L, H, T, T) and (L, T, M), written layer by layer: no list of layers stacked afterwards,
-    # which would hold both copies at once (GPT-2 at T = 1024: 600 MB of attention)
-    attention: np.ndarray | None = None
-    mlp: np.ndarray | None = None
+    layers, steps = len(model.blocks), idx.shape[1]
+    attn = model.blocks[0].attn
+    dtype, E, M = model.dtype, model.config.n_embd, model.config.mlp_size
+    # Written layer by layer into arrays of their final shape: no list of layers stacked
+    # afterwards, which would hold both copies at once (GPT-2 at T = 1024: 600 MB of attention)
+    residual = np.empty((layers + 1, steps, E), dtype)
+    attention = np.empty((layers, attn.num_heads, steps, steps), dtype)
+    mlp = np.empty((layers, steps, M), dtype)
+    values: list[np.ndarray | None] = [None] * layers  # (T, KV, hd) per block
+    fused: list[np.ndarray | None] = [None] * layers  # (T, H, hd) per block
+    targets = {"blocks.0.hook_resid_pre": (residual, 0)}
+    for i in range(layers):
+        p = f"blocks.{i}."
+        targets[p + "hook_resid_post"] = (residual, i + 1)
+        targets[p + "attn.hook_pattern"] = (attention, i)
+        targets[p + "mlp.hook_post"] = (mlp, i)
+        targets[p + "attn.hook_v"] = (values, i)
+        targets[p + "attn.hook_z"] = (fused, i)
+    fired: dict[str, int] = dict.fromkeys(targets, 0)
 
-    def record_qkv(attn: nn.CausalSelfAttention, qkv: Tensor) -> None:
-        nonlocal attention
-        probs, merged = _probabilities(attn, qkv)  # (1, H, T, T), (1, T, H hd)
-        if attention is None:
-            attention = np.empty((layers,) + probs.shape[1:], dtype=probs.dtype)
-        attention[len(recomputed)] = probs[0]
-        recomputed.append(merged[0])
+    def recorder(name: str) -> Callable:
+        store, row = targets[name]
 
-    def record_hidden(args: tuple, _out: Tensor) -> None:
-        nonlocal mlp
-        hidden = args[0]  # (1, T, M): what the MLP's output projection reads
-        if mlp is None:
-            mlp = np.empty((layers,) + hidden.shape[1:], dtype=hidden.dtype)
-        mlp[len(streams)] = hidden.data[0]  # block len(streams) is running
+        def record(_point: Module, _args: tuple, out: Tensor) -> None:
+            store[row] = out.data[0] if isinstance(store, np.ndarray) else np.array(out.data[0])
+            fired[name] += 1
 
+        return record
+
+    points = model.hook_points()
     with ExitStack() as stack:
         stack.enter_context(model.evaluating())
         stack.enter_context(no_grad())
-        stack.enter_context(_recording(model.drop, lambda _a, out: embeddings.append(out.data)))
-        for block in model.blocks:
-            stack.enter_context(_recording(block, lambda _a, out: streams.append(out.data)))
-            stack.enter_context(
-                _recording(block.attn.qkv, lambda _a, qkv, attn=block.attn: record_qkv(attn, qkv))
-            )
-            stack.enter_context(
-                _recording(
-                    block.attn.proj, lambda args, _o: attention_outputs.append(args[0].data[0])
-                )
-            )
-            stack.enter_context(_recording(block.mlp.proj, record_hidden))
+        for name in targets:
+            stack.callback(points[name].register_forward_hook(recorder(name)).remove)
         logits, _ = model(idx)  # (1, T, V)
-        if len(streams) != layers or len(embeddings) != 1 or len(recomputed) != layers:
+        if any(count != 1 for count in fired.values()):
             raise RuntimeError("inspect: the forward did not run each block exactly once")
-        assert attention is not None and mlp is not None
-        residual = np.concatenate([embeddings[0], *streams], axis=0)  # (L + 1, T, E)
         lens = logit_lens(model, residual, idx[0], lens_top, full_lens)
 
-    check = max(
-        float(np.max(np.abs(out - fused))) if out.size else 0.0
-        for out, fused in zip(recomputed, attention_outputs, strict=True)
-    )
+    check = max(_attention_gap(attention[i], values[i], fused[i]) for i in range(layers))
     return Inspection(
         ids=idx[0],
         logits=logits.data[0],
@@ -268,37 +253,11 @@ def top_k(values: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
     )
 
 
-def _probabilities(attn: nn.CausalSelfAttention, qkv: Tensor) -> tuple[np.ndarray, np.ndarray]:
-    """Causal attention of layer ``attn`` over its packed projection ``qkv (B, T, (H + 2 KV) hd)``,
-    as its forward computes it: ``(P (B, H, T, T), P @ V (B, T, H hd))``, the heads of
-    ``P @ V`` merged again."""
-    batch, steps, _ = qkv.shape
-    if attn.packed:  # GPT-2: the views F.packed_attention itself attends over
-        q, k, v = F.split_packed_heads(qkv.data, attn.num_heads)  # (B, H, T, hd) each
-    else:
-        q, k, v = (t.data for t in attn.heads(qkv))  # (B, H, T, hd), (B, KV, T, hd) x 2
-    probs = attention_probabilities(q, k, causal=True, **attn.attention_options())  # (B, H, T, T)
-    heads, kv_heads = attn.num_heads, attn.num_kv_heads
-    groups = probs.reshape(batch, kv_heads, heads // kv_heads, steps, steps)  # per kv head
-    out = (groups @ v[:, :, None]).reshape(batch, heads, steps, attn.head_size)  # (B, H, T, hd)
-    merged = out.transpose(0, 2, 1, 3).reshape(batch, steps, heads * attn.head_size)
-    return probs, merged
-
-
-@contextmanager
-def _recording(module: Module, record: Callable[[tuple, Any], None]) -> Iterator[None]:
-    """Call ``record(args, output)`` after each ``module(*args)`` while the context is open."""
-    if "forward" in module.__dict__:
-        raise RuntimeError(f"{type(module).__name__} is already being recorded")
-    original = module.forward
-
-    def forward(*args: Any, **kwargs: Any) -> Any:
-        output = original(*args, **kwargs)
-        record(args, output)
-        return output
-
-    object.__setattr__(module, "forward", forward)  # shadows the class's forward on this object
-    try:
-        yield
-    finally:
-        module.__dict__.pop("forward", None)
+def _attention_gap(probs: np.ndarray, v: np.ndarray, z: np.ndarray) -> float:
+    """max |P @ V - z| of one layer: ``probs (H, T, T)``, ``v (T, KV, hd)``, the fused output
+    ``z (T, H, hd)``; a grouped-query head reads its kv head."""
+    heads, steps, _ = probs.shape
+    kv_heads = v.shape[1]
+    groups = probs.reshape(kv_heads, heads // kv_heads, steps, steps)
+    out = (groups @ v.transpose(1, 0, 2)[:, None]).reshape(heads, steps, -1)  # (H, T, hd)
+    return float(np.max(np.abs(out - z.transpose(1, 0, 2)))) if out.size else 0.0

@@ -29,6 +29,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 import glassllm.functional as F
+from glassllm.autograd import is_grad_enabled
 from glassllm.functional.attention import _mask_bias, _scale
 from glassllm.tensor import Tensor
 
@@ -46,9 +47,14 @@ def hooked_attention(attn: CausalSelfAttention, x: Tensor, kv_cache: KVCache | N
     def group(first: int, count: int) -> Tensor:  # (B, T, count, hd): a view of qkv
         return qkv[:, :, first * hd : (first + count) * hd].reshape(batch, steps, count, hd)
 
-    q = attn.hook_q(group(0, H))  # (B, T, H, hd)
-    k = attn.hook_k(group(H, KV))  # (B, T, KV, hd)
-    v = attn.hook_v(group(H + KV, KV))  # (B, T, KV, hd)
+    views = group(0, H), group(H, KV), group(H + KV, KV)
+    q = attn.hook_q(views[0])  # (B, T, H, hd)
+    k = attn.hook_k(views[1])  # (B, T, KV, hd)
+    v = attn.hook_v(views[2])  # (B, T, KV, hd)
+    # Without gradients and with q, k, v as they were, the fused op may read qkv itself; else
+    # it reads the packed projection rebuilt from the hooked heads (the same numbers), which
+    # also puts q, k and v on the graph (a metric's gradient reaches them)
+    reuse = not is_grad_enabled() and all(a is b for a, b in zip((q, k, v), views, strict=True))
     dropout_p = attn.dropout if attn.training else 0.0
     options = attn.attention_options()
     start = 0 if kv_cache is None else kv_cache.length
@@ -71,9 +77,10 @@ def hooked_attention(attn: CausalSelfAttention, x: Tensor, kv_cache: KVCache | N
         groups = pattern.reshape(batch, KV, H // KV, steps, k.shape[2])  # per kv head
         heads = (groups @ v.reshape(batch, KV, 1, k.shape[2], hd)).reshape(batch, H, steps, hd)
     elif attn.packed and kv_cache is None:
-        # the packed projection again, from the hooked heads: the fused op's own input
-        columns = [t.transpose(0, 2, 1, 3).reshape(batch, steps, -1) for t in (q, k, v)]
-        packed = F.concatenate(columns, axis=-1)  # (B, T, 3 H hd)
+        packed = qkv  # (B, T, 3 H hd)
+        if not reuse:
+            columns = [t.transpose(0, 2, 1, 3).reshape(batch, steps, -1) for t in (q, k, v)]
+            packed = F.concatenate(columns, axis=-1)
         y = F.packed_attention(
             packed, H, causal=True, dropout_p=dropout_p, rng=attn.rng, **options
         )  # (B, T, H hd)

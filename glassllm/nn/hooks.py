@@ -109,7 +109,7 @@ class HookPoint(Module):
     computation that consumes it. A point is hidden from its parent's ``repr``.
     """
 
-    _hidden_in_repr = True
+    _is_hook_point = True
 
     def __init__(self, side: bool = False) -> None:
         super().__init__()

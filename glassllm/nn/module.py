@@ -67,7 +67,7 @@ class Module:
     # Empty defaults read by __call__, never written to (glassllm.nn.hooks.register)
     _forward_hooks: dict = {}  # noqa: RUF012
     _forward_pre_hooks: dict = {}  # noqa: RUF012
-    _hidden_in_repr = False  # HookPoint: left out of its parent's repr
+    _is_hook_point = False  # HookPoint: hidden from repr, an attribute of its parent too
 
     def __init__(self) -> None:
         # object.__setattr__ because our own __setattr__ needs these dicts to exist.
@@ -97,6 +97,8 @@ class Module:
             _check_registered_name(name)
             self._unregister(name, keep="_modules")
             self._modules[name] = value
+            if value._is_hook_point:  # read in every forward: found without __getattr__
+                object.__setattr__(self, name, value)
         elif name in self._buffers and (value is None or isinstance(value, np.ndarray)):
             self._buffers[name] = value  # updating a buffer keeps it a buffer (and its persistence)
         else:
@@ -119,6 +121,7 @@ class Module:
             if entries is not None and name in entries:
                 del entries[name]
                 self._non_persistent_buffers.discard(name)
+                self.__dict__.pop(name, None)  # a hook point's copy
                 return
         object.__delattr__(self, name)
 
@@ -413,7 +416,7 @@ class Module:
         own_summary = ", ".join(f"{name} {tuple(p.shape)}" for name, p in own)
         own_count = sum(int(p.size) for _, p in own)
         header = f"{type(self).__name__}({self.extra_repr()}"
-        shown = {name: m for name, m in self._modules.items() if not m._hidden_in_repr}
+        shown = {name: m for name, m in self._modules.items() if not m._is_hook_point}
         if not shown:
             if own_summary:
                 return f"{header})  # {own_summary}: {_count(own_count)}"

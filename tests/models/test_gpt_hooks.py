@@ -265,3 +265,16 @@ def test_no_hook_attached_leaves_gpt2_training_bitwise_unchanged():
         return [loss.data] + [p.grad for p in model.parameters()]
 
     assert all(np.array_equal(a, b) for a, b in zip(step(False), step(True), strict=True))
+
+
+def test_a_replaced_module_is_found_again_never_hooked_silently_in_vain():
+    model = perturbed(FAMILIES["gpt2"])
+    model.run_with_cache(IDS)  # the model keeps its index of points
+    fresh = type(model.blocks[1])(model.config, np.random.default_rng(5), np.float32, 1)
+    model.blocks[1] = fresh
+    _, cache = model.run_with_cache(IDS, "blocks.1.hook_resid_pre")
+    assert "blocks.1.hook_resid_pre" in cache
+    seen = []
+    model.run_with_hooks(IDS, [("blocks.1.attn.hook_z", lambda a, n: seen.append(n))])
+    assert seen == ["blocks.1.attn.hook_z"]
+    assert model.hook_points()["blocks.1.attn.hook_z"] is fresh.attn.hook_z

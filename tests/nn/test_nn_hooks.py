@@ -189,3 +189,14 @@ def test_norm_hooks_differentiate_through_a_replaced_scale():
     norm.hook_scale.register_forward_hook(lambda m, a, scale: scale * 2.0)
     x = Tensor(np.random.default_rng(0).standard_normal((3, 4)), requires_grad=True)
     assert gradcheck(lambda t, *_: norm(t), [x, norm.weight])
+
+
+def test_a_hook_point_attribute_is_registered_read_fast_and_removable():
+    module = Triple()
+    module.point = HookPoint()
+    assert module.__dict__["point"] is module._modules["point"]  # no __getattr__ per forward
+    del module.point
+    assert "point" not in module.__dict__ and "point" not in module._modules
+    module.point = HookPoint()
+    module.point = None  # a plain attribute now, no longer a child
+    assert module.point is None and "point" not in module._modules
