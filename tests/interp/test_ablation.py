@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from glassllm.interp import ablate, ablation_hooks
-from tests.interp.conftest import CLEAN, random_model
+from tests.interp.interp_models import CLEAN, random_model
 
 OTHER = [[3, 1, 4, 1, 5, 9], [2, 6, 5, 3, 5, 8]]
 

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from glassllm.interp import activation_patch, attribution_patch
-from tests.interp.conftest import CLEAN, CORRUPTED, random_model
+from tests.interp.interp_models import CLEAN, CORRUPTED, random_model
 
 
 @pytest.mark.parametrize("kind", ["gpt2", "llama"])

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from glassllm.interp import direct_logit_attribution
-from tests.interp.conftest import CLEAN, random_model
+from tests.interp.interp_models import CLEAN, random_model
 
 CONFIGS = {
     "gpt2": ("gpt2", {}),

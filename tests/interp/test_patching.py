@@ -7,7 +7,12 @@ import pytest
 
 from glassllm.interp import activation_patch, logit_diff
 from glassllm.interp.grids import POINTS
-from tests.interp.conftest import CLEAN, CORRUPTED, random_model
+from tests.interp.interp_models import CLEAN, CORRUPTED, random_model
+
+
+@pytest.fixture
+def gpt2():
+    return random_model("gpt2")
 
 
 def by_hand(model, name, selector, answer=7, wrong=8):

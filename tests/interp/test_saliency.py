@@ -7,7 +7,7 @@ import pytest
 
 from glassllm.interp import gradient_x_input, integrated_gradients, logit_diff
 from glassllm.interp.saliency import path_quadrature
-from tests.interp.conftest import CLEAN, random_model
+from tests.interp.interp_models import CLEAN, random_model
 
 
 def metric_with_embedding(model, embedding):

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from glassllm.interp import generate_steered, steering_vector
-from tests.interp.conftest import random_model
+from tests.interp.interp_models import random_model
 
 POSITIVE, NEGATIVE = [[1, 2, 3], [4, 5]], [6, 7, 8, 9]
 

@@ -4,7 +4,6 @@ weights large enough (std 0.3, norm gains and biases random) that every part mat
 from __future__ import annotations
 
 import numpy as np
-import pytest
 
 from glassllm.models import GPT, GPTConfig, llama_config
 
@@ -31,11 +30,6 @@ def random_model(kind: str = "gpt2", dtype=np.float64, seed: int = 0, **override
     for param in model.parameters():
         param.data[...] = (rng.standard_normal(param.shape) * 0.3).astype(dtype)
     return model
-
-
-@pytest.fixture
-def gpt2():
-    return random_model("gpt2")
 
 
 CLEAN = [1, 2, 3, 4, 5, 6]
