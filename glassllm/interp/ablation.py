@@ -97,6 +97,11 @@ def _replacer(where: list[tuple], value: np.ndarray | None) -> Any:
                 f"a resample ablation of {name!r} needs prompts as long as the reference "
                 f"({value.shape[1]} positions), got {act.shape[1]}"
             )
+        if value is not None and value.shape[0] not in (1, act.shape[0]):
+            raise ValueError(
+                f"a resample ablation of {name!r} needs one reference prompt or one per row "
+                f"({act.shape[0]}), got {value.shape[0]}"
+            )
         source = None if value is None else np.broadcast_to(value, act.shape)
         for index in where:  # act (B, T, ...): the cell over every row and position
             full = (slice(None), slice(None), *index)

@@ -50,6 +50,20 @@ class LogitAttribution:
     answer: int
     wrong: int
 
+    def as_dict(self) -> dict:
+        """JSON-ready: the bars (``labels``, ``values``), the grids and the exactness figure."""
+        return {
+            "labels": list(self.labels),
+            "values": self.values.tolist(),
+            "heads": self.heads.tolist(),
+            "mlps": self.mlps.tolist(),
+            "logit_diff": self.logit_diff,
+            "gap": self.gap,
+            "position": self.position,
+            "answer": self.answer,
+            "wrong": self.wrong,
+        }
+
     def __repr__(self) -> str:
         top = np.argsort(-np.abs(self.values))[:3]
         parts = ", ".join(f"{self.labels[i]} {self.values[i]:+.4g}" for i in top)

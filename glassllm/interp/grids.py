@@ -159,6 +159,25 @@ class PatchingResult:
             self.index, ("layer", "pos", "head")
         )
 
+    def as_dict(self) -> dict:
+        """JSON-ready: the grid as nested lists with its axes and labels, what a page or a
+        notebook panel draws (a heatmap of ``normalized`` with ``positions`` / ``heads`` as
+        tick labels and ``names`` per row)."""
+        span = self.clean_metric - self.corrupted_metric
+        return {
+            "method": self.method,
+            "axes": list(self.axes),
+            "values": self.values.tolist(),
+            "normalized": (self.effect / span).tolist() if span else None,
+            "clean_metric": self.clean_metric,
+            "corrupted_metric": self.corrupted_metric,
+            "names": list(self.names),
+            "layers": list(self.layers),
+            "positions": list(self.positions),
+            "heads": list(self.heads),
+            "checks": dict(self.checks),
+        }
+
     def __repr__(self) -> str:
         shape = " x ".join(f"{n} {a}" for n, a in zip(self.values.shape, self.axes, strict=True))
         return (

@@ -64,6 +64,21 @@ class TokenAttribution:
     def target(self) -> float | None:
         return None if self.baseline_metric is None else self.metric - self.baseline_metric
 
+    def as_dict(self) -> dict:
+        """JSON-ready: a score per token (what a page colours the prompt by) and, for
+        integrated gradients, the completeness figures."""
+        return {
+            "method": self.method,
+            "tokens": list(self.tokens),
+            "values": self.values.tolist(),
+            "metric": self.metric,
+            "baseline_metric": self.baseline_metric,
+            "target": self.target,
+            "gap": self.gap,
+            "n_steps": self.n_steps,
+            "quadrature": self.quadrature,
+        }
+
     def __repr__(self) -> str:
         tail = ""
         if self.gap is not None:

@@ -74,3 +74,12 @@ def test_ablation_hooks_work_in_kv_cached_generation():
 def test_bad_ablations(kwargs, message):
     with pytest.raises(ValueError, match=message):
         ablate(random_model("gpt2"), CLEAN, **kwargs)
+
+
+def test_resampling_needs_one_reference_or_one_per_row():
+    model = random_model("gpt2")
+    hooks = ablation_hooks(model, heads=[(0, 0)], how="resample", reference=OTHER)
+    with pytest.raises(ValueError, match="one per row"):
+        model.run_with_hooks(CLEAN, fwd_hooks=hooks)
+    rows = model.run_with_hooks(np.array([CLEAN, CLEAN]), fwd_hooks=hooks).data
+    assert not np.allclose(rows[0], rows[1])  # each row took its own reference prompt

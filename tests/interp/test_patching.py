@@ -112,3 +112,18 @@ def test_bad_arguments_are_one_clear_error(gpt2, kwargs, message):
 def test_a_metric_must_give_one_value_per_row(gpt2):
     with pytest.raises(ValueError, match="one value per batch row"):
         activation_patch(gpt2, CLEAN, CORRUPTED, metric=lambda logits: logits[:, -1].sum())
+
+
+def test_results_as_json(gpt2):
+    import json
+
+    from glassllm.interp import direct_logit_attribution, integrated_gradients
+
+    grid = activation_patch(gpt2, CLEAN, CORRUPTED, "z", "head", answer=7, wrong=8)
+    data = json.loads(json.dumps(grid.as_dict()))
+    assert data["axes"] == ["layer", "head"] and data["heads"] == ["H0", "H1"]
+    np.testing.assert_allclose(data["normalized"], grid.normalized)
+    dla = json.loads(json.dumps(direct_logit_attribution(gpt2, CLEAN, 7, 8).as_dict()))
+    assert len(dla["labels"]) == len(dla["values"])
+    ig = json.loads(json.dumps(integrated_gradients(gpt2, CLEAN, answer=7, wrong=8).as_dict()))
+    assert ig["n_steps"] == 32 and len(ig["values"]) == len(CLEAN)
