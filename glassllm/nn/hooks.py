@@ -42,17 +42,24 @@ ForwardHook = Callable[[Module, tuple, Any], Any]
 ForwardPreHook = Callable[[Module, tuple], Any]
 
 _next_id = itertools.count()
+# Hooks attached to HookPoints through `register`, in every model: while there are none
+# (training, plain sampling), a layer's check of its points is the read of this one number.
+# (Hooks that arrive on a copy of a module, deepcopy or pickle, are not counted.)
+_point_hooks = 0
 
 
 class RemovableHandle:
     """Undoes one hook registration: ``remove()`` (idempotent), or use it as a context manager."""
 
-    def __init__(self, hooks: dict[int, Callable]) -> None:
+    def __init__(self, hooks: dict[int, Callable], on_point: bool = False) -> None:
         self.id = next(_next_id)
         self._hooks = hooks  # the module's dict (not the module: a handle does not keep it)
+        self._on_point = on_point
 
     def remove(self) -> None:
-        self._hooks.pop(self.id, None)
+        global _point_hooks
+        if self._hooks.pop(self.id, None) is not None and self._on_point:
+            _point_hooks -= 1
 
     def __enter__(self) -> RemovableHandle:
         return self
@@ -65,13 +72,16 @@ def register(module: Module, attribute: str, hook: Callable, prepend: bool) -> R
     """Add ``hook`` to ``module``'s dict ``attribute`` (``_forward_hooks`` or
     ``_forward_pre_hooks``). The class holds an empty dict as the default; the first
     registration gives the instance its own, so the class's is never written to."""
+    global _point_hooks
     if not callable(hook):
         raise TypeError(f"a hook must be callable, got {type(hook).__name__}")
     hooks = module.__dict__.get(attribute)
     if hooks is None:
         hooks = {}
         object.__setattr__(module, attribute, hooks)  # not a registration (Module.__setattr__)
-    handle = RemovableHandle(hooks)
+    handle = RemovableHandle(hooks, on_point=module._is_hook_point)
+    if module._is_hook_point:
+        _point_hooks += 1
     if prepend:
         rest = list(hooks.items())
         hooks.clear()
@@ -135,6 +145,8 @@ class HookPoint(Module):
 
 def any_active(points: tuple[HookPoint, ...]) -> bool:
     """Whether any of ``points`` has a hook: what a layer checks before its hooked path."""
+    if not _point_hooks:
+        return False
     for point in points:
         if point._forward_hooks or point._forward_pre_hooks:
             return True

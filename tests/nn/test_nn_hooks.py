@@ -200,3 +200,16 @@ def test_a_hook_point_attribute_is_registered_read_fast_and_removable():
     module.point = HookPoint()
     module.point = None  # a plain attribute now, no longer a child
     assert module.point is None and "point" not in module._modules
+
+
+def test_the_count_of_point_hooks_follows_registration_and_removal():
+    from glassllm.nn import hooks
+
+    before = hooks._point_hooks
+    point = HookPoint()
+    handle = point.register_forward_hook(lambda m, a, o: None)
+    Triple().register_forward_hook(lambda m, a, o: None)  # not a point: not counted
+    assert hooks._point_hooks == before + 1 and hooks.any_active((point,))
+    handle.remove()
+    handle.remove()
+    assert hooks._point_hooks == before and not hooks.any_active((point,))
