@@ -6,8 +6,9 @@ labels and its exactness figures (a patching sweep's full-patch gap, DLA's sum-m
 difference, integrated gradients' completeness gap with its number of steps). One file per
 method, its derivation in the module's docstring:
 
-* `patching` (`activation_patch`) and `attribution_patching` (`attribution_patch`), over the
-  grids of `grids` (a hook point per layer x position, head, or both);
+* `patching` (`activation_patch`; `patched_logits`: one cell's next-token logits) and
+  `attribution_patching` (`attribution_patch`), over the grids of `grids` (a hook point per
+  layer x position, head, or both);
 * `ablation` (`ablate`, `ablation_hooks`): zero, mean or resampled heads, neurons, layers;
 * `steering` (`steering_vector`, `generate_steered`): a contrast pair's mean difference added
   during generation;
@@ -34,7 +35,7 @@ from glassllm.interp.attribution_patching import attribution_patch
 from glassllm.interp.dla import LogitAttribution, direct_logit_attribution
 from glassllm.interp.grids import POINTS, PatchingResult
 from glassllm.interp.metrics import logit_diff
-from glassllm.interp.patching import activation_patch
+from glassllm.interp.patching import activation_patch, patched_logits
 from glassllm.interp.saliency import TokenAttribution, gradient_x_input, integrated_gradients
 from glassllm.interp.steering import SteeringVector, generate_steered, steering_vector
 
@@ -54,5 +55,6 @@ __all__ = [
     "gradient_x_input",
     "integrated_gradients",
     "logit_diff",
+    "patched_logits",
     "steering_vector",
 ]

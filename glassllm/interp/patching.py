@@ -100,6 +100,42 @@ def activation_patch(
     )
 
 
+def patched_logits(
+    model: Any,
+    clean: Any,
+    corrupted: Any,
+    point: str,
+    layer: int | None = None,
+    pos: int | None = None,
+    head: int | None = None,
+) -> np.ndarray:
+    """The last position's logits (V,) of the corrupted run with one cell of ``point`` at
+    ``layer`` patched from the clean run: what a clicked cell of a sweep predicts next. ``pos``
+    / ``head`` None spans that axis (both None: the whole activation)."""
+    clean_ids, corrupt_ids = prompt_pair(model, clean, corrupted)
+    index = (
+        "pos_head"
+        if pos is not None and head is not None
+        else "head"
+        if head is not None
+        else "pos"
+    )
+    sweep = grid(model, point, index, clean_ids.shape[1], None if layer is None else [layer])
+    name = sweep.names[0]
+    cell = None if pos is None and head is None else (pos, head)
+    with no_grad():
+        _, cache = model.run_with_cache(clean_ids, names=[name])
+        source = cache[name][0]
+
+        def patch(act: np.ndarray, _name: str) -> np.ndarray:
+            where = slice(None) if cell is None else sweep.selector(cell)
+            act[0][where] = source[where]
+            return act
+
+        logits = model.run_with_hooks(corrupt_ids, fwd_hooks=[(name, patch)])
+    return logits.data[0, -1].copy()
+
+
 def one_blas_thread(wanted: bool) -> Any:
     """``with``: OpenBLAS on one thread inside (`glassllm.threads`' limit), where it can be set."""
     limit = _BlasLimit() if wanted else None

@@ -127,3 +127,26 @@ def test_results_as_json(gpt2):
     assert len(dla["labels"]) == len(dla["values"])
     ig = json.loads(json.dumps(integrated_gradients(gpt2, CLEAN, answer=7, wrong=8).as_dict()))
     assert ig["n_steps"] == 32 and len(ig["values"]) == len(CLEAN)
+
+
+@pytest.mark.parametrize(("point", "heads"), [("k", 2), ("q", 4), ("pattern", 4)])
+def test_grouped_query_heads_are_patched_by_hand(point, heads):
+    """A Llama-shaped model with 2 key/value heads for 4 query heads: k and v grids have the KV
+    heads (as TransformerLens's hook_k), q and the pattern the query heads."""
+    model = random_model("llama", n_kv_head=2)
+    result = activation_patch(model, CLEAN, CORRUPTED, point, "head", answer=7, wrong=8)
+    assert result.values.shape == (2, heads)
+    name = POINTS[point].format(layer=1)
+    selector = (heads - 1,) if point == "pattern" else (slice(None), heads - 1)
+    assert result.values[1, heads - 1] == pytest.approx(by_hand(model, name, selector), abs=1e-10)
+
+
+def test_patched_logits_of_one_cell_give_that_cells_value(gpt2):
+    from glassllm.interp import patched_logits
+
+    result = activation_patch(gpt2, CLEAN, CORRUPTED, "z", "pos_head", answer=7, wrong=8)
+    logits = patched_logits(gpt2, CLEAN, CORRUPTED, "z", layer=1, pos=2, head=1)
+    assert logits.shape == (20,)
+    assert logits[7] - logits[8] == pytest.approx(result.values[1, 2, 1], abs=1e-12)
+    whole = patched_logits(gpt2, CLEAN, CORRUPTED, "resid_pre", layer=0)
+    assert whole[7] - whole[8] == result.clean_metric
