@@ -150,3 +150,13 @@ def test_patched_logits_of_one_cell_give_that_cells_value(gpt2):
     assert logits[7] - logits[8] == pytest.approx(result.values[1, 2, 1], abs=1e-12)
     whole = patched_logits(gpt2, CLEAN, CORRUPTED, "resid_pre", layer=0)
     assert whole[7] - whole[8] == result.clean_metric
+
+
+def test_a_training_model_is_patched_in_eval_mode_and_left_training():
+    model = random_model("gpt2", dropout=0.5)
+    model.eval()
+    want = activation_patch(model, CLEAN, CORRUPTED, answer=7, wrong=8)
+    model.train()
+    got = activation_patch(model, CLEAN, CORRUPTED, answer=7, wrong=8)
+    np.testing.assert_array_equal(got.values, want.values)
+    assert model.training
