@@ -21,6 +21,7 @@ from typing import Any, TextIO
 
 import numpy as np
 
+from glassllm.app.allocator import release_free_memory
 from glassllm.app.config import SampleConfig
 from glassllm.app.run_state import RunState, SavedRun
 from glassllm.chat_template import ChatTemplate
@@ -89,7 +90,15 @@ def open_checkpoint(path: str | Path) -> Opened:
     """Open any model the program accepts: a glassllm checkpoint, a Hugging Face directory (or
     its ``model.safetensors`` beside a ``config.json``: see `glassllm.hf.is_pretrained_path`),
     or a GGUF file (``.gguf``, or a file starting with the GGUF magic). Raises ValueError (or
-    OSError) with a message for the user; a Hugging Face model without tokenizer files is one."""
+    OSError) with a message for the user; a Hugging Face model without tokenizer files is one.
+    The loading's freed temporaries go back to the system (`release_free_memory`)."""
+    try:
+        return _open_checkpoint(path)
+    finally:
+        release_free_memory()
+
+
+def _open_checkpoint(path: str | Path) -> Opened:
     from glassllm.gguf import is_gguf_path
     from glassllm.hf import is_pretrained_path, load_gguf, load_pretrained
 
