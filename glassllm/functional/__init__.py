@@ -16,20 +16,21 @@ Modules, by concept: ``shape`` (concatenate, stack, where), ``probability`` (log
 softmax, log_softmax), ``losses`` (cross_entropy), ``activations`` (relu, gelu, silu,
 swiglu), ``normalization`` (layer_norm, rms_norm), ``regularization`` (dropout), ``rotary``
 (rotary_frequencies, rotary_cos_sin, rotary), ``affine`` (linear, embedding), ``attention``
-(scaled_dot_product_attention, packed_attention, and, on ndarrays, attention_probabilities and
-split_packed_heads), ``special`` (erf, erfc on ndarrays).
+(scaled_dot_product_attention, and, on ndarrays, attention_probabilities and
+split_packed_heads), ``packed_attention`` (split, attend, merge in one op), ``special`` (erf,
+erfc on ndarrays).
 """
 
 from glassllm.functional.activations import gelu, relu, silu, swiglu
 from glassllm.functional.affine import embedding, linear
 from glassllm.functional.attention import (
     attention_probabilities,
-    packed_attention,
     scaled_dot_product_attention,
     split_packed_heads,
 )
 from glassllm.functional.losses import cross_entropy
 from glassllm.functional.normalization import layer_norm, rms_norm
+from glassllm.functional.packed_attention import packed_attention
 from glassllm.functional.probability import log_softmax, logsumexp, softmax
 from glassllm.functional.regularization import dropout
 from glassllm.functional.rotary import rotary, rotary_cos_sin, rotary_frequencies

@@ -1,4 +1,5 @@
-"""Scaled dot-product attention: the definitions, forward and VJP in plain NumPy.
+"""Scaled dot-product attention: the definitions, forward and VJP in plain NumPy (the op over
+one packed projection, `packed_attention`, is in `glassllm.functional.packed_attention`).
 
 The fast kernels (causal tiles over worker threads, in-place writes into packed heads) are in
 `glassllm.kernels.attention`; `glassllm.kernels.select` picks which one runs.
@@ -12,7 +13,6 @@ import numpy as np
 
 from glassllm import kernels
 from glassllm._checks import check_float, check_int, check_probability
-from glassllm.autograd import is_grad_enabled
 from glassllm.functional._common import float_tensor
 from glassllm.kernels import attention as fast
 from glassllm.kernels import grouped_attention as grouped
@@ -23,7 +23,6 @@ from glassllm.tensor import Tensor, unbroadcast
 __all__ = [
     "CAUSAL_TILE",
     "attention_probabilities",
-    "packed_attention",
     "scaled_dot_product_attention",
     "split_packed_heads",
 ]
@@ -251,54 +250,6 @@ def attention_probabilities(
     return probabilities(q_data, k_data, scale, bias, dtype, groups)
 
 
-def packed_attention(
-    qkv: Tensor,
-    num_heads: int,
-    causal: bool = False,
-    dropout_p: float = 0.0,
-    rng: np.random.Generator | None = None,
-    *,
-    scale: float | None = None,
-    window: int | None = None,
-) -> Tensor:
-    """Multi-head attention over one packed projection: ``qkv (B, T, 3E) -> (B, T, E)``.
-
-    The last axis of ``qkv`` is ``[q | k | v]``, each split into ``num_heads`` heads of
-    ``hs = E / num_heads`` features; the output puts the heads' outputs side by side again.
-    The same numbers as splitting ``q, k, v`` into ``(B, nh, T, hs)``, calling
-    `scaled_dot_product_attention` and merging the heads, but the split is a view and the
-    merge a strided write. ``scale`` and ``window`` as in `scaled_dot_product_attention`. The
-    definition is `_packed_definition`; the kernel (`glassllm.kernels.attention.packed_attention`)
-    writes ``dq, dk, dv`` straight into one ``(B, T, 3E)`` gradient and runs causal attention in
-    tiles over the worker threads.
-
-    >>> qkv = Tensor(np.ones((2, 5, 12), dtype=np.float32))  # E = 4, two heads of 2
-    >>> y = packed_attention(qkv, num_heads=2, causal=True)
-    >>> y.shape, y.dtype
-    ((2, 5, 4), dtype('float32'))
-    """
-    qkv = float_tensor(qkv, "attention: qkv")
-    num_heads = check_int("attention: num_heads", num_heads, min=1)
-    if qkv.ndim != 3 or qkv.shape[-1] % (3 * num_heads) != 0:
-        raise ValueError(
-            f"attention: qkv must have shape (B, T, 3E) with E divisible by num_heads="
-            f"{num_heads}, got {qkv.shape}"
-        )
-    dropout_p = check_probability("attention: dropout_p", dropout_p)
-    window = _check_window("attention", causal, window)
-    head_size = qkv.shape[-1] // 3 // num_heads
-    scale = _scale("attention", scale, head_size)
-    heads = split_packed_heads(qkv.data, num_heads)  # (3, B, nh, T, hs) views
-    attend = kernels.select(_packed_definition, fast.packed_attention)
-    keep = is_grad_enabled() and qkv.requires_grad  # residuals only when a backward will run
-    out, vjp = attend(heads, scale, causal, dropout_p, rng, keep, window)
-
-    def backward(grad: np.ndarray) -> tuple:
-        return (vjp(grad),)
-
-    return Tensor.from_op(out, (qkv,), backward).named("packed_attention")
-
-
 def _attention_definition(
     q: np.ndarray,
     k: np.ndarray,
@@ -387,32 +338,3 @@ def _probabilities_definition(
         k = np.repeat(k, groups, axis=-3)
     scores = q @ np.swapaxes(k, -1, -2) * scale
     return _softmax_rows(scores if bias is None else scores + bias)
-
-
-def _packed_definition(
-    heads: np.ndarray,
-    scale: float,
-    causal: bool,
-    dropout_p: float,
-    rng: np.random.Generator | None,
-    keep: bool,
-    window: int | None = None,
-) -> tuple:
-    """`packed_attention` in plain NumPy: ``(y, vjp)``, ``vjp(G (B, T, E)) -> dqkv (B, T, 3E)``.
-
-    ``heads = split_packed_heads(qkv)``, ``(3, B, nh, T, hs)``: attention per head
-    (`_attention_definition`), the heads' outputs merged side by side ``(B, T, nh hs)``. The VJP
-    splits ``G`` into heads the same way and puts ``dq, dk, dv`` back side by side, ``[dq | dk |
-    dv]`` per position. ``keep`` (whether a backward will run) changes nothing here.
-    """
-    _, batch, num_heads, steps, head_size = heads.shape
-    bias = _mask_bias(steps, steps, causal, None, heads.dtype, window)
-    out, vjp_heads = _attention_definition(*heads, scale, bias, dropout_p, rng, heads.dtype)
-    embed = num_heads * head_size
-
-    def vjp(grad: np.ndarray) -> np.ndarray:
-        grad_heads = grad.reshape(batch, steps, num_heads, head_size).transpose(0, 2, 1, 3)
-        d_heads = np.stack(vjp_heads(grad_heads, True, True, True))  # (3, B, nh, T, hs)
-        return d_heads.transpose(1, 3, 0, 2, 4).reshape(batch, steps, 3 * embed)
-
-    return out.transpose(0, 2, 1, 3).reshape(batch, steps, embed), vjp

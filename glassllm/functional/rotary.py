@@ -22,6 +22,7 @@ from typing import Any
 
 import numpy as np
 
+from glassllm import kernels
 from glassllm._checks import check_int
 from glassllm.functional._common import float_tensor, integer_array
 from glassllm.tensor import Tensor
@@ -171,7 +172,8 @@ def rotary(x: Tensor, cos: Any, sin: Any, interleaved: bool = False) -> Tensor:
             f"rotary: cos/sin of shape {cos.shape} do not broadcast to x's (..., T, r/2) = "
             f"{pairs_shape} (one row per position of x)"
         ) from None
-    out, vjp = _rotary_definition(x.data, cos, sin, bool(interleaved))
+    rotate = kernels.select(_rotary_definition, kernels.rotary)
+    out, vjp = rotate(x.data, cos, sin, bool(interleaved))
 
     def backward(grad: np.ndarray) -> tuple:
         return (vjp(grad),)

@@ -31,6 +31,7 @@ from glassllm.kernels.gelu import gelu_tanh
 from glassllm.kernels.layer_norm import layer_norm
 from glassllm.kernels.linear import matmul_rows
 from glassllm.kernels.rms_norm import rms_norm
+from glassllm.kernels.rotary import rotary
 from glassllm.kernels.sums import sum_axes
 from glassllm.kernels.swiglu import swiglu
 
@@ -41,6 +42,7 @@ __all__ = [
     "matmul_rows",
     "reference",
     "rms_norm",
+    "rotary",
     "scatter_add_rows",
     "select",
     "sum_axes",

@@ -15,6 +15,11 @@ heads that share a kv head are multiplied by its one k and v, either
   the keys right of each tile and, with a window, the keys left of it; the backward sums each
   tile's ``dS^T q`` and ``A^T G`` over the group as one product of the stacked rows.
 
+`packed_attention` is Llama's attention in one op (`glassllm.functional.packed_attention`):
+the heads of ``qkv (B, T, (H + 2 KV) hd)`` as views, q and k rotated into new arrays, the causal
+tiles, and a backward that writes ``dv`` into the packed gradient and ``dq``, ``dk`` rotated
+back into it.
+
 The scores are ``(..., H, Tq, Tk)`` in memory either way, so the dropout mask is the same draw
 as the definition's. Equal to the definition to float rounding (``tests/kernels/``).
 """
@@ -27,10 +32,12 @@ from glassllm.kernels.attention import (
     _attention_backward,
     _attention_forward,
     _banded_backward,
+    _causal_backward,
     _causal_forward,
 )
 from glassllm.kernels.attention import attention as _attention
 from glassllm.kernels.attention import attention_probabilities as _probabilities
+from glassllm.kernels.rotary import rotate
 
 
 def attention(
@@ -164,3 +171,84 @@ def _banded_attention(
         )
 
     return out.reshape(batch, heads, steps, v.shape[-1]), vjp
+
+
+def _split(a: np.ndarray, heads: int, groups: int, width: int, write: bool = False) -> np.ndarray:
+    """``(B, T, heads width)`` as ``(B, heads / groups, groups, T, width)``; a view (``write``:
+    one for sure, to be written through)."""
+    batch, steps = a.shape[:2]
+    view = np.reshape(
+        a, (batch, steps, heads // groups, groups, width), copy=False if write else None
+    )
+    return view.transpose(0, 2, 3, 1, 4)
+
+
+def packed_attention(
+    qkv: np.ndarray,
+    num_heads: int,
+    num_kv_heads: int,
+    scale: float,
+    causal: bool,
+    dropout_p: float,
+    rng: np.random.Generator | None,
+    keep: bool,
+    window: int | None,
+    cos: np.ndarray | None,
+    sin: np.ndarray | None,
+    interleaved: bool,
+) -> tuple:
+    """``(y (B, T, H hd), vjp)``, ``vjp(G) -> dqkv (B, T, (H + 2 KV) hd)`` (see the module).
+
+    Causal: q as ``(B, KV, groups, T, hd)`` against k, v ``(B, KV, 1, T, hd)`` in the tiles of
+    `glassllm.kernels.attention` (one query head per kv head: the 4-D tiles GPT-2 runs), the
+    output written merged. Otherwise grouped `attention` on the heads, then merged."""
+    batch, steps, _ = qkv.shape
+    H, KV, groups, dtype = num_heads, num_kv_heads, num_heads // num_kv_heads, qkv.dtype
+    hd = qkv.shape[-1] // (H + 2 * KV)
+    q, k, v = (  # (B, KV, groups or 1, T, hd) views
+        _split(qkv[..., lo * hd : hi * hd], hi - lo, groups if lo == 0 else 1, hd)
+        for lo, hi in ((0, H), (H, H + KV), (H + KV, H + 2 * KV))
+    )
+    if cos is not None:
+        q, k = rotate(q, cos, sin, interleaved), rotate(k, cos, sin, interleaved)
+    merged = np.empty((batch, steps, H * hd), dtype)
+    if causal:
+        out = _split(merged, H, groups, hd, write=True)
+        tiles = (q, k, v) if groups > 1 else (q[:, :, 0], k[:, :, 0], v[:, :, 0])
+        outs = out if groups > 1 else out[:, :, 0]
+        residuals = _causal_forward(*tiles, scale, dropout_p, rng, outs, keep=keep, window=window)
+    else:
+        flat = [a.reshape(batch, -1, steps, hd) for a in (q, k, v)]  # (B, heads, T, hd)
+        y, heads_vjp = attention(*flat, scale, None, dropout_p, rng, dtype, groups)
+        _split(merged, H, groups, hd, write=True)[...] = y.reshape(batch, KV, groups, steps, hd)
+
+    def vjp(grad: np.ndarray) -> np.ndarray:
+        d_qkv = np.empty(qkv.shape, dtype)
+        dq, dk, dv = (
+            _split(d_qkv[..., lo * hd : hi * hd], hi - lo, groups if lo == 0 else 1, hd, True)
+            for lo, hi in ((0, H), (H, H + KV), (H + KV, H + 2 * KV))
+        )
+        # rotated q and k: their gradients first into arrays of their own, rotated back below
+        dq_rot, dk_rot = (
+            (dq, dk) if cos is None else (np.empty(q.shape, dtype), np.empty(k.shape, dtype))
+        )
+        grad5 = _split(grad, H, groups, hd)
+        if not causal:
+            flat = (grad5.reshape(batch, H, steps, hd), True, True, True)
+            for d, part in zip((dq_rot, dk_rot, dv), heads_vjp(*flat), strict=True):
+                d[...] = part.reshape(d.shape)
+        elif groups > 1 or window is not None:
+            squeeze = (lambda a: a) if groups > 1 else (lambda a: a[:, :, 0])
+            _banded_backward(
+                squeeze(grad5), residuals, scale, squeeze(dq_rot), dk_rot[:, :, 0], dv[:, :, 0]
+            )
+        else:
+            _causal_backward(
+                grad5[:, :, 0], residuals, scale, dq_rot[:, :, 0], dk_rot[:, :, 0], dv[:, :, 0]
+            )
+        if cos is not None:
+            rotate(dq_rot, cos, sin, interleaved, inverse=True, out=dq)
+            rotate(dk_rot, cos, sin, interleaved, inverse=True, out=dk)
+        return d_qkv
+
+    return merged, vjp

@@ -175,8 +175,8 @@ class CausalSelfAttention(Module):
     (generation, under ``no_grad`` only), this call's keys and values are appended to the cache and
     the T new queries attend over every cached position, the causal mask aligned to the end: feeding
     a prompt and then one token at a time gives the same outputs as recomputing the whole sequence.
-    Without grouped heads, QK-norm or rotary positions, the fused `F.packed_attention` runs
-    (GPT-2's fast path, GPT-Neo's too).
+    Without a cache or QK-norm, the fused `F.packed_attention` runs (GPT-2's fast path, and
+    GPT-Neo's and Llama's too).
 
     Hook points (TransformerLens's; `glassllm.nn.attention_hooks`, which runs the layer while
     one has a hook): ``hook_q``, ``hook_k``, ``hook_v``, ``hook_rot_q`` and ``hook_rot_k``
@@ -249,6 +249,8 @@ class CausalSelfAttention(Module):
         # The fused op that splits, attends and merges in one serves every layer whose heads
         # are plain slices of qkv: GPT-2's, and GPT-Neo's (scale, window) too
         self.packed = kv == self.num_heads and not qk_norm and self.rotary is None
+        # ... and, given the grouped heads and the rotary tables, Llama's (not QK-norm's)
+        self.fused = not qk_norm
         # TransformerLens's sites (glassllm.nn.attention_hooks); forward takes the hooked path
         # only when one of them has a hook
         self.hook_q, self.hook_k, self.hook_v = HookPoint(), HookPoint(), HookPoint()
@@ -290,9 +292,9 @@ class CausalSelfAttention(Module):
         """The heads' outputs side by side, ``(B, T, H hd)``, for the packed projection ``qkv
         (B, T, (H + 2 KV) hd)``: what ``proj`` reads (the hooked path calls it too)."""
         dropout_p = self.dropout if self.training else 0.0
-        if kv_cache is None and self.packed:
+        if kv_cache is None and self.fused:
             # One op splits the heads, attends and merges them again: its backward writes
-            # dq, dk, dv into one (B, T, 3E) array (see F.packed_attention).
+            # dq, dk, dv into one (B, T, (H + 2 KV) hd) array (see F.packed_attention).
             return F.packed_attention(
                 qkv,
                 self.num_heads,
@@ -300,6 +302,7 @@ class CausalSelfAttention(Module):
                 dropout_p=dropout_p,
                 rng=self.rng,
                 **self.attention_options(),
+                **self.packed_options(qkv.shape[1]),
             )  # (B, T, H hd)
         if kv_cache is None:
             q, k, v = self.heads(qkv)  # (B, H, T, hd), (B, KV, T, hd) x 2
@@ -325,6 +328,17 @@ class CausalSelfAttention(Module):
             options["scale"] = self.scale
         if self.window is not None:
             options["window"] = self.window
+        return options
+
+    def packed_options(self, steps: int) -> dict[str, Any]:
+        """The grouped heads and the rotary tables of ``steps`` positions as `F.packed_attention`
+        takes them (none for GPT-2, so its call stays the one before the choices)."""
+        options: dict[str, Any] = {}
+        if self.num_kv_heads != self.num_heads:
+            options["num_kv_heads"] = self.num_kv_heads
+        if self.rotary is not None:
+            options["cos"], options["sin"] = self.rotary.tables(0, steps)  # (T, r/2)
+            options["interleaved"] = self.rotary.interleaved
         return options
 
     def prefill(self, x: Tensor, kv_cache: KVCache) -> None:

@@ -14,10 +14,10 @@ from glassllm.functional.activations import _swiglu_definition
 from glassllm.functional.attention import (
     _attention_definition,
     _mask_bias,
-    _packed_definition,
     _probabilities_definition,
 )
 from glassllm.functional.normalization import _rms_norm_definition
+from glassllm.functional.packed_attention import _packed_definition
 from glassllm.kernels import attention as attention_kernels
 from glassllm.kernels import grouped_attention as grouped_kernels
 
