@@ -40,7 +40,22 @@ def dequantize(header: GGUFHeader, info: TensorInfo) -> np.ndarray:
     *outer, inner = info.shape
     row_bytes = inner // kind.block_elements * kind.block_bytes
     rows = header.raw(info).reshape(-1, row_bytes)  # (rows, bytes per row), read-only
-    values = gguf.quants.dequantize(rows, gguf.GGMLQuantizationType(info.ggml_type))
-    if not values.flags.writeable or values.dtype != np.float32:
-        values = np.array(values, dtype=np.float32)  # F32 is a view of the read-only mapped file
-    return values.reshape(info.shape)
+    qtype = gguf.GGMLQuantizationType(info.ggml_type)
+    quant = getattr(gguf.quants, qtype.name, None)  # the block type's class, Q4_1 and the rest
+    if not hasattr(quant, "dequantize_rows"):  # F32, F16, BF16: a view or one cast
+        values = gguf.quants.dequantize(rows, qtype)
+        if not values.flags.writeable or values.dtype != np.float32:
+            values = np.array(values, dtype=np.float32)  # F32: a view of the mapped file
+        return values.reshape(info.shape)
+    # why: gguf.quants.dequantize runs its block arithmetic on groups of 16 rows and joins them
+    # (1.0 of SmolLM2's 2.6 s load went to that bookkeeping); the same arithmetic per block on
+    # chunks of ~1M values into the output gives the same bits 2x faster, in bounded memory.
+    quant.init_grid()  # the lookup tables of the IQ types; nothing for the others
+    out = np.empty((rows.shape[0], inner), dtype=np.float32)  # (rows, values per row)
+    step = max(1, _CHUNK // inner)
+    for start in range(0, rows.shape[0], step):
+        out[start : start + step] = quant.dequantize_rows(rows[start : start + step])
+    return out.reshape(info.shape)
+
+
+_CHUNK = 1 << 20  # values per call of the block arithmetic (4 MiB of float32 and temporaries)

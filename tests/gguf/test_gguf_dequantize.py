@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 from conftest import optional
 
+import glassllm.gguf.dequantize as dequantize_module
 from glassllm.gguf import read_header
 from glassllm.gguf.dequantize import dequantize
 from glassllm.gguf.types import GGML_TYPES
@@ -154,6 +155,28 @@ def test_dequantize_matches_ggml_formula(tmp_path, name):
     np.testing.assert_allclose(got, expected, rtol=1e-6, atol=1e-6 * np.abs(expected).max())
     if kind.block_elements == 1:
         np.testing.assert_array_equal(got, expected)  # widening is exact
+
+
+@pytest.mark.parametrize("name", [t.name for t in GGML_TYPES.values()])
+def test_dequantize_in_chunks_gives_the_gguf_packages_bits(tmp_path, monkeypatch, name):
+    """Row chunks (here of 2 rows, the last one short) through the block type's own arithmetic:
+    the same bits as gguf.quants.dequantize on the whole tensor."""
+    gguf = optional("gguf")
+    kind = next(t for t in GGML_TYPES.values() if t.name == name)
+    raw = random_blocks(name, ROWS * BLOCKS, np.random.default_rng(1)).reshape(ROWS, -1)
+    path = tmp_path / f"{name}.gguf"
+    writer = gguf.GGUFWriter(str(path), "llama")
+    writer.add_tensor("t", raw, raw_dtype=gguf.GGMLQuantizationType(kind.id))
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    header = read_header(path)
+    monkeypatch.setattr(dequantize_module, "_CHUNK", 2 * BLOCKS * kind.block_elements)
+    got = dequantize(header, header.tensors["t"])
+    whole = gguf.quants.dequantize(raw, gguf.GGMLQuantizationType(kind.id))
+    np.testing.assert_array_equal(got, np.asarray(whole, dtype=np.float32).reshape(got.shape))
+    assert got.dtype == np.float32 and got.flags.writeable
 
 
 def test_a_wrong_formula_is_caught():
