@@ -4,7 +4,7 @@ as nanoGPT on a CPU; generation without a key/value cache), built from a glassll
 (its vocab_size, block_size, n_layer, n_head, n_embd, bias) and two choices:
 ``attention`` "sdpa" (``F.scaled_dot_product_attention``) or "manual" (written out); ``gelu``
 "tanh" (glassllm's, so both compute the same loss from the same weights) or "none" (nanoGPT's
-exact erf). Names follow nanoGPT (:func:`torch_name`); Linear weights are (in, out) in glassllm
+exact erf). Names follow nanoGPT (``torch_name``); Linear weights are (in, out) in glassllm
 and (out, in) here (:func:`to_torch_layout`).
 """
 
@@ -17,6 +17,8 @@ import numpy as np
 import torch
 import torch.nn as nn
 from torch.nn import functional as F
+
+from glassllm.hf.convert import name_to_hf
 
 
 class CausalSelfAttention(nn.Module):
@@ -133,17 +135,10 @@ class TorchGPT(nn.Module):
         return idx
 
 
-_RENAMES = {"blocks.": "h.", "attn.qkv": "attn.c_attn", "attn.proj": "attn.c_proj"}
-_RENAMES |= {"mlp.fc": "mlp.c_fc", "mlp.proj": "mlp.c_proj"}
 # Weights that are Linear layers on both sides: (in, out) in glassllm, (out, in) in PyTorch.
 _LINEAR_WEIGHTS = ("c_attn.weight", "c_proj.weight", "c_fc.weight")
-
-
-def torch_name(glassllm_name: str) -> str:
-    """glassllm GPT parameter name -> nanoGPT's (the tied head is listed once, as the wte)."""
-    for ours, theirs in _RENAMES.items():
-        glassllm_name = glassllm_name.replace(ours, theirs)
-    return "transformer." + glassllm_name
+# glassllm GPT parameter name -> nanoGPT's, which are Hugging Face GPT-2's (the tied head once).
+torch_name = name_to_hf
 
 
 def to_torch_layout(name: str, array: np.ndarray) -> np.ndarray:
@@ -191,21 +186,14 @@ def twin(glassllm_model: Any, **choices: Any) -> TorchGPT | TorchLlama:
     and weights (dtype: float32, or float64 when the glassllm GPT is float64). ``choices``:
     ``attention``, ``gelu``."""
     config = glassllm_model.config
-    if config.positions == "rotary":
-        model = TorchLlama(config, **choices)
-    else:
-        model = TorchGPT(config, **choices)
+    model = (TorchLlama if config.positions == "rotary" else TorchGPT)(config, **choices)
     weights = {name: p.data for name, p in glassllm_model.named_parameters()}
-    state = torch_state(glassllm_model, weights)
     if next(iter(weights.values())).dtype == np.float64:
         model = model.double()
-    targets = dict(model.named_parameters())
-    if set(state) != set(targets):  # the tied head is named once on both sides
-        raise KeyError(f"parameters differ: {sorted(set(state) ^ set(targets))}")
-    with torch.no_grad():
-        for name, target in targets.items():
-            array = np.ascontiguousarray(state[name])
-            if array.shape != tuple(target.shape):  # copy_ would broadcast
-                raise ValueError(f"{name}: {array.shape} does not fit {tuple(target.shape)}")
-            target.copy_(torch.from_numpy(array).to(target.dtype))
+    state = torch_state(glassllm_model, weights)
+    tensors = {name: torch.from_numpy(np.ascontiguousarray(a)) for name, a in state.items()}
+    missing, unexpected = model.load_state_dict(tensors, strict=False)  # a mis-shaped one raises
+    missing = set(missing) & set(dict(model.named_parameters()))  # the tied head is named once
+    if missing or unexpected:
+        raise KeyError(f"parameters differ: {sorted(missing | set(unexpected))}")
     return model
