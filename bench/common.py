@@ -259,7 +259,9 @@ def summarise(
             sides[side][figure] = median(v) if numbers else v[0]
             ours = [p.get(figure) for p in rounds.get(baseline, [])]
             if figure in ratios and side != baseline and ours and all(v):  # no 0 to divide by
-                sides[side][f"{baseline} / side, {figure}"] = paired_ratio(ours, v)
+                # the median of per-round ratios: drift between rounds cancels within each pair
+                ratio = median([a / b for a, b in zip(ours, v, strict=True)])
+                sides[side][f"{baseline} / side, {figure}"] = ratio
     return sides
 
 
@@ -273,11 +275,6 @@ def summarise_groups(rounds: dict[str, list[dict]], **options: Any) -> dict[str,
         )
         for group in groups
     }
-
-
-def paired_ratio(numerators: Sequence[float], denominators: Sequence[float]) -> float:
-    """Median of per-round ratios: drift between rounds cancels within each pair."""
-    return median([a / b for a, b in zip(numerators, denominators, strict=True)])
 
 
 def time_calls(fn: Callable[[], Any], repeats: int, warmup: int = 0) -> list[float]:
@@ -386,13 +383,6 @@ def fmt_dict(values: dict[str, Any]) -> str:
     return ", ".join(f"{k}={fmt(v)}" for k, v in values.items())
 
 
-def table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
-    """A GitHub-markdown table (also readable in a terminal)."""
-    lines = ["| " + " | ".join(headers) + " |", "|" + "|".join("---" for _ in headers) + "|"]
-    lines += ["| " + " | ".join(fmt(c) for c in row) + " |" for row in rows]
-    return "\n".join(lines)
-
-
 def render(runs: dict[str, Any]) -> str:
     """A result file as markdown. Every run has one shape: ``machine``, ``config`` (what it held
     fixed), ``group`` (the heading of its groups' keys: threads, size, op...), ``groups``
@@ -414,10 +404,8 @@ def render(runs: dict[str, Any]) -> str:
         text += [
             f"{', '.join(names)}: {line}" if several else line for line, names in lines.items()
         ]
-    by_heading: dict[str, list[str]] = {}  # one table per kind of group, for a mixed file
-    for name, run in runs.items():
-        by_heading.setdefault(run["group"], []).append(name)
-    for heading, names in by_heading.items():
+    for heading in dict.fromkeys(run["group"] for run in runs.values()):  # a table per kind
+        names = [name for name, run in runs.items() if run["group"] == heading]
         columns = figure_names([sides for name in names for sides in runs[name]["groups"].values()])
         rows = []
         for name in names:
@@ -426,7 +414,9 @@ def render(runs: dict[str, Any]) -> str:
                 for side, figures in sides.items():
                     cells = [fmt(figures.get(f, "-"), formats.get(f, "")) for f in columns]
                     rows.append([name] * named + [group, side, *cells])
-        text.append(table(["run"] * named + [heading, "side", *columns], rows))
+        header = ["run"] * named + [heading, "side", *columns]  # GitHub markdown, terminal-readable
+        lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
+        text.append("\n".join(lines + ["| " + " | ".join(row) + " |" for row in rows]))
     return "\n\n".join(text + [note for run in runs.values() for note in run.get("notes", [])])
 
 

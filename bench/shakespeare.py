@@ -156,9 +156,7 @@ FORMATS = dict.fromkeys(LOSSES, ".4f") | dict.fromkeys(["val bits/char", "train 
 
 def parent(args: argparse.Namespace) -> dict[str, dict[str, Any]]:
     if args.data not in ("builtin", "shakespeare") and not Path(args.data).is_file():
-        raise SystemExit(
-            f"bench/shakespeare.py: --data {args.data}: no such file (or: shakespeare)"
-        )
+        raise SystemExit(f"--data {args.data}: no such file (or: shakespeare)")
     runs = {}
     for side in args.sides:
         figures = C.run_side(args, side, args.threads[0])

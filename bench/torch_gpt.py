@@ -20,6 +20,8 @@ from torch.nn import functional as F
 
 from glassllm.hf.convert import name_to_hf
 
+Output = tuple[torch.Tensor, torch.Tensor | None]  # (logits, loss: None without targets)
+
 
 class CausalSelfAttention(nn.Module):
     def __init__(self, config: Any, attention: str = "sdpa") -> None:
@@ -94,9 +96,7 @@ class TorchGPT(nn.Module):
         if isinstance(module, nn.Linear) and module.bias is not None:
             torch.nn.init.zeros_(module.bias)
 
-    def forward(
-        self, idx: torch.Tensor, targets: torch.Tensor | None = None
-    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+    def forward(self, idx: torch.Tensor, targets: torch.Tensor | None = None) -> Output:
         _, t = idx.size()
         pos = torch.arange(0, t, dtype=torch.long, device=idx.device)
         x = self.transformer.wte(idx) + self.transformer.wpe(pos)
@@ -105,10 +105,7 @@ class TorchGPT(nn.Module):
         x = self.transformer.ln_f(x)
         if targets is not None:
             logits = self.lm_head(x)
-            loss = F.cross_entropy(
-                logits.view(-1, logits.size(-1)), targets.view(-1), ignore_index=-1
-            )
-            return logits, loss
+            return logits, F.cross_entropy(logits.flatten(0, 1), targets.view(-1), ignore_index=-1)
         return self.lm_head(x[:, [-1], :]), None  # inference: the head on the last position only
 
     def configure_optimizer(
@@ -162,11 +159,9 @@ class TorchLlama(nn.Module):
         llama = transformers.LlamaForCausalLM(hf_config)
         self.model, self.lm_head = llama.model, llama.lm_head  # the names of its files
 
-    def forward(
-        self, idx: torch.Tensor, targets: torch.Tensor | None = None
-    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+    def forward(self, idx: torch.Tensor, targets: torch.Tensor | None = None) -> Output:
         logits = self.lm_head(self.model(input_ids=idx, use_cache=False).last_hidden_state)
-        return logits, F.cross_entropy(logits.view(-1, logits.size(-1)), targets.view(-1))
+        return logits, F.cross_entropy(logits.flatten(0, 1), targets.view(-1))
 
     configure_optimizer = TorchGPT.configure_optimizer
 

@@ -205,7 +205,7 @@ def parent(args: argparse.Namespace) -> dict[str, dict[str, Any]]:
             config |= dict(arch="llama", n_kv_head=gpt_config.n_kv_head, mlp=gpt_config.mlp_hidden)
         flops = matmul_flops_per_step(gpt_config, C.BATCH_SIZE)
         config |= dict(rounds=args.rounds, steps=args.steps, matmul_gflop_per_step=flops / 1e9)
-        run = dict(config=config, group="threads", groups={}, notes=[])
+        run = runs[size] = dict(config=config, group="threads", groups={}, notes=[])
         if not args.no_check and any(s.startswith("torch") for s in args.sides):
             eq = C.run_side(args, "check", 1, "--size", size)
             run["notes"].append(
@@ -219,17 +219,15 @@ def parent(args: argparse.Namespace) -> dict[str, dict[str, Any]]:
             results = C.alternate(args, threads, "--size", size)
             probe.append(C.run_side(args, "matmul", threads, "--size", size))
             sides = C.summarise(results, ratios=["ms/step"])
-            ms = {side: [r["ms/step"] for r in rounds] for side, rounds in results.items()}
             for side, figures in sides.items():
                 figures["GFLOP/s"] = flops / (figures["ms/step"] / 1e3) / 1e9
-                figures["ms/step, per round"] = ms[side]
+                figures["ms/step, per round"] = [r["ms/step"] for r in results[side]]
             rate, floor = "np.matmul n³ GFLOP/s", "BLAS floor ms"  # the best of the probes
             sides["matmul"] = {
                 rate: max(r[rate] for r in probe),
                 floor: min(r[floor] for r in probe),
             }
             run["groups"][str(threads)] = sides
-        runs[size] = run
     return runs
 
 

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import argparse
 import tempfile
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -39,11 +38,6 @@ def make_checkpoint(workdir: Path, size: str) -> Path:
     return trainer.out_dir
 
 
-def timed(fn: Callable[[], Any], repeat: int) -> tuple[float, Any]:
-    """Median seconds of ``repeat`` calls of ``fn`` after one untimed call; and its result."""
-    return C.median(C.time_calls(fn, repeat, warmup=1)), fn()
-
-
 def api_rows(out_dir: Path, repeat: int, generate: int, size: str) -> dict[str, str]:
     """{measurement: figure} of the API's answers on a full context, timed in this process."""
     from glassllm.app.view import api
@@ -65,13 +59,14 @@ def api_rows(out_dir: Path, repeat: int, generate: int, size: str) -> dict[str, 
     rows = {}
     without = " without attention" if big else ""
     for name, fn in [("inspect", inspect), ("attention of one layer", attention)][: 1 + big]:
-        seconds, body = timed(fn, repeat)  # attention: the page's request per layer
+        seconds, body = C.median(C.time_calls(fn, repeat, warmup=1)), fn()
         figure = f"{1e3 * seconds:.0f} ms ({len(body) / 1024:.0f} KiB)"
         what = f"{tokens} tokens{without if fn is inspect else ''}, server time incl. JSON"
         rows[f"{name}, {what} ({size})"] = figure
     if generate:
         request = {"prompt": "0", "max_new_tokens": generate, "seed": 1}
-        seconds, body = timed(lambda: api.generate(run, request), repeat)
+        generated = lambda: api.generate(run, request)
+        seconds, body = C.median(C.time_calls(generated, repeat, warmup=1)), generated()
         rows[f"generate {len(body['tokens'])} tokens ({size})"] = f"{seconds:.2f} s"
     return rows
 
