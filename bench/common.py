@@ -67,7 +67,7 @@ def gpt_config(size: str, arch: str = "gpt2") -> Any:
 
 def main(bench: ModuleType, argv: Sequence[str] | None = None) -> int:
     """The command line of module ``bench``: its ``SIDES``, ``DEFAULT_SIDES``, ``add_arguments``,
-    ``worker(args)`` (a payload; None on an MPI rank that does not report) and ``parent(args)``
+    ``worker(args)`` (a payload) and ``parent(args)``
     (``{run key: run}``, each run in the one shape that :func:`render` reads)."""
     name = Path(bench.__file__).stem
     parser = argparse.ArgumentParser(
@@ -99,9 +99,7 @@ def main(bench: ModuleType, argv: Sequence[str] | None = None) -> int:
 
     args = parse(argv)
     if args.worker:
-        payload = bench.worker(args)
-        if payload is not None:
-            print(JSON_MARKER + json.dumps(payload), flush=True)
+        print(JSON_MARKER + json.dumps(bench.worker(args)), flush=True)
         return 0
     args.script = Path(bench.__file__).resolve()
     args.run_inline = lambda argv: json.loads(json.dumps(bench.worker(parse(argv))))
@@ -269,12 +267,8 @@ def summarise_groups(rounds: dict[str, list[dict]], **options: Any) -> dict[str,
     """:func:`summarise` for workers that report ``{group: payload}``: ``{group: {side: ...}}``,
     each group over the sides that reported it."""
     groups = dict.fromkeys(group for payloads in rounds.values() for group in payloads[0])
-    return {
-        group: summarise(
-            {s: [p[group] for p in ps] for s, ps in rounds.items() if group in ps[0]}, **options
-        )
-        for group in groups
-    }
+    sides_of = lambda g: {s: [p[g] for p in ps] for s, ps in rounds.items() if g in ps[0]}
+    return {group: summarise(sides_of(group), **options) for group in groups}
 
 
 def time_calls(fn: Callable[[], Any], repeats: int, warmup: int = 0) -> list[float]:
@@ -298,10 +292,6 @@ def rss_bytes() -> int:
 def peak_rss_bytes() -> int:
     """Largest resident set size so far (ru_maxrss is in KiB on Linux)."""
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
-
-
-def minor_faults() -> int:
-    return resource.getrusage(resource.RUSAGE_SELF).ru_minflt
 
 
 def high_water_bytes(during: Callable[[], Any] | None = None) -> int:

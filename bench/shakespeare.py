@@ -49,12 +49,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def estimate(loss: Loss, trainer: Any) -> dict[str, float]:
     """``Trainer.evaluate`` for any model: the mean loss of the same eval_iters batches."""
     cfg, out = trainer.config, {}
+    shape = (cfg.block_size, cfg.batch_size)
     for index, split in enumerate(("train", "val")):
         data, rng = getattr(trainer.corpus, split), np.random.default_rng([cfg.seed, 2, index])
-        batches = [
-            get_batch(data, cfg.block_size, cfg.batch_size, rng) for _ in range(cfg.eval_iters)
-        ]
-        out[split] = sum(loss(x, y) for x, y in batches) / cfg.eval_iters
+        losses = [loss(*get_batch(data, *shape, rng)) for _ in range(cfg.eval_iters)]
+        out[split] = sum(losses) / cfg.eval_iters
     return out
 
 

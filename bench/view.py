@@ -29,22 +29,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--sizes", nargs="+", default=["tiny", "mid"], choices=list(C.SIZES))
 
 
-def make_checkpoint(workdir: Path, size: str) -> Path:
-    """A run directory holding an untrained checkpoint of ``size`` and a one-line log."""
-    trainer = C.glassllm_trainer(workdir / size, size, max_iters=0)
-    trainer.save_checkpoint()
-    log = '{"iter": 0, "train_loss": 4.2, "val_loss": 4.2, "lr": 0.001}\n'
-    (trainer.out_dir / "log.jsonl").write_text(log)
-    return trainer.out_dir
-
-
-def api_rows(out_dir: Path, repeat: int, generate: int, size: str) -> dict[str, str]:
-    """{measurement: figure} of the API's answers on a full context, timed in this process."""
+def api_rows(workdir: Path, repeat: int, generate: int, size: str) -> dict[str, str]:
+    """{measurement: figure} of the API's answers on a full context, timed in this process, of
+    a run under ``workdir``: an untrained checkpoint of ``size`` and a one-line log."""
     from glassllm.app.view import api
     from glassllm.app.view.run import Run
     from glassllm.app.view.server import encode_json
 
-    run, config = Run(out_dir), C.SIZES[size]
+    trainer = C.glassllm_trainer(workdir / size, size, max_iters=0)
+    trainer.save_checkpoint()
+    log = '{"iter": 0, "train_loss": 4.2, "val_loss": 4.2, "lr": 0.001}\n'
+    (trainer.out_dir / "log.jsonl").write_text(log)
+    run, config = Run(trainer.out_dir), C.SIZES[size]
     tokens = config["block_size"]
     ids = [i % C.VOCAB_SIZE for i in range(tokens)]
     big = config["n_layer"] * config["n_head"] * tokens * tokens > api.ATTENTION_INLINE
@@ -76,7 +72,7 @@ def worker(args: argparse.Namespace) -> dict[str, Any]:
     with tempfile.TemporaryDirectory() as tmp:
         for size in args.sizes:
             generate = args.generate if size == args.sizes[0] else 0  # on the first only
-            rows |= api_rows(make_checkpoint(Path(tmp), size), args.repeat, generate, size)
+            rows |= api_rows(Path(tmp), args.repeat, generate, size)
         return {measurement: {"median": figure} for measurement, figure in rows.items()}
 
 
