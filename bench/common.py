@@ -152,16 +152,16 @@ def alternate(
     results: dict[str, list[dict[str, Any]]] = {side: [] for side in args.sides}
     for r in range(args.rounds):
         for side in args.sides[::-1] if flip and r % 2 else args.sides:
-            runs = results[side]
-            runs.append(run_side(args, side, threads, *extra))
-            shown = {k: v for k, v in runs[-1].items() if isinstance(v, float)}
+            results[side].append(run_side(args, side, threads, *extra))
+            shown = {k: v for k, v in results[side][-1].items() if isinstance(v, float)}
             print(f"  round {r + 1}/{args.rounds} {side}: {fmt_dict(shown)}", flush=True)
     return results
 
 
 def prepare_worker(args: argparse.Namespace) -> None:
-    """A torch side's thread count, or glassllm's allocator tuned as ``glassllm train`` tunes it."""
-    if args.worker.startswith(("torch", "transformers")):
+    """A torch side's thread count (torch*, transformers, nanogpt), or for any other side the
+    allocator tuned as ``glassllm train`` tunes it."""
+    if args.worker.startswith(("torch", "transformers", "nanogpt")):
         set_torch_threads(args.threads)
     else:
         from glassllm.app.allocator import tune_allocator
@@ -181,16 +181,11 @@ def set_torch_threads(threads: int) -> None:
 # ----------------------------------------------------------------------------- training steps
 
 
-def glassllm_trainer(
-    workdir: Path, size: str, seed: int = 0, tuned: bool = True, **overrides: Any
-) -> Any:
+def glassllm_trainer(workdir: Path, size: str, seed: int = 0, **overrides: Any) -> Any:
     """The shipped Trainer on ``size`` over uniform random text (a step's time does not depend on
-    it) under ``workdir``; ``tuned``: the allocator as ``glassllm train`` tunes it."""
-    from glassllm.app.allocator import tune_allocator
+    it) under ``workdir``."""
     from glassllm.app.train import TrainConfig, Trainer
 
-    if tuned:
-        tune_allocator()
     workdir.mkdir(parents=True, exist_ok=True)
     if "data" not in overrides:
         alphabet = np.array([chr(48 + i) for i in range(VOCAB_SIZE)])

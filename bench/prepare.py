@@ -72,6 +72,7 @@ def sparse_corpus(root: Path, tokens: int) -> str:
 def worker(args: argparse.Namespace) -> dict[str, Any]:
     corpus, start = Path(args.corpus), time.perf_counter()
     if args.worker == "rss":
+        C.prepare_worker(args)
         options = dict(max_iters=100, eval_iters=20, eval_interval=100, tokenizer="char")
         C.glassllm_trainer(corpus / "run", "micro", data=str(corpus), **options).fit(progress=False)
         return {"RSS after (MB)": C.rss_bytes() / 1e6, "peak RSS (MB)": C.peak_rss_bytes() / 1e6}

@@ -71,7 +71,6 @@ def train_torch(args: argparse.Namespace, trainer: Any) -> tuple[Loss, list, lis
     import torch
     from torch_gpt import TorchGPT
 
-    C.set_torch_threads(args.threads)
     cfg = trainer.config
     torch.manual_seed(args.seed)
     model = TorchGPT(trainer.model.config, gelu="none")
@@ -105,9 +104,10 @@ FRAMEWORK["nanogpt"] = "nanoGPT in PyTorch (own RNG)"
 def worker(args: argparse.Namespace) -> dict[str, Any]:
     from glassllm import no_grad
 
+    C.prepare_worker(args)
     with tempfile.TemporaryDirectory() as tmp:
         trainer = C.glassllm_trainer(
-            Path(tmp), args.size, args.seed, args.worker.startswith("glassllm"), data=args.data,
+            Path(tmp), args.size, args.seed, data=args.data,
             max_iters=args.max_iters, eval_interval=args.eval_interval,
             eval_iters=args.eval_iters, tokenizer=args.tokenizer, vocab_size=args.vocab_size,
             arch="llama" if args.worker == "glassllm-llama" else "gpt2",

@@ -56,20 +56,17 @@ def worker(args: argparse.Namespace) -> dict[str, Any]:
         return matmul_rates(C.gpt_config(size, args.arch), args.matmul_n)
     from glassllm.kernels import compiled
 
+    C.prepare_worker(args)  # also the check side's allocator: its figures are not times
     with tempfile.TemporaryDirectory() as tmp:
         if args.worker == "glassllm-numpy":  # without the compiled kernels of the fast extra
             compiled.set_enabled(False)
         interval = args.stats_interval if args.worker == "glassllm-stats" else 0
-        tuned = args.worker.startswith("glassllm")
-        trainer = C.glassllm_trainer(
-            Path(tmp), size, tuned=tuned, stats_interval=interval, arch=args.arch
-        )
+        trainer = C.glassllm_trainer(Path(tmp), size, stats_interval=interval, arch=args.arch)
         trainer.stats.path.parent.mkdir(parents=True, exist_ok=True)
         trainer.stats.start(None)
         if args.worker == "check":
             return equivalence(trainer)
         if args.worker.startswith("torch"):
-            C.set_torch_threads(args.threads)
             attention = "manual" if args.worker == "torch-manual" else "sdpa"
             model, step = C.torch_step(trainer, attention=attention)
         else:
@@ -164,10 +161,7 @@ def matmul_rates(config: Any, n: int) -> dict[str, float]:
     attention = [((BH, T, hs), (BH, hs, T)), ((BH, T, T), (BH, T, hs))] * 3
     layer = [p for shape in block_matrices(config) for p in linear(*shape)] + attention
     shapes = layer * config.n_layer + linear(E, V)
-    operands = [
-        (rng.standard_normal(s, dtype=np.float32), rng.standard_normal(t, dtype=np.float32))
-        for s, t in shapes
-    ]
+    operands = [tuple(rng.standard_normal(s, dtype=np.float32) for s in pair) for pair in shapes]
     floor = C.median(C.time_calls(lambda: [a @ b for a, b in operands], repeats=30, warmup=3))
     return {"np.matmul n³ GFLOP/s": rate, "BLAS floor ms": floor * 1e3}
 

@@ -69,6 +69,7 @@ def api_rows(workdir: Path, repeat: int, generate: int, size: str) -> dict[str, 
 
 def worker(args: argparse.Namespace) -> dict[str, Any]:
     rows = {}
+    C.prepare_worker(args)
     with tempfile.TemporaryDirectory() as tmp:
         for size in args.sizes:
             generate = args.generate if size == args.sizes[0] else 0  # on the first only
