@@ -376,19 +376,15 @@ def render(runs: dict[str, Any]) -> str:
     runs when there are several), one table of every run's rows with a column per figure that is
     a number, a word or a list of numbers (a table per kind of group), the notes."""
     several = len(runs) > 1
-    keys = [
-        (g, side) for run in runs.values() for g, sides in run["groups"].items() for side in sides
-    ]
+    keys = [(g, s) for run in runs.values() for g, sides in run["groups"].items() for s in sides]
     named = len(set(keys)) < len(keys)  # a run column where groups and sides do not tell them
     text = []
     lines_of = (lambda run: machine_line(run["machine"]), lambda run: fmt_dict(run["config"]) + ".")
     for line_of in lines_of:
-        lines: dict[str, list[str]] = {}  # each line once, naming the runs it is true of
+        seen: dict[str, list[str]] = {}  # each line once, naming the runs it is true of
         for name, run in runs.items():
-            lines.setdefault(line_of(run), []).append(name)
-        text += [
-            f"{', '.join(names)}: {line}" if several else line for line, names in lines.items()
-        ]
+            seen.setdefault(line_of(run), []).append(name)
+        text += [f"{', '.join(names)}: {line}" if several else line for line, names in seen.items()]
     for heading in dict.fromkeys(run["group"] for run in runs.values()):  # a table per kind
         names = [name for name, run in runs.items() if run["group"] == heading]
         columns = figure_names([sides for name in names for sides in runs[name]["groups"].values()])
