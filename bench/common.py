@@ -310,10 +310,8 @@ def report() -> None:
     text = path.read_text()
     for result in sorted(RESULTS_DIR.glob("*.json")):
         body = render(json.loads(result.read_text())["runs"])
-        block = rf"(<!-- generated:{result.stem} -->\n).*?(<!-- /generated:{result.stem} -->)"
-        text = re.sub(
-            block, lambda m, body=body: m.group(1) + body + "\n" + m.group(2), text, flags=re.S
-        )
+        block = rf"(?<=<!-- generated:{result.stem} -->\n).*?(?=<!-- /generated:{result.stem} -->)"
+        text = re.sub(block, lambda _, body=body: body + "\n", text, flags=re.S)
     path.write_text(text)
     print(f"updated {path}")
 

@@ -156,15 +156,13 @@ FORMATS = dict.fromkeys(LOSSES, ".4f") | dict.fromkeys(["val bits/char", "train 
 def parent(args: argparse.Namespace) -> dict[str, dict[str, Any]]:
     if args.data not in ("builtin", "shakespeare") and not Path(args.data).is_file():
         raise SystemExit(f"--data {args.data}: no such file (or: shakespeare)")
-    runs = {}
+    runs, config = {}, dict(data=args.data, max_iters=args.max_iters, target_val_loss=args.target)
     for side in args.sides:
         figures = C.run_side(args, side, args.threads[0])
         evals = ", ".join(f"{e['iter']}: {e['val']:.3f}" for e in figures["evals"])
-        name, config = f"{side} seed {args.seed}", dict(data=args.data, max_iters=args.max_iters)
-        run = dict(config=config | {"target_val_loss": args.target}, group="seed")
-        run |= dict(formats=FORMATS, groups={str(args.seed): {side: figures}})
-        run["notes"] = [f"{name}, val loss estimated during training (iteration: loss): {evals}."]
-        runs[name] = run
+        name, groups = f"{side} seed {args.seed}", {str(args.seed): {side: figures}}
+        note = f"{name}, val loss estimated during training (iteration: loss): {evals}."
+        runs[name] = dict(config=config, group="seed", formats=FORMATS, groups=groups, notes=[note])
     return runs
 
 

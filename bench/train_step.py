@@ -62,8 +62,7 @@ def worker(args: argparse.Namespace) -> dict[str, Any]:
             compiled.set_enabled(False)
         interval = args.stats_interval if args.worker == "glassllm-stats" else 0
         trainer = C.glassllm_trainer(Path(tmp), size, stats_interval=interval, arch=args.arch)
-        trainer.stats.path.parent.mkdir(parents=True, exist_ok=True)
-        trainer.stats.start(None)
+        trainer.stats.start(None)  # its file in the out_dir the Trainer made
         if args.worker == "check":
             return equivalence(trainer)
         if args.worker.startswith("torch"):
