@@ -18,7 +18,7 @@ import torch
 import torch.nn as nn
 from torch.nn import functional as F
 
-from glassllm.hf.convert import name_to_hf
+from glassllm.hf import config_to_hf, name_to_hf, state_dict_to_hf
 
 Output = tuple[torch.Tensor, torch.Tensor | None]  # (logits, loss: None without targets)
 
@@ -129,15 +129,14 @@ class TorchGPT(nn.Module):
         return idx
 
 
-# Weights that are Linear layers on both sides: (in, out) in glassllm, (out, in) in PyTorch.
-_LINEAR_WEIGHTS = ("c_attn.weight", "c_proj.weight", "c_fc.weight")
 # glassllm GPT parameter name -> nanoGPT's, which are Hugging Face GPT-2's (the tied head once).
 torch_name = name_to_hf
 
 
 def to_torch_layout(name: str, array: np.ndarray) -> np.ndarray:
-    """A glassllm parameter (or its gradient) in PyTorch's layout, given the nanoGPT name."""
-    return array.T if name.endswith(_LINEAR_WEIGHTS) else array
+    """A glassllm parameter (or its gradient) in PyTorch's layout, given the nanoGPT name: the
+    weights of Linear layers on both sides are (in, out) in glassllm, (out, in) in PyTorch."""
+    return array.T if name.endswith(("c_attn.weight", "c_proj.weight", "c_fc.weight")) else array
 
 
 class TorchLlama(nn.Module):
@@ -148,8 +147,6 @@ class TorchLlama(nn.Module):
     def __init__(self, config: Any, attention: str = "sdpa", **_: Any) -> None:
         super().__init__()
         import transformers
-
-        from glassllm.hf import config_to_hf
 
         hf_config = transformers.LlamaConfig(**config_to_hf(config))
         hf_config._attn_implementation = "eager" if attention == "manual" else "sdpa"
@@ -167,8 +164,6 @@ def torch_state(glassllm_model: Any, arrays: dict[str, np.ndarray]) -> dict[str,
     """glassllm tensors of ``glassllm_model`` (its weights or their gradients, by glassllm name)
     under its twin's names, in its layout (the tied head once, as the embedding)."""
     if glassllm_model.config.positions == "rotary":
-        from glassllm.hf import state_dict_to_hf
-
         return state_dict_to_hf(arrays, glassllm_model.config)
     return {torch_name(n): to_torch_layout(torch_name(n), a) for n, a in arrays.items()}
 

@@ -31,6 +31,11 @@ from typing import Any
 import common as C
 import numpy as np
 
+import glassllm
+from glassllm.data import get_batch
+from glassllm.kernels import compiled
+from glassllm.models.config import parameter_shapes
+
 # "matmul" and "check": the parent's helpers, the GFLOP/s probe and the equivalence check.
 SIDES = ("glassllm", "glassllm-numpy", "glassllm-stats", "torch", "torch-manual", "matmul", "check")
 DEFAULT_SIDES = ("glassllm", "torch")
@@ -54,8 +59,6 @@ def worker(args: argparse.Namespace) -> dict[str, Any]:
     size = args.size[0]
     if args.worker == "matmul":
         return matmul_rates(C.gpt_config(size, args.arch), args.matmul_n)
-    from glassllm.kernels import compiled
-
     C.prepare_worker(args)  # also the check side's allocator: its figures are not times
     with tempfile.TemporaryDirectory() as tmp:
         if args.worker == "glassllm-numpy":  # without the compiled kernels of the fast extra
@@ -82,9 +85,6 @@ def worker(args: argparse.Namespace) -> dict[str, Any]:
 
 def memory_use(args: argparse.Namespace, trainer: Any, model: Any, step: Any) -> dict[str, Any]:
     """``--memory``'s worker: resident MiB once the model is built, step peak, growth."""
-    import glassllm
-    from glassllm.data import get_batch
-
     if args.steps < 10 or args.forwards < 10:
         raise SystemExit("--memory: --steps and --forwards must be at least 10 (growth from 10th)")
     cfg = trainer.config
@@ -124,8 +124,6 @@ def equivalence(trainer: Any) -> dict[str, Any]:
     """Same weights, same batch: the loss and every gradient must agree (float32 tolerance)."""
     import torch
     from torch_gpt import torch_state, twin
-
-    from glassllm.data import get_batch
 
     cfg, model = trainer.config, trainer.model
     reference = twin(model)
@@ -167,8 +165,6 @@ def matmul_rates(config: Any, n: int) -> dict[str, float]:
 
 def block_matrices(config: Any) -> list[tuple[int, int]]:
     """(in, out) of each Linear weight of a block (GPT-2: qkv, projection, MLP up and down)."""
-    from glassllm.models.config import parameter_shapes
-
     shapes = parameter_shapes(config).items()
     return [shape for name, shape in shapes if name.startswith("blocks.0.") and len(shape) == 2]
 
