@@ -49,9 +49,7 @@ def api_rows(workdir: Path, repeat: int, generate: int, size: str) -> dict[str, 
         run._inspections.clear()  # a new text each time: no cached trace
         return encode_json(api.inspect(run, {"ids": ids}))
 
-    def attention() -> bytes:
-        return encode_json(api.attention(run, {"ids": ids, "layer": 0}))
-
+    attention = lambda: encode_json(api.attention(run, {"ids": ids, "layer": 0}))
     rows = {}
     without = " without attention" if big else ""
     for name, fn in [("inspect", inspect), ("attention of one layer", attention)][: 1 + big]:
