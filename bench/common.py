@@ -67,7 +67,7 @@ def gpt_config(size: str, arch: str = "gpt2") -> Any:
 
 def main(bench: ModuleType, argv: Sequence[str] | None = None) -> int:
     """The command line of module ``bench``: its ``SIDES``, ``DEFAULT_SIDES``, ``add_arguments``,
-    ``worker(args)`` (a payload; None on an MPI rank that does not report) and ``parent(args)``
+    ``worker(args)`` (a payload) and ``parent(args)``
     (``{run key: run}``, each run in the one shape that :func:`render` reads)."""
     name = Path(bench.__file__).stem
     parser = argparse.ArgumentParser(
@@ -99,9 +99,7 @@ def main(bench: ModuleType, argv: Sequence[str] | None = None) -> int:
 
     args = parse(argv)
     if args.worker:
-        payload = bench.worker(args)
-        if payload is not None:
-            print(JSON_MARKER + json.dumps(payload), flush=True)
+        print(JSON_MARKER + json.dumps(bench.worker(args)), flush=True)
         return 0
     args.script = Path(bench.__file__).resolve()
     args.run_inline = lambda argv: json.loads(json.dumps(bench.worker(parse(argv))))
@@ -154,16 +152,16 @@ def alternate(
     results: dict[str, list[dict[str, Any]]] = {side: [] for side in args.sides}
     for r in range(args.rounds):
         for side in args.sides[::-1] if flip and r % 2 else args.sides:
-            runs = results[side]
-            runs.append(run_side(args, side, threads, *extra))
-            shown = {k: v for k, v in runs[-1].items() if isinstance(v, float)}
+            results[side].append(run_side(args, side, threads, *extra))
+            shown = {k: v for k, v in results[side][-1].items() if isinstance(v, float)}
             print(f"  round {r + 1}/{args.rounds} {side}: {fmt_dict(shown)}", flush=True)
     return results
 
 
 def prepare_worker(args: argparse.Namespace) -> None:
-    """A torch side's thread count, or glassllm's allocator tuned as ``glassllm train`` tunes it."""
-    if args.worker.startswith(("torch", "transformers")):
+    """A torch side's thread count (torch*, transformers, nanogpt), or for any other side the
+    allocator tuned as ``glassllm train`` tunes it."""
+    if args.worker.startswith(("torch", "transformers", "nanogpt")):
         set_torch_threads(args.threads)
     else:
         from glassllm.app.allocator import tune_allocator
@@ -183,16 +181,11 @@ def set_torch_threads(threads: int) -> None:
 # ----------------------------------------------------------------------------- training steps
 
 
-def glassllm_trainer(
-    workdir: Path, size: str, seed: int = 0, tuned: bool = True, **overrides: Any
-) -> Any:
+def glassllm_trainer(workdir: Path, size: str, seed: int = 0, **overrides: Any) -> Any:
     """The shipped Trainer on ``size`` over uniform random text (a step's time does not depend on
-    it) under ``workdir``; ``tuned``: the allocator as ``glassllm train`` tunes it."""
-    from glassllm.app.allocator import tune_allocator
+    it) under ``workdir``."""
     from glassllm.app.train import TrainConfig, Trainer
 
-    if tuned:
-        tune_allocator()
     workdir.mkdir(parents=True, exist_ok=True)
     if "data" not in overrides:
         alphabet = np.array([chr(48 + i) for i in range(VOCAB_SIZE)])
@@ -259,7 +252,9 @@ def summarise(
             sides[side][figure] = median(v) if numbers else v[0]
             ours = [p.get(figure) for p in rounds.get(baseline, [])]
             if figure in ratios and side != baseline and ours and all(v):  # no 0 to divide by
-                sides[side][f"{baseline} / side, {figure}"] = paired_ratio(ours, v)
+                # the median of per-round ratios: drift between rounds cancels within each pair
+                ratio = median([a / b for a, b in zip(ours, v, strict=True)])
+                sides[side][f"{baseline} / side, {figure}"] = ratio
     return sides
 
 
@@ -267,17 +262,8 @@ def summarise_groups(rounds: dict[str, list[dict]], **options: Any) -> dict[str,
     """:func:`summarise` for workers that report ``{group: payload}``: ``{group: {side: ...}}``,
     each group over the sides that reported it."""
     groups = dict.fromkeys(group for payloads in rounds.values() for group in payloads[0])
-    return {
-        group: summarise(
-            {s: [p[group] for p in ps] for s, ps in rounds.items() if group in ps[0]}, **options
-        )
-        for group in groups
-    }
-
-
-def paired_ratio(numerators: Sequence[float], denominators: Sequence[float]) -> float:
-    """Median of per-round ratios: drift between rounds cancels within each pair."""
-    return median([a / b for a, b in zip(numerators, denominators, strict=True)])
+    sides_of = lambda g: {s: [p[g] for p in ps] for s, ps in rounds.items() if g in ps[0]}
+    return {group: summarise(sides_of(group), **options) for group in groups}
 
 
 def time_calls(fn: Callable[[], Any], repeats: int, warmup: int = 0) -> list[float]:
@@ -303,10 +289,6 @@ def peak_rss_bytes() -> int:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
 
 
-def minor_faults() -> int:
-    return resource.getrusage(resource.RUSAGE_SELF).ru_minflt
-
-
 def high_water_bytes(during: Callable[[], Any] | None = None) -> int:
     """Peak resident set size of this address space (VmHWM; ``ru_maxrss`` survives exec); with
     ``during``, the peak while it runs (the lifetime peak where the kernel refuses the reset)."""
@@ -328,10 +310,8 @@ def report() -> None:
     text = path.read_text()
     for result in sorted(RESULTS_DIR.glob("*.json")):
         body = render(json.loads(result.read_text())["runs"])
-        block = rf"(<!-- generated:{result.stem} -->\n).*?(<!-- /generated:{result.stem} -->)"
-        text = re.sub(
-            block, lambda m, body=body: m.group(1) + body + "\n" + m.group(2), text, flags=re.S
-        )
+        block = rf"(?<=<!-- generated:{result.stem} -->\n).*?(?=<!-- /generated:{result.stem} -->)"
+        text = re.sub(block, lambda _, body=body: body + "\n", text, flags=re.S)
     path.write_text(text)
     print(f"updated {path}")
 
@@ -386,13 +366,6 @@ def fmt_dict(values: dict[str, Any]) -> str:
     return ", ".join(f"{k}={fmt(v)}" for k, v in values.items())
 
 
-def table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
-    """A GitHub-markdown table (also readable in a terminal)."""
-    lines = ["| " + " | ".join(headers) + " |", "|" + "|".join("---" for _ in headers) + "|"]
-    lines += ["| " + " | ".join(fmt(c) for c in row) + " |" for row in rows]
-    return "\n".join(lines)
-
-
 def render(runs: dict[str, Any]) -> str:
     """A result file as markdown. Every run has one shape: ``machine``, ``config`` (what it held
     fixed), ``group`` (the heading of its groups' keys: threads, size, op...), ``groups``
@@ -401,23 +374,17 @@ def render(runs: dict[str, Any]) -> str:
     runs when there are several), one table of every run's rows with a column per figure that is
     a number, a word or a list of numbers (a table per kind of group), the notes."""
     several = len(runs) > 1
-    keys = [
-        (g, side) for run in runs.values() for g, sides in run["groups"].items() for side in sides
-    ]
+    keys = [(g, s) for run in runs.values() for g, sides in run["groups"].items() for s in sides]
     named = len(set(keys)) < len(keys)  # a run column where groups and sides do not tell them
     text = []
     lines_of = (lambda run: machine_line(run["machine"]), lambda run: fmt_dict(run["config"]) + ".")
     for line_of in lines_of:
-        lines: dict[str, list[str]] = {}  # each line once, naming the runs it is true of
+        seen: dict[str, list[str]] = {}  # each line once, naming the runs it is true of
         for name, run in runs.items():
-            lines.setdefault(line_of(run), []).append(name)
-        text += [
-            f"{', '.join(names)}: {line}" if several else line for line, names in lines.items()
-        ]
-    by_heading: dict[str, list[str]] = {}  # one table per kind of group, for a mixed file
-    for name, run in runs.items():
-        by_heading.setdefault(run["group"], []).append(name)
-    for heading, names in by_heading.items():
+            seen.setdefault(line_of(run), []).append(name)
+        text += [f"{', '.join(names)}: {line}" if several else line for line, names in seen.items()]
+    for heading in dict.fromkeys(run["group"] for run in runs.values()):  # a table per kind
+        names = [name for name, run in runs.items() if run["group"] == heading]
         columns = figure_names([sides for name in names for sides in runs[name]["groups"].values()])
         rows = []
         for name in names:
@@ -426,7 +393,9 @@ def render(runs: dict[str, Any]) -> str:
                 for side, figures in sides.items():
                     cells = [fmt(figures.get(f, "-"), formats.get(f, "")) for f in columns]
                     rows.append([name] * named + [group, side, *cells])
-        text.append(table(["run"] * named + [heading, "side", *columns], rows))
+        header = ["run"] * named + [heading, "side", *columns]  # GitHub markdown, terminal-readable
+        lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
+        text.append("\n".join(lines + ["| " + " | ".join(row) + " |" for row in rows]))
     return "\n\n".join(text + [note for run in runs.values() for note in run.get("notes", [])])
 
 

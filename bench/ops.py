@@ -109,7 +109,7 @@ def worker(args: argparse.Namespace) -> dict[str, Any]:
     C.prepare_worker(args)
     if torch_side:
         import torch
-    rng = np.random.default_rng(0)
+    rng, side_array = np.random.default_rng(0), torch.from_numpy if torch_side else np.asarray
     results = {}
     for name, shapes in CASES.items():
         if args.only and not any(s in name for s in args.only.split(",")):
@@ -117,8 +117,7 @@ def worker(args: argparse.Namespace) -> dict[str, Any]:
         arrays = {k: rng.standard_normal(s, dtype=np.float32) for k, s in shapes.items()}
         ids = rng.integers(0, V, size=(B, T), dtype=np.int64)
         fn, leaves = case(name, arrays, ids, torch_side)
-        upstream = rng.standard_normal(tuple(fn().shape), dtype=np.float32)
-        upstream = torch.from_numpy(upstream) if torch_side else upstream
+        upstream = side_array(rng.standard_normal(tuple(fn().shape), dtype=np.float32))
 
         def call(fn=fn, leaves=leaves, upstream=upstream) -> None:
             fn().backward(upstream)
@@ -127,10 +126,7 @@ def worker(args: argparse.Namespace) -> dict[str, Any]:
 
         results[name] = {"fwd+bwd µs": timed(call, args.budget), "fwd µs": timed(fn, args.budget)}
     # The matrix product alone, at the MLP's up-projection shape: the floor under "linear E->4E".
-    a = rng.standard_normal((B * T, E), dtype=np.float32)
-    b = rng.standard_normal((E, 4 * E), dtype=np.float32)
-    if torch_side:
-        a, b = torch.from_numpy(a), torch.from_numpy(b)
+    a, b = (side_array(rng.standard_normal(s, dtype=np.float32)) for s in [(B * T, E), (E, 4 * E)])
     results["matmul (B*T,E)@(E,4E) only"] = {"fwd µs": timed(lambda: a @ b, args.budget)}
     return results
 

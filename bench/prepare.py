@@ -14,7 +14,6 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
-import sys
 import tempfile
 import time
 from pathlib import Path
@@ -46,20 +45,20 @@ def synthetic_corpus(root: Path, megabytes: float) -> None:
     (root / "tokenizer.json").write_text(train_bpe(text, 512).to_json())
 
 
-def sparse_corpus(root: Path, tokens: int) -> None:
-    """A prepared directory of ``tokens`` zero ids (end of text) in sparse 100M-token shards."""
+def sparse_corpus(root: Path, tokens: int) -> str:
+    """A prepared directory ``root`` of ``tokens`` zero ids (end of text) in sparse 100M-token
+    shards."""
     from glassllm.data.prepare import FORMAT, VERSION
 
+    root.mkdir()
     splits = {}
     for split, count in (("train", tokens), ("val", 10**6)):
         shards = []
         for start in range(0, count, 10**8):
-            n, digest = min(10**8, count - start), hashlib.sha256()
-            for done in range(0, n, 1 << 24):
-                digest.update(bytes(2 * min(1 << 24, n - done)))
-            shards.append({"name": f"{split}_{len(shards):05d}.bin", "tokens": n})
-            shards[-1]["sha256"] = digest.hexdigest()
-            with open(root / shards[-1]["name"], "wb") as f:
+            n, name = min(10**8, count - start), f"{split}_{len(shards):05d}.bin"
+            digest = hashlib.sha256(bytes(2 * n)).hexdigest()  # at most 200 MB at a time
+            shards.append({"name": name, "tokens": n, "sha256": digest})
+            with open(root / name, "wb") as f:
                 f.truncate(2 * n)
         splits[split] = {"tokens": count, "characters": count, "shards": shards}
     tokenizer = {"type": "char", "chars": "".join(map(chr, range(65)))}
@@ -67,11 +66,13 @@ def sparse_corpus(root: Path, tokens: int) -> None:
     (root / "manifest.json").write_text(
         json.dumps(manifest | dict(tokenizer=tokenizer, splits=splits))
     )
+    return str(root)
 
 
 def worker(args: argparse.Namespace) -> dict[str, Any]:
     corpus, start = Path(args.corpus), time.perf_counter()
     if args.worker == "rss":
+        C.prepare_worker(args)
         options = dict(max_iters=100, eval_iters=20, eval_interval=100, tokenizer="char")
         C.glassllm_trainer(corpus / "run", "micro", data=str(corpus), **options).fit(progress=False)
         return {"RSS after (MB)": C.rss_bytes() / 1e6, "peak RSS (MB)": C.peak_rss_bytes() / 1e6}
@@ -111,11 +112,8 @@ def parent(args: argparse.Namespace) -> dict[str, dict[str, Any]]:
     with tempfile.TemporaryDirectory(prefix="glassllm-prepare-bench-") as scratch:
         groups = {}
         for tokens in map(int, args.tokens if "rss" in args.sides else []):
-            (Path(scratch) / str(tokens)).mkdir()
-            sparse_corpus(Path(scratch) / str(tokens), tokens)
-            groups[f"{tokens:.0e}"] = {
-                "rss": C.run_side(args, "rss", 1, "--corpus", f"{scratch}/{tokens}")
-            }
+            corpus = sparse_corpus(Path(scratch) / str(tokens), tokens)
+            groups[f"{tokens:.0e}"] = {"rss": C.run_side(args, "rss", 1, "--corpus", corpus)}
         if groups:
             runs["rss"] = dict(
                 config={"model": "micro", "steps": 100}, group="tokens", groups=groups
@@ -129,5 +127,4 @@ def parent(args: argparse.Namespace) -> dict[str, dict[str, Any]]:
     return runs
 
 
-if __name__ == "__main__":
-    sys.exit(C.main(sys.modules[__name__]))
+C.run_as_script(__name__)

@@ -77,8 +77,7 @@ def token_rates(args: argparse.Namespace, block_size: int) -> dict[str, float]:
         model = GPT(config, rng=np.random.default_rng(SEED))
         rng, use_cache = np.random.default_rng(SEED), args.worker == "glassllm-cache"
         prompt = np.zeros((1, 1), dtype=np.int64)
-        for _ in model.generate_stream(prompt, 8, rng=rng, use_cache=use_cache):
-            pass
+        list(model.generate_stream(prompt, 8, rng=rng, use_cache=use_cache))  # warm-up
         stream = model.generate_stream(prompt, 2 * block_size - 1, rng=rng, use_cache=use_cache)
         tokens = [time.perf_counter()] + [time.perf_counter() for _ in stream]
     fill, slide = np.diff(tokens[:block_size]), np.diff(tokens[block_size - 1 :])
@@ -176,8 +175,7 @@ def hf_parent(args: argparse.Namespace) -> dict[str, dict[str, Any]]:
                 ids |= {tuple(sides[side].pop("ids"))} | {tuple(r["ids"]) for r in runs}
     config = shape | dict(prompt_tokens=args.prompt_tokens, new_tokens=args.new_tokens)
     note = f"{args.shape}: greedy; the same ids across engines and runs: {len(ids) == 1}."
-    run = dict(config=config, group="threads", groups=groups, notes=[note])
-    return {f"hf {args.shape}": run}
+    return {f"hf {args.shape}": dict(config=config, group="threads", groups=groups, notes=[note])}
 
 
 C.run_as_script(__name__)

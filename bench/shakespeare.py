@@ -49,12 +49,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def estimate(loss: Loss, trainer: Any) -> dict[str, float]:
     """``Trainer.evaluate`` for any model: the mean loss of the same eval_iters batches."""
     cfg, out = trainer.config, {}
+    shape = (cfg.block_size, cfg.batch_size)
     for index, split in enumerate(("train", "val")):
         data, rng = getattr(trainer.corpus, split), np.random.default_rng([cfg.seed, 2, index])
-        batches = [
-            get_batch(data, cfg.block_size, cfg.batch_size, rng) for _ in range(cfg.eval_iters)
-        ]
-        out[split] = sum(loss(x, y) for x, y in batches) / cfg.eval_iters
+        losses = [loss(*get_batch(data, *shape, rng)) for _ in range(cfg.eval_iters)]
+        out[split] = sum(losses) / cfg.eval_iters
     return out
 
 
@@ -72,7 +71,6 @@ def train_torch(args: argparse.Namespace, trainer: Any) -> tuple[Loss, list, lis
     import torch
     from torch_gpt import TorchGPT
 
-    C.set_torch_threads(args.threads)
     cfg = trainer.config
     torch.manual_seed(args.seed)
     model = TorchGPT(trainer.model.config, gelu="none")
@@ -106,9 +104,10 @@ FRAMEWORK["nanogpt"] = "nanoGPT in PyTorch (own RNG)"
 def worker(args: argparse.Namespace) -> dict[str, Any]:
     from glassllm import no_grad
 
+    C.prepare_worker(args)
     with tempfile.TemporaryDirectory() as tmp:
         trainer = C.glassllm_trainer(
-            Path(tmp), args.size, args.seed, args.worker.startswith("glassllm"), data=args.data,
+            Path(tmp), args.size, args.seed, data=args.data,
             max_iters=args.max_iters, eval_interval=args.eval_interval,
             eval_iters=args.eval_iters, tokenizer=args.tokenizer, vocab_size=args.vocab_size,
             arch="llama" if args.worker == "glassllm-llama" else "gpt2",
@@ -156,18 +155,14 @@ FORMATS = dict.fromkeys(LOSSES, ".4f") | dict.fromkeys(["val bits/char", "train 
 
 def parent(args: argparse.Namespace) -> dict[str, dict[str, Any]]:
     if args.data not in ("builtin", "shakespeare") and not Path(args.data).is_file():
-        raise SystemExit(
-            f"bench/shakespeare.py: --data {args.data}: no such file (or: shakespeare)"
-        )
-    runs = {}
+        raise SystemExit(f"--data {args.data}: no such file (or: shakespeare)")
+    runs, config = {}, dict(data=args.data, max_iters=args.max_iters, target_val_loss=args.target)
     for side in args.sides:
         figures = C.run_side(args, side, args.threads[0])
         evals = ", ".join(f"{e['iter']}: {e['val']:.3f}" for e in figures["evals"])
-        name, config = f"{side} seed {args.seed}", dict(data=args.data, max_iters=args.max_iters)
-        run = dict(config=config | {"target_val_loss": args.target}, group="seed")
-        run |= dict(formats=FORMATS, groups={str(args.seed): {side: figures}})
-        run["notes"] = [f"{name}, val loss estimated during training (iteration: loss): {evals}."]
-        runs[name] = run
+        name, groups = f"{side} seed {args.seed}", {str(args.seed): {side: figures}}
+        note = f"{name}, val loss estimated during training (iteration: loss): {evals}."
+        runs[name] = dict(config=config, group="seed", formats=FORMATS, groups=groups, notes=[note])
     return runs
 
 

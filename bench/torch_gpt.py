@@ -4,7 +4,7 @@ as nanoGPT on a CPU; generation without a key/value cache), built from a glassll
 (its vocab_size, block_size, n_layer, n_head, n_embd, bias) and two choices:
 ``attention`` "sdpa" (``F.scaled_dot_product_attention``) or "manual" (written out); ``gelu``
 "tanh" (glassllm's, so both compute the same loss from the same weights) or "none" (nanoGPT's
-exact erf). Names follow nanoGPT (:func:`torch_name`); Linear weights are (in, out) in glassllm
+exact erf). Names follow nanoGPT (``torch_name``); Linear weights are (in, out) in glassllm
 and (out, in) here (:func:`to_torch_layout`).
 """
 
@@ -17,6 +17,10 @@ import numpy as np
 import torch
 import torch.nn as nn
 from torch.nn import functional as F
+
+from glassllm.hf import config_to_hf, name_to_hf, state_dict_to_hf
+
+Output = tuple[torch.Tensor, torch.Tensor | None]  # (logits, loss: None without targets)
 
 
 class CausalSelfAttention(nn.Module):
@@ -80,21 +84,16 @@ class TorchGPT(nn.Module):
         )
         self.lm_head = nn.Linear(config.n_embd, config.vocab_size, bias=False)
         self.transformer.wte.weight = self.lm_head.weight  # weight tying, as nanoGPT
-        self.apply(self._init_weights)
+        for module in self.modules():  # nanoGPT's _init_weights, leaves in apply()'s order
+            if isinstance(module, (nn.Linear, nn.Embedding)):
+                torch.nn.init.normal_(module.weight, mean=0.0, std=0.02)
+            if isinstance(module, nn.Linear) and module.bias is not None:
+                torch.nn.init.zeros_(module.bias)
         for name, p in self.named_parameters():
             if name.endswith("c_proj.weight"):
                 torch.nn.init.normal_(p, mean=0.0, std=0.02 / math.sqrt(2 * config.n_layer))
 
-    @staticmethod
-    def _init_weights(module: nn.Module) -> None:
-        if isinstance(module, (nn.Linear, nn.Embedding)):
-            torch.nn.init.normal_(module.weight, mean=0.0, std=0.02)
-        if isinstance(module, nn.Linear) and module.bias is not None:
-            torch.nn.init.zeros_(module.bias)
-
-    def forward(
-        self, idx: torch.Tensor, targets: torch.Tensor | None = None
-    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+    def forward(self, idx: torch.Tensor, targets: torch.Tensor | None = None) -> Output:
         _, t = idx.size()
         pos = torch.arange(0, t, dtype=torch.long, device=idx.device)
         x = self.transformer.wte(idx) + self.transformer.wpe(pos)
@@ -103,10 +102,7 @@ class TorchGPT(nn.Module):
         x = self.transformer.ln_f(x)
         if targets is not None:
             logits = self.lm_head(x)
-            loss = F.cross_entropy(
-                logits.view(-1, logits.size(-1)), targets.view(-1), ignore_index=-1
-            )
-            return logits, loss
+            return logits, F.cross_entropy(logits.flatten(0, 1), targets.view(-1), ignore_index=-1)
         return self.lm_head(x[:, [-1], :]), None  # inference: the head on the last position only
 
     def configure_optimizer(
@@ -133,22 +129,14 @@ class TorchGPT(nn.Module):
         return idx
 
 
-_RENAMES = {"blocks.": "h.", "attn.qkv": "attn.c_attn", "attn.proj": "attn.c_proj"}
-_RENAMES |= {"mlp.fc": "mlp.c_fc", "mlp.proj": "mlp.c_proj"}
-# Weights that are Linear layers on both sides: (in, out) in glassllm, (out, in) in PyTorch.
-_LINEAR_WEIGHTS = ("c_attn.weight", "c_proj.weight", "c_fc.weight")
-
-
-def torch_name(glassllm_name: str) -> str:
-    """glassllm GPT parameter name -> nanoGPT's (the tied head is listed once, as the wte)."""
-    for ours, theirs in _RENAMES.items():
-        glassllm_name = glassllm_name.replace(ours, theirs)
-    return "transformer." + glassllm_name
+# glassllm GPT parameter name -> nanoGPT's, which are Hugging Face GPT-2's (the tied head once).
+torch_name = name_to_hf
 
 
 def to_torch_layout(name: str, array: np.ndarray) -> np.ndarray:
-    """A glassllm parameter (or its gradient) in PyTorch's layout, given the nanoGPT name."""
-    return array.T if name.endswith(_LINEAR_WEIGHTS) else array
+    """A glassllm parameter (or its gradient) in PyTorch's layout, given the nanoGPT name: the
+    weights of Linear layers on both sides are (in, out) in glassllm, (out, in) in PyTorch."""
+    return array.T if name.endswith(("c_attn.weight", "c_proj.weight", "c_fc.weight")) else array
 
 
 class TorchLlama(nn.Module):
@@ -160,18 +148,14 @@ class TorchLlama(nn.Module):
         super().__init__()
         import transformers
 
-        from glassllm.hf import config_to_hf
-
         hf_config = transformers.LlamaConfig(**config_to_hf(config))
         hf_config._attn_implementation = "eager" if attention == "manual" else "sdpa"
         llama = transformers.LlamaForCausalLM(hf_config)
         self.model, self.lm_head = llama.model, llama.lm_head  # the names of its files
 
-    def forward(
-        self, idx: torch.Tensor, targets: torch.Tensor | None = None
-    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+    def forward(self, idx: torch.Tensor, targets: torch.Tensor | None = None) -> Output:
         logits = self.lm_head(self.model(input_ids=idx, use_cache=False).last_hidden_state)
-        return logits, F.cross_entropy(logits.view(-1, logits.size(-1)), targets.view(-1))
+        return logits, F.cross_entropy(logits.flatten(0, 1), targets.view(-1))
 
     configure_optimizer = TorchGPT.configure_optimizer
 
@@ -180,8 +164,6 @@ def torch_state(glassllm_model: Any, arrays: dict[str, np.ndarray]) -> dict[str,
     """glassllm tensors of ``glassllm_model`` (its weights or their gradients, by glassllm name)
     under its twin's names, in its layout (the tied head once, as the embedding)."""
     if glassllm_model.config.positions == "rotary":
-        from glassllm.hf import state_dict_to_hf
-
         return state_dict_to_hf(arrays, glassllm_model.config)
     return {torch_name(n): to_torch_layout(torch_name(n), a) for n, a in arrays.items()}
 
@@ -191,21 +173,14 @@ def twin(glassllm_model: Any, **choices: Any) -> TorchGPT | TorchLlama:
     and weights (dtype: float32, or float64 when the glassllm GPT is float64). ``choices``:
     ``attention``, ``gelu``."""
     config = glassllm_model.config
-    if config.positions == "rotary":
-        model = TorchLlama(config, **choices)
-    else:
-        model = TorchGPT(config, **choices)
+    model = (TorchLlama if config.positions == "rotary" else TorchGPT)(config, **choices)
     weights = {name: p.data for name, p in glassllm_model.named_parameters()}
-    state = torch_state(glassllm_model, weights)
     if next(iter(weights.values())).dtype == np.float64:
         model = model.double()
-    targets = dict(model.named_parameters())
-    if set(state) != set(targets):  # the tied head is named once on both sides
-        raise KeyError(f"parameters differ: {sorted(set(state) ^ set(targets))}")
-    with torch.no_grad():
-        for name, target in targets.items():
-            array = np.ascontiguousarray(state[name])
-            if array.shape != tuple(target.shape):  # copy_ would broadcast
-                raise ValueError(f"{name}: {array.shape} does not fit {tuple(target.shape)}")
-            target.copy_(torch.from_numpy(array).to(target.dtype))
+    state = torch_state(glassllm_model, weights)
+    tensors = {name: torch.from_numpy(np.ascontiguousarray(a)) for name, a in state.items()}
+    missing, unexpected = model.load_state_dict(tensors, strict=False)  # a mis-shaped one raises
+    missing = set(missing) & set(dict(model.named_parameters()))  # the tied head is named once
+    if missing or unexpected:
+        raise KeyError(f"parameters differ: {sorted(missing | set(unexpected))}")
     return model

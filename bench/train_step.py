@@ -23,12 +23,18 @@ from __future__ import annotations
 
 import argparse
 import gc
+import resource
 import tempfile
 from pathlib import Path
 from typing import Any
 
 import common as C
 import numpy as np
+
+import glassllm
+from glassllm.data import get_batch
+from glassllm.kernels import compiled
+from glassllm.models.config import parameter_shapes
 
 # "matmul" and "check": the parent's helpers, the GFLOP/s probe and the equivalence check.
 SIDES = ("glassllm", "glassllm-numpy", "glassllm-stats", "torch", "torch-manual", "matmul", "check")
@@ -53,22 +59,16 @@ def worker(args: argparse.Namespace) -> dict[str, Any]:
     size = args.size[0]
     if args.worker == "matmul":
         return matmul_rates(C.gpt_config(size, args.arch), args.matmul_n)
-    from glassllm.kernels import compiled
-
+    C.prepare_worker(args)  # also the check side's allocator: its figures are not times
     with tempfile.TemporaryDirectory() as tmp:
         if args.worker == "glassllm-numpy":  # without the compiled kernels of the fast extra
             compiled.set_enabled(False)
         interval = args.stats_interval if args.worker == "glassllm-stats" else 0
-        tuned = args.worker.startswith("glassllm")
-        trainer = C.glassllm_trainer(
-            Path(tmp), size, tuned=tuned, stats_interval=interval, arch=args.arch
-        )
-        trainer.stats.path.parent.mkdir(parents=True, exist_ok=True)
-        trainer.stats.start(None)
+        trainer = C.glassllm_trainer(Path(tmp), size, stats_interval=interval, arch=args.arch)
+        trainer.stats.start(None)  # its file in the out_dir the Trainer made
         if args.worker == "check":
             return equivalence(trainer)
         if args.worker.startswith("torch"):
-            C.set_torch_threads(args.threads)
             attention = "manual" if args.worker == "torch-manual" else "sdpa"
             model, step = C.torch_step(trainer, attention=attention)
         else:
@@ -77,17 +77,14 @@ def worker(args: argparse.Namespace) -> dict[str, Any]:
         if args.memory:
             return memory_use(args, trainer, model, step)
         C.time_calls(step, repeats=0, warmup=args.warmup)
-        faults = C.minor_faults()
+        faults = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
         times = C.time_calls(step, repeats=args.steps)
-        faults = (C.minor_faults() - faults) / args.steps
+        faults = (resource.getrusage(resource.RUSAGE_SELF).ru_minflt - faults) / args.steps
         return {"ms/step": C.median(times) * 1e3, "minor faults/step": faults}
 
 
 def memory_use(args: argparse.Namespace, trainer: Any, model: Any, step: Any) -> dict[str, Any]:
     """``--memory``'s worker: resident MiB once the model is built, step peak, growth."""
-    import glassllm
-    from glassllm.data import get_batch
-
     if args.steps < 10 or args.forwards < 10:
         raise SystemExit("--memory: --steps and --forwards must be at least 10 (growth from 10th)")
     cfg = trainer.config
@@ -128,8 +125,6 @@ def equivalence(trainer: Any) -> dict[str, Any]:
     import torch
     from torch_gpt import torch_state, twin
 
-    from glassllm.data import get_batch
-
     cfg, model = trainer.config, trainer.model
     reference = twin(model)
     x, y = get_batch(trainer.corpus.train, cfg.block_size, cfg.batch_size, trainer.batch_rng)
@@ -163,18 +158,13 @@ def matmul_rates(config: Any, n: int) -> dict[str, float]:
     attention = [((BH, T, hs), (BH, hs, T)), ((BH, T, T), (BH, T, hs))] * 3
     layer = [p for shape in block_matrices(config) for p in linear(*shape)] + attention
     shapes = layer * config.n_layer + linear(E, V)
-    operands = [
-        (rng.standard_normal(s, dtype=np.float32), rng.standard_normal(t, dtype=np.float32))
-        for s, t in shapes
-    ]
+    operands = [tuple(rng.standard_normal(s, dtype=np.float32) for s in pair) for pair in shapes]
     floor = C.median(C.time_calls(lambda: [a @ b for a, b in operands], repeats=30, warmup=3))
     return {"np.matmul n³ GFLOP/s": rate, "BLAS floor ms": floor * 1e3}
 
 
 def block_matrices(config: Any) -> list[tuple[int, int]]:
     """(in, out) of each Linear weight of a block (GPT-2: qkv, projection, MLP up and down)."""
-    from glassllm.models.config import parameter_shapes
-
     shapes = parameter_shapes(config).items()
     return [shape for name, shape in shapes if name.startswith("blocks.0.") and len(shape) == 2]
 
@@ -205,7 +195,7 @@ def parent(args: argparse.Namespace) -> dict[str, dict[str, Any]]:
             config |= dict(arch="llama", n_kv_head=gpt_config.n_kv_head, mlp=gpt_config.mlp_hidden)
         flops = matmul_flops_per_step(gpt_config, C.BATCH_SIZE)
         config |= dict(rounds=args.rounds, steps=args.steps, matmul_gflop_per_step=flops / 1e9)
-        run = dict(config=config, group="threads", groups={}, notes=[])
+        run = runs[size] = dict(config=config, group="threads", groups={}, notes=[])
         if not args.no_check and any(s.startswith("torch") for s in args.sides):
             eq = C.run_side(args, "check", 1, "--size", size)
             run["notes"].append(
@@ -219,17 +209,15 @@ def parent(args: argparse.Namespace) -> dict[str, dict[str, Any]]:
             results = C.alternate(args, threads, "--size", size)
             probe.append(C.run_side(args, "matmul", threads, "--size", size))
             sides = C.summarise(results, ratios=["ms/step"])
-            ms = {side: [r["ms/step"] for r in rounds] for side, rounds in results.items()}
             for side, figures in sides.items():
                 figures["GFLOP/s"] = flops / (figures["ms/step"] / 1e3) / 1e9
-                figures["ms/step, per round"] = ms[side]
+                figures["ms/step, per round"] = [r["ms/step"] for r in results[side]]
             rate, floor = "np.matmul n³ GFLOP/s", "BLAS floor ms"  # the best of the probes
             sides["matmul"] = {
                 rate: max(r[rate] for r in probe),
                 floor: min(r[floor] for r in probe),
             }
             run["groups"][str(threads)] = sides
-        runs[size] = run
     return runs
 
 

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import argparse
 import tempfile
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -30,27 +29,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--sizes", nargs="+", default=["tiny", "mid"], choices=list(C.SIZES))
 
 
-def make_checkpoint(workdir: Path, size: str) -> Path:
-    """A run directory holding an untrained checkpoint of ``size`` and a one-line log."""
-    trainer = C.glassllm_trainer(workdir / size, size, max_iters=0)
-    trainer.save_checkpoint()
-    log = '{"iter": 0, "train_loss": 4.2, "val_loss": 4.2, "lr": 0.001}\n'
-    (trainer.out_dir / "log.jsonl").write_text(log)
-    return trainer.out_dir
-
-
-def timed(fn: Callable[[], Any], repeat: int) -> tuple[float, Any]:
-    """Median seconds of ``repeat`` calls of ``fn`` after one untimed call; and its result."""
-    return C.median(C.time_calls(fn, repeat, warmup=1)), fn()
-
-
-def api_rows(out_dir: Path, repeat: int, generate: int, size: str) -> dict[str, str]:
-    """{measurement: figure} of the API's answers on a full context, timed in this process."""
+def api_rows(workdir: Path, repeat: int, generate: int, size: str) -> dict[str, str]:
+    """{measurement: figure} of the API's answers on a full context, timed in this process, of
+    a run under ``workdir``: an untrained checkpoint of ``size`` and a one-line log."""
     from glassllm.app.view import api
     from glassllm.app.view.run import Run
     from glassllm.app.view.server import encode_json
 
-    run, config = Run(out_dir), C.SIZES[size]
+    trainer = C.glassllm_trainer(workdir / size, size, max_iters=0)
+    trainer.save_checkpoint()
+    log = '{"iter": 0, "train_loss": 4.2, "val_loss": 4.2, "lr": 0.001}\n'
+    (trainer.out_dir / "log.jsonl").write_text(log)
+    run, config = Run(trainer.out_dir), C.SIZES[size]
     tokens = config["block_size"]
     ids = [i % C.VOCAB_SIZE for i in range(tokens)]
     big = config["n_layer"] * config["n_head"] * tokens * tokens > api.ATTENTION_INLINE
@@ -59,29 +49,29 @@ def api_rows(out_dir: Path, repeat: int, generate: int, size: str) -> dict[str, 
         run._inspections.clear()  # a new text each time: no cached trace
         return encode_json(api.inspect(run, {"ids": ids}))
 
-    def attention() -> bytes:
-        return encode_json(api.attention(run, {"ids": ids, "layer": 0}))
-
+    attention = lambda: encode_json(api.attention(run, {"ids": ids, "layer": 0}))
     rows = {}
     without = " without attention" if big else ""
     for name, fn in [("inspect", inspect), ("attention of one layer", attention)][: 1 + big]:
-        seconds, body = timed(fn, repeat)  # attention: the page's request per layer
+        seconds, body = C.median(C.time_calls(fn, repeat, warmup=1)), fn()
         figure = f"{1e3 * seconds:.0f} ms ({len(body) / 1024:.0f} KiB)"
         what = f"{tokens} tokens{without if fn is inspect else ''}, server time incl. JSON"
         rows[f"{name}, {what} ({size})"] = figure
     if generate:
         request = {"prompt": "0", "max_new_tokens": generate, "seed": 1}
-        seconds, body = timed(lambda: api.generate(run, request), repeat)
+        generated = lambda: api.generate(run, request)
+        seconds, body = C.median(C.time_calls(generated, repeat, warmup=1)), generated()
         rows[f"generate {len(body['tokens'])} tokens ({size})"] = f"{seconds:.2f} s"
     return rows
 
 
 def worker(args: argparse.Namespace) -> dict[str, Any]:
     rows = {}
+    C.prepare_worker(args)
     with tempfile.TemporaryDirectory() as tmp:
         for size in args.sizes:
             generate = args.generate if size == args.sizes[0] else 0  # on the first only
-            rows |= api_rows(make_checkpoint(Path(tmp), size), args.repeat, generate, size)
+            rows |= api_rows(Path(tmp), args.repeat, generate, size)
         return {measurement: {"median": figure} for measurement, figure in rows.items()}
 
 

@@ -140,7 +140,7 @@ def test_the_torch_side_trains_as_the_trainer_does(bench, tmp_path, torch):
     computation)."""
     common, reference = bench("common"), bench("torch_gpt")
     common.set_torch_threads(1)
-    recipe = dict(seed=3, tuned=False, lr=3e-2, warmup_iters=0, max_iters=8)  # big updates
+    recipe = dict(seed=3, lr=3e-2, warmup_iters=0, max_iters=8)  # big updates
     trainer = common.glassllm_trainer(tmp_path / "a", "micro", **recipe)
     twin = common.glassllm_trainer(tmp_path / "b", "micro", **recipe)
     model, torch_step = common.torch_step(twin)
