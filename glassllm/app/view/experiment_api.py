@@ -294,7 +294,8 @@ def attribute(run: Run, body: dict[str, Any]) -> dict[str, Any]:
             model, ids, answer=answer, wrong=wrong, n_steps=steps, tokens=labels
         )
     else:
-        raise bad(f"method must be 'gradient_x_input' or 'integrated_gradients', got {shown(method)}")
+        methods = "'gradient_x_input' or 'integrated_gradients'"
+        raise bad(f"method must be {methods}, got {shown(method)}")
     if not np.all(np.isfinite(saliency.values)):
         raise ApiError(422, "the saliency is not finite for this prompt (the model overflowed)")
     return {
