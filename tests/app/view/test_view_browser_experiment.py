@@ -49,6 +49,9 @@ def test_patching_sweep_heatmaps_and_a_cell(page, server):
     page.click("#xp-patch-run")
     expect(page.locator("#alert-text")).to_contain_text("'de' is 2 tokens, not one")
     expect(page.locator("#xp-patch-run")).to_be_enabled()
+    page.fill("#xp-answer", "#46")  # a token id past the vocabulary
+    page.click("#xp-patch-run")
+    expect(page.locator("#alert-text")).to_contain_text("answer must be a token id in [0, 46)")
 
 
 def test_ablation_steering_and_attribution(page, server):

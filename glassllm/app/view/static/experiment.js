@@ -81,10 +81,11 @@ function continuation(title, prompt, tokens) {
   return box;
 }
 
-// An answer field: a whole number is a token id, anything else the text of one token.
+// An answer field: "#123" is token id 123, anything else the text of one token (a digit may
+// be a token of its own, so a bare number stays text).
 function tokenField(id) {
   const value = $(id).value;
-  return /^[0-9]+$/.test(value.trim()) && value.trim() === value ? Number(value) : value;
+  return /^#[0-9]+$/.test(value) ? Number(value.slice(1)) : value;
 }
 
 // ---------------------------------------------------------------- patching
@@ -105,13 +106,13 @@ async function runPatch() {
   // Colour: the share of the clean-minus-corrupted logit difference the patch restores.
   const restored = (v) => (span === 0 ? 0 : (v - corrupted) / span);
   const colour = (v) => signedColour(restored(v), 1);
-  $("xp-patch-status").textContent = `logit diff ${visibleAlone(answer.answer.text)} − ${visibleAlone(answer.wrong.text)}: clean ${clean.toFixed(3)}, corrupted ${corrupted.toFixed(3)}`;
-  const legend = () => scaleLegend("−1", "0 = corrupted · 1 = clean run (share of the logit difference restored)", (t) => signedColour(t, 1));
+  $("xp-patch-status").textContent = `logit diff '${visibleAlone(answer.answer.text)}' − '${visibleAlone(answer.wrong.text)}': clean ${clean.toFixed(3)}, corrupted ${corrupted.toFixed(3)}`;
+  const legend = () => scaleLegend("−1", "1: share of the logit difference restored (0 corrupted, 1 clean)", (t) => signedColour(t, 1));
   const layers = answer.resid.layers.map((l) => `L${l}`);
   heatmap($("xp-resid"), {
     values: answer.resid.values, rows: layers, cols: answer.resid.positions,
     rowTitle: "layer (resid_pre)", colTitle: "position (clean prompt's token)", colour, legend: legend(),
-    onCell: (r, c) => patchCell({ point: "resid_pre", layer: answer.resid.layers[r], pos: c }, `resid_pre L${answer.resid.layers[r]}, position ${c}`),
+    onCell: (r, c) => patchCell({ point: "resid_pre", layer: answer.resid.layers[r], pos: c }, `resid_pre L${answer.resid.layers[r]}, position ${c} '${visibleAlone(answer.resid.positions[c])}'`),
   });
   heatmap($("xp-heads"), {
     values: answer.heads.values, rows: answer.heads.layers.map((l) => `L${l}`), cols: answer.heads.heads,
@@ -240,7 +241,7 @@ async function runAttribution() {
   });
   const gap = sal.gap === null ? "" : ` (completeness gap ${sal.gap.toExponential(1)} at ${sal.n_steps} steps)`;
   $("xp-attr-out").replaceChildren(
-    el("h4", {}, `Direct logit attribution at the last token, ${visibleAlone(answer.answer.text)} over ${visibleAlone(answer.wrong.text)}`),
+    el("h4", {}, `Direct logit attribution at the last token: '${visibleAlone(answer.answer.text)}' over '${visibleAlone(answer.wrong.text)}'`),
     bars,
     el("h4", {}, `Input-token saliency: ${sal.method.replace(/_/g, " ")}${gap}`),
     text,
