@@ -6,11 +6,13 @@ attribution, with no page error or console error."""
 # ruff: noqa: F811
 
 import os
+import threading
 
 import pytest
 from test_view_browser import DOCS, Page, browser, out_dir, page, server, start  # noqa: F401
 from view_helpers import make_run
 
+from glassllm.app.view import api
 from glassllm.app.view import experiment_api as xp
 
 pytestmark = pytest.mark.browser
@@ -52,6 +54,28 @@ def test_patching_sweep_heatmaps_and_a_cell(page, server):
     page.fill("#xp-answer", "#46")  # a token id past the vocabulary
     page.click("#xp-patch-run")
     expect(page.locator("#alert-text")).to_contain_text("answer must be a token id in [0, 46)")
+
+
+def test_a_sweep_shows_computing_until_it_answers(page, monkeypatch):
+    from playwright.sync_api import expect
+
+    release = threading.Event()
+    sweep = api.ROUTES[("POST", "/api/experiment/patch")][0]
+
+    def held(run, body):  # the sweep waits for the test: the page's state while it computes
+        assert release.wait(60)
+        return sweep(run, body)
+
+    monkeypatch.setitem(api.ROUTES, ("POST", "/api/experiment/patch"), (held, True))
+    open_tab(page)
+    page.click("#xp-patch-run")
+    expect(page.locator("#xp-patch-status")).to_have_text("computing…")
+    expect(page.locator("#xp-patch-status")).to_have_class("muted computing")
+    expect(page.locator("#xp-patch-run")).to_be_disabled()
+    release.set()
+    expect(page.locator("#xp-resid .xp-cell")).to_have_count(16)
+    expect(page.locator("#xp-patch-status")).to_contain_text("clean")
+    expect(page.locator("#xp-patch-run")).to_be_enabled()
 
 
 def test_ablation_steering_and_attribution(page, server):

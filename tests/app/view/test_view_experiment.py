@@ -6,6 +6,8 @@ import json
 
 import numpy as np
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from view_helpers import make_run
 
 from glassllm import interp
@@ -273,3 +275,37 @@ def test_the_server_routes_them_and_answers_errors_as_json(run):
     finally:
         server.shutdown()
         server.server_close()
+
+
+VALUES = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.integers(-3, 70),
+    st.floats(allow_nan=True, allow_infinity=True),
+    st.sampled_from(["", "d", "de", "def f1(x", "def f2(x", "\u0665", "x" * 40, "zq", "#3"]),
+    st.lists(st.one_of(st.integers(-1, 3), st.sampled_from(["attn", "mlp", "x"])), max_size=3),
+    st.lists(st.lists(st.integers(-1, 3), max_size=3), max_size=3),
+)
+FIELDS = [
+    "clean", "corrupted", "answer", "wrong", "point", "layer", "pos", "head", "prompt", "heads",
+    "neurons", "layers", "how", "max_new_tokens", "seed", "temperature", "positive", "negative",
+    "strength", "method", "n_steps",
+]  # fmt: skip
+
+
+@settings(
+    max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(
+    route=st.sampled_from(sorted(xp.ROUTES)),
+    body=st.dictionaries(st.sampled_from(FIELDS), VALUES, max_size=8),
+)
+def test_any_body_is_an_answer_or_an_api_error(run, route, body):
+    body.setdefault("max_new_tokens", 2)
+    body.setdefault("n_steps", 2)
+    try:
+        answer = xp.ROUTES[route][0](run, body)
+    except ApiError as err:
+        assert err.status in (400, 422) and err.message
+    else:
+        assert isinstance(answer, dict)
