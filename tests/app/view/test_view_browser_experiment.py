@@ -35,6 +35,7 @@ def test_patching_sweep_heatmaps_and_a_cell(page, server):
     assert columns == ["d", "e", "f", "␣", "f", "1", "(", "x"]
     assert page.locator("#xp-resid .xp-row").all_inner_texts() == ["L0", "L1"]
     expect(page.locator("#xp-resid .xp-axis-y")).to_have_text("layer (resid_pre)")
+    expect(page.locator("#xp-patch-status")).to_contain_text("all of L0 patched − clean: ")
     expect(page.locator("#xp-heads .xp-legend .xp-swatch")).to_have_count(21)
     body = {"clean": "def f1(x", "corrupted": "def f2(x", "answer": ",", "wrong": ")"}
     with server.run.lock:

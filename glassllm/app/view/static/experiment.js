@@ -90,6 +90,12 @@ function tokenField(id) {
 
 // ---------------------------------------------------------------- patching
 
+// The sweep's exactness badge: patching all of layer 0's resid_pre is the clean run itself.
+function fullPatch(checks) {
+  const gap = checks.full_patch_gap;
+  return gap === undefined ? "" : ` · all of L0 patched − clean: ${gap.toExponential(1)}`;
+}
+
 async function runPatch() {
   const request = {
     clean: $("xp-clean").value,
@@ -106,7 +112,7 @@ async function runPatch() {
   // Colour: the share of the clean-minus-corrupted logit difference the patch restores.
   const restored = (v) => (span === 0 ? 0 : (v - corrupted) / span);
   const colour = (v) => signedColour(restored(v), 1);
-  $("xp-patch-status").textContent = `logit diff '${visibleAlone(answer.answer.text)}' − '${visibleAlone(answer.wrong.text)}': clean ${clean.toFixed(3)}, corrupted ${corrupted.toFixed(3)}`;
+  $("xp-patch-status").textContent = `logit diff '${visibleAlone(answer.answer.text)}' − '${visibleAlone(answer.wrong.text)}': clean ${clean.toFixed(3)}, corrupted ${corrupted.toFixed(3)}${fullPatch(answer.resid.checks)}`;
   const legend = () => scaleLegend("−1", "1: share of the logit difference restored (0 corrupted, 1 clean)", (t) => signedColour(t, 1));
   const layers = answer.resid.layers.map((l) => `L${l}`);
   heatmap($("xp-resid"), {
