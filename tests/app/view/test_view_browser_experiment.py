@@ -6,6 +6,7 @@ attribution, with no page error or console error."""
 # ruff: noqa: F811
 
 import os
+import shutil
 import threading
 
 import pytest
@@ -140,6 +141,24 @@ def test_experiment_screenshot(browser, tmp_path):
         opened.context.close()
         assert opened.errors == []
         assert (target / "view-experiment.png").stat().st_size > 5_000
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def test_no_checkpoint_no_experiment(browser, tmp_path, out_dir):
+    from playwright.sync_api import expect
+
+    shutil.copy(out_dir / "log.jsonl", tmp_path / "log.jsonl")
+    server = start(tmp_path)
+    try:
+        opened = Page(browser, f"http://127.0.0.1:{server.port}/")
+        expect(opened.page.locator("#info")).to_contain_text("no checkpoint yet")
+        open_tab(opened.page)
+        for button in ("#xp-patch-run", "#xp-abl-run", "#xp-steer-run", "#xp-attr-run"):
+            expect(opened.page.locator(button)).to_be_disabled()
+        opened.context.close()
+        assert opened.errors == []
     finally:
         server.shutdown()
         server.server_close()

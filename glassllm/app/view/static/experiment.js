@@ -264,6 +264,13 @@ export function showExperiment() {
   }
 }
 
+const BUTTONS = ["xp-patch-run", "xp-abl-run", "xp-steer-run", "xp-attr-run"];
+
+// Without a checkpoint (a run before its first evaluation) there is no model to experiment on.
+export function setExperimentEnabled(enabled) {
+  for (const id of BUTTONS) $(id).disabled = !enabled;
+}
+
 export function initExperiment() {
   $("xp-patch-run").addEventListener("click", runPatch);
   $("xp-abl-run").addEventListener("click", runAblation);

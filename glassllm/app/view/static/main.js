@@ -1,7 +1,7 @@
 // glassllm view: the page's entry point. Loads the run's info, wires the tabs and the panels.
 
 import { call, clearError } from "./api.js";
-import { initExperiment, showExperiment } from "./experiment.js";
+import { initExperiment, setExperimentEnabled, showExperiment } from "./experiment.js";
 import { initDashboard, redrawDashboard } from "./dashboard.js";
 import { initGraph, showGraph } from "./graph.js";
 import { initInside } from "./inside.js";
@@ -43,6 +43,7 @@ async function start() {
   if (!info.checkpoint) {
     $("generate").disabled = true;
     $("inspect").disabled = true;
+    setExperimentEnabled(false);
     showTab("training");
   }
   setInterval(followCheckpoint, 5000);
@@ -60,6 +61,7 @@ async function followCheckpoint() {
   state.vocab = info.checkpoint.vocab;
   $("generate").disabled = false;
   $("inspect").disabled = false;
+  setExperimentEnabled(true);
   $("info").textContent = `${describe(info)} · checkpoint updated to step ${info.checkpoint.iteration}`;
 }
 
