@@ -43,7 +43,7 @@ from urllib.parse import parse_qs, urlsplit
 
 from glassllm._text import finite_for_json
 
-from . import api
+from . import api, experiment_api
 from .connection import (
     JSON_TYPE,
     SECURITY_HEADERS,
@@ -55,6 +55,7 @@ from .connection import (
 from .fields import ApiError
 from .run import Run
 
+api.ROUTES.update(experiment_api.ROUTES)  # the Experiment tab's endpoints
 MAX_BODY = 64 * 1024
 LOOPBACK = ("127.0.0.1", "localhost", "::1")
 # URL path -> (package, file, content type): the only files ever served.
@@ -75,6 +76,7 @@ STATIC = {
             "inside.js",
             "dashboard.js",
             "graph.js",
+            "experiment.js",
         )
     },
 }

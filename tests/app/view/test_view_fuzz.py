@@ -41,6 +41,7 @@ TARGETS = [
     "/", "/index.html", "/main.js", "/style.css", "/graph_render.js", "/api/info",
     "/api/info?brief=1", "/api/log", "/api/log?since=2", "/api/graph/examples", "/api/generate",
     "/api/distribution", "/api/inspect", "/api/attention", "/api/neuron", "/api/graph",
+    "/api/experiment/patch", "/api/experiment/ablate", "/api/experiment/attribute",
     "/api/log?since=%zz", "/api/log?since=%00", "/api/log?since=\u0665", "/api/info?%",
     "/../../etc/passwd", "/%2e%2e/%2e%2e/etc/passwd", "/main.js%00", "//etc/passwd", "*",
     "http://127.0.0.1:{port}/api/info", "http://evil.example/api/info", "http://[::1/",

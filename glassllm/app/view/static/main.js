@@ -1,6 +1,7 @@
 // glassllm view: the page's entry point. Loads the run's info, wires the tabs and the panels.
 
 import { call, clearError } from "./api.js";
+import { initExperiment, setExperimentEnabled, showExperiment } from "./experiment.js";
 import { initDashboard, redrawDashboard } from "./dashboard.js";
 import { initGraph, showGraph } from "./graph.js";
 import { initInside } from "./inside.js";
@@ -14,6 +15,7 @@ function showTab(name) {
   document.querySelectorAll("section.tab").forEach((s) => { s.hidden = s.id !== `tab-${name}`; });
   if (name === "training") redrawDashboard();
   if (name === "graph") showGraph();
+  if (name === "experiment") showExperiment();
 }
 
 function describe(info) {
@@ -32,6 +34,7 @@ async function start() {
   initInside();
   initDashboard();
   initGraph();
+  initExperiment();
   const info = await call("/api/info");
   if (!info) { $("info").textContent = "cannot load the run"; return; }
   state.info = info;
@@ -40,6 +43,7 @@ async function start() {
   if (!info.checkpoint) {
     $("generate").disabled = true;
     $("inspect").disabled = true;
+    setExperimentEnabled(false);
     showTab("training");
   }
   setInterval(followCheckpoint, 5000);
@@ -57,6 +61,7 @@ async function followCheckpoint() {
   state.vocab = info.checkpoint.vocab;
   $("generate").disabled = false;
   $("inspect").disabled = false;
+  setExperimentEnabled(true);
   $("info").textContent = `${describe(info)} · checkpoint updated to step ${info.checkpoint.iteration}`;
 }
 
