@@ -76,8 +76,8 @@ def _claim(path: str, inputs: set[int], outputs: list[Tensor]) -> None:
 def record_modules(model: Module, prefix: str = "") -> Iterator[Module]:
     """Within the block, tag each operation of ``model``'s forward with the module that ran it
     and each parameter with its owner and name. ``prefix`` names ``model`` itself; without
-    one, its own operations stay untagged, drawn at the top level. The hooks are removed on leaving, even
-    after an exception."""
+    one, its own operations stay untagged, drawn at the top level. The hooks are removed on
+    leaving, even after an exception."""
     if not isinstance(model, Module):
         raise TypeError(f"record_modules needs a glassllm Module, got {type(model).__name__}")
     for name, parameter in model.named_parameters():
