@@ -3,7 +3,11 @@ test_view_browser.py): axis titles, legends, tick labels inside the chart, the c
 the attention heatmap labelled with the tokens, the logit lens's row labels kept in view."""
 
 import pytest
-from test_view_browser import browser, generate, out_dir, page, server  # noqa: F401  (fixtures)
+import test_view_browser as shared
+
+# The fixtures of test_view_browser.py, used here under the same names.
+browser, out_dir, server, page = shared.browser, shared.out_dir, shared.server, shared.page
+generate = shared.generate
 
 pytestmark = pytest.mark.browser
 
