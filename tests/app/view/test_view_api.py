@@ -639,3 +639,12 @@ def test_the_cli_and_the_viewer_share_the_sampling_bounds(run, out_dir, name, va
             config.validate()
         with pytest.raises(ValueError, match=name):
             SamplingOptions(**{name: value})
+
+
+def test_the_page_shows_a_byte_that_splits_a_character_as_its_byte():
+    from glassllm.app.view.run import _token_entry
+    from glassllm.data import ByteTokenizer
+
+    entry = _token_entry(ByteTokenizer(), 0xC3)  # the first byte of "é"
+    assert entry == {"id": 0xC3, "text": "<0xC3>", "repr": "'\\xc3'"}
+    assert _token_entry(ByteTokenizer(), ord("a"))["text"] == "a"
