@@ -91,6 +91,9 @@ def export_graph(
     labels = {id(t): name for name, t in (names or {}).items()}
     order = _parents_first(root)
     modules = [module_of(t) for t in order]
+    if not any(path for (path, _), t in zip(modules, order, strict=True) if t._backward):
+        # Not recorded (parameters keep the tags of an earlier recorded forward): no modules.
+        modules = [("", "")] * len(order)
     if any(t._backward is graph_consumed for t in order):
         raise ValueError(
             "export_graph: backward(retain_graph=False) has consumed this graph; export it "
