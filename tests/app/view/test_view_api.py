@@ -173,8 +173,10 @@ def test_info_and_log(run, out_dir):
     )
     everything = api.log(run, {})
     assert [e["iter"] for e in everything["evals"]] == [0, 20, 40, 60]
-    # every 2nd step, and the steps after evaluations (1, 21, 41) with histograms
-    assert len(everything["stats"]) == 30 + 3
+    # every 2nd step, the steps after evaluations (1, 21, 41) with histograms, and the last
+    # evaluation's (60) histograms on a line of their own
+    assert len(everything["stats"]) == 30 + 3 + 1
+    assert set(everything["stats"][-1]) == {"iter", "hist"}
     assert [e["iter"] for e in api.log(run, {"since": "20"})["evals"]] == [40, 60]
     assert error_of(api.log, run, {"since": "x"})[0] == 400
 
