@@ -48,7 +48,7 @@ function frameHeatmap() {
   const frame = el("div", { class: "attn-frame" });
   canvas.replaceWith(frame);
   frame.append(
-    el("span", { class: "axis attn-corner" }, "query ↓  key →"),
+    el("span", { class: "axis attn-corner" }, "key →\nquery ↓"),
     el("div", { class: "attn-keys", id: "attn-keys" }),
     el("div", { class: "attn-queries", id: "attn-queries" }),
     canvas,
