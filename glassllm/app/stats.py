@@ -151,6 +151,7 @@ class StepStats:
             "lr": _number(lr),
             "grad_norm": _number(grad_norm),
             "clipped": was_clipped(grad_norm, grad_clip),
+            "grad_clip": _number(grad_clip),  # the threshold the page draws (0: no clipping)
             "params": params,
         }
 
@@ -247,6 +248,21 @@ class StatsLog:
         record = self.stats.after_update(step, loss, lr, grad_norm, self.grad_clip)
         if hist is not None:
             record["hist"] = hist
+        return self._append(record)
+
+    def after_last_evaluation(self, iteration: int) -> dict[str, Any] | None:
+        """Append the weight histograms of the run's last evaluation, at ``iteration`` (no step
+        follows it, so none would carry them): ``{"iter": iteration + 1, "hist": ...}`` with
+        ``"g"`` None, no gradient having been computed at those weights. A resumed run drops
+        the line (``iter`` beyond the checkpoint's) and its first step writes the full one."""
+        if self.interval == 0:
+            return None
+        hist = {
+            name: {"w": histogram(param.data), "g": None} for name, param in self.stats.parameters
+        }
+        return self._append({"iter": int(iteration) + 1, "hist": hist})
+
+    def _append(self, record: dict[str, Any]) -> dict[str, Any]:
         line = json.dumps(record, allow_nan=False, separators=(",", ":")) + "\n"
         with open_regular(self.path, f"stats {str(self.path)!r}", "append") as file:
             file.write(line.encode("utf-8"))  # a FIFO put there meanwhile: refused, not waited on
@@ -266,6 +282,7 @@ _STATS_FIELDS = {
     "lr": (jsonl.number_or_null, "a number or null"),
     "grad_norm": (jsonl.number_or_null, "a number or null"),
     "clipped": (lambda v: isinstance(v, bool), "true or false"),
+    "grad_clip": (jsonl.number_or_null, "a number or null"),
     "params": (_ratios, "an object of [w_rms, grad_rms, log10_update_ratio]"),
     "hist": (lambda v: isinstance(v, dict), "an object"),
 }

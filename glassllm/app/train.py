@@ -388,6 +388,8 @@ class Trainer:
                             file=sys.stdout,
                         )
                     if self.iteration >= cfg.max_iters:
+                        if self.iteration == self.last_eval_iteration:
+                            self.stats.after_last_evaluation(self.iteration)
                         break
                     started = time.perf_counter()
                     loss = self.train_step(lr)

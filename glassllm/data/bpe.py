@@ -26,6 +26,7 @@ Files are read as every file glassllm reads (`glassllm._files`): regular files o
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable
 from functools import lru_cache
 from pathlib import Path
@@ -50,6 +51,10 @@ MAX_TOKENIZER_BYTES = 256 * 2**20
 class MissingDependencyError(ImportError, ValueError):
     """An optional package is not installed. Also a ValueError: the input asked for something this
     installation cannot do, which the command line reports in one line with exit status 2."""
+
+
+# SentencePiece's byte-fallback tokens: one byte each, written <0xNN>.
+_BYTE_FALLBACK = re.compile(r"<0x([0-9A-Fa-f]{2})>")
 
 
 class TokenizerError(ValueError):
@@ -221,14 +226,34 @@ class BPETokenizer:
             return f"<id {token_id} not in the tokenizer>"
         if token_id in self.special_tokens:
             return token
-        alphabet = byte_level_alphabet()
-        if not (self.byte_level and all(ch in alphabet for ch in token)):
+        raw = self._raw_bytes(token)
+        if raw is None:
             return repr(token)
-        raw = bytes(alphabet[ch] for ch in token)
         try:
             return repr(raw.decode("utf-8"))
         except UnicodeDecodeError:
             return repr(raw)[1:]
+
+    def token_bytes(self, token_id: int) -> bytes | None:
+        """The bytes one token stands for, or None where the token is not bytes (a special token,
+        a token of a tokenizer that is not byte-level, an id it does not know). A byte-level
+        token's GPT-2 stand-in characters map back to bytes; a byte-fallback token ``<0xC3>``
+        (SentencePiece's) is that byte."""
+        token_id = int(token_id)
+        if token_id in self.special_tokens:
+            return None
+        with _library("look up a token id"):
+            token = self.tokenizer.id_to_token(token_id)
+        return None if token is None else self._raw_bytes(token)
+
+    def _raw_bytes(self, token: str) -> bytes | None:
+        fallback = _BYTE_FALLBACK.fullmatch(token)
+        if fallback:
+            return bytes([int(fallback.group(1), 16)])
+        alphabet = byte_level_alphabet()
+        if not (self.byte_level and all(ch in alphabet for ch in token)):
+            return None
+        return bytes(alphabet[ch] for ch in token)
 
     def to_json(self) -> str:
         """The whole tokenizer as ``tokenizer.json`` text."""

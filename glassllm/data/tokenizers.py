@@ -31,6 +31,7 @@ The vocabulary travels inside the checkpoint: ``to_dict()`` gives a JSON-seriali
 
 from __future__ import annotations
 
+import codecs
 import math
 from collections.abc import Iterable
 from typing import Any, Protocol
@@ -168,6 +169,10 @@ class ByteTokenizer:
         """Printable ASCII bytes as their character (``'a'``), others as escapes (``'\\xe2'``)."""
         return repr(bytes([int(token_id)]))[1:]
 
+    def token_bytes(self, token_id: int) -> bytes:
+        """The one byte a token is."""
+        return bytes([int(token_id)])
+
     def to_dict(self) -> dict[str, Any]:
         return {"type": self.kind}
 
@@ -231,3 +236,29 @@ def tokenizer_from_dict(spec: dict[str, Any]) -> Tokenizer:
             raise ValueError("a 'bpe' tokenizer description needs its 'tokenizer_json' string")
         return BPETokenizer.from_json(text)
     raise ValueError(f"unknown tokenizer type {kind!r}; known: {', '.join(_BUILDABLE)}")
+
+
+def _hex_bytes(error: UnicodeError) -> tuple[str, int]:
+    """A codec error handler: bytes that are not UTF-8 shown as ``<0xNN>`` each."""
+    if not isinstance(error, UnicodeDecodeError):
+        raise error
+    bad = error.object[error.start : error.end]
+    return "".join(f"<0x{b:02X}>" for b in bad), error.end
+
+
+codecs.register_error("glassllm.hex_bytes", _hex_bytes)
+
+
+def token_text(tokenizer: Tokenizer, token_id: int) -> str:
+    """One token's text for display. A byte-level token that holds part of a UTF-8 character
+    (byte-level BPE splits characters; a byte tokenizer always does) shows its bytes as
+    ``<0xC3>``, never U+FFFD, which would make different tokens look alike; a whole character
+    and any other token show as ``decode`` gives them.
+
+    >>> token_text(ByteTokenizer(), 0xC3), token_text(ByteTokenizer(), ord("a"))
+    ('<0xC3>', 'a')
+    """
+    raw = getattr(tokenizer, "token_bytes", lambda _: None)(token_id)
+    if raw is None:
+        return tokenizer.decode([token_id])
+    return raw.decode("utf-8", errors="glassllm.hex_bytes")

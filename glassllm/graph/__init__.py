@@ -11,10 +11,12 @@
 
 `write_html(loss, "graph.html")` writes the same graph as a standalone page (open it in a browser,
 no server or internet needed); `glassllm.graph.examples` holds the four expressions of
-``glassllm view``'s graph panel.
+``glassllm view``'s graph panel. A model's forward run inside ``with record_modules(model):``
+is drawn with each module folded into one box that opens on click.
 """
 
 from glassllm.graph.export import export_graph, op_name, summarize
 from glassllm.graph.html import graph_html, write_html
+from glassllm.graph.modules import record_modules
 
-__all__ = ["export_graph", "op_name", "summarize", "graph_html", "write_html"]
+__all__ = ["export_graph", "op_name", "summarize", "graph_html", "write_html", "record_modules"]

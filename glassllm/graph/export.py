@@ -3,7 +3,8 @@
 `export_graph(root)` walks ``root.parents`` iteratively (a deep chain cannot hit Python's recursion
 limit) and returns a JSON-serialisable dict::
 
-    {"nodes": [{"id", "label", "op", "shape", "dtype", "value", "grad", "requires_grad"}, ...],
+    {"nodes": [{"id", "label", "op", "module", "shape", "dtype", "value", "grad",
+                "requires_grad"}, ...],
      "edges": [[parent_id, child_id], ...], "root": root_id}
 
 Nodes are listed parents first (a topological order); ``id`` is the position in that list.
@@ -16,6 +17,10 @@ The op name is the one the operation gave its result (``Tensor.from_op(..., name
 stored as ``tensor.op``: ``*``, ``exp``, ``layer_norm``). An operation built without a name (a
 user's own) is named from its vector-Jacobian product's ``__qualname__``: ``my_op.<locals>.vjp``
 -> ``my_op``. A leaf is ``"leaf"`` (it requires grad: a parameter or input) or ``"const"``.
+
+``module`` is the dotted path of the module whose forward produced the node (``blocks.0.attn``)
+when the forward ran inside `glassllm.graph.record_modules`, else ``""``; a parameter recorded so
+is labelled by its name (``weight``) unless ``names`` labels it.
 
 >>> import numpy as np
 >>> from glassllm import Tensor
@@ -38,6 +43,7 @@ import numpy as np
 
 from glassllm._text import finite_for_json
 from glassllm.autograd import graph_consumed, topological_order
+from glassllm.graph.modules import module_of
 from glassllm.tensor import Tensor
 
 # Tensors with at most this many elements are shown in full; larger ones as statistics.
@@ -84,6 +90,10 @@ def export_graph(
         raise TypeError(f"export_graph needs a Tensor, got {type(root).__name__}")
     labels = {id(t): name for name, t in (names or {}).items()}
     order = _parents_first(root)
+    modules = [module_of(t) for t in order]
+    if not any(path for (path, _), t in zip(modules, order, strict=True) if t._backward):
+        # Not recorded (parameters keep the tags of an earlier recorded forward): no modules.
+        modules = [("", "")] * len(order)
     if any(t._backward is graph_consumed for t in order):
         raise ValueError(
             "export_graph: backward(retain_graph=False) has consumed this graph; export it "
@@ -93,8 +103,9 @@ def export_graph(
     nodes = [
         {
             "id": i,
-            "label": labels.get(id(t), ""),
+            "label": labels.get(id(t), modules[i][1]),
             "op": op_name(t),
+            "module": modules[i][0],
             "shape": list(t.shape),
             "dtype": str(t.dtype),
             "value": summarize(t.data, max_full),

@@ -88,8 +88,106 @@ function nodeLines(node) {
   };
 }
 
-// Draw ``graph`` into ``container`` (an element); returns the <svg>.
-export function drawGraph(container, graph) {
+// Module paths a node may be folded into: each recorded path and its prefixes, except a
+// container of numbered children ("blocks" of "blocks.0"), which is never called itself.
+function modulePaths(graph) {
+  const paths = new Set();
+  for (const node of graph.nodes) {
+    const parts = node.module ? node.module.split(".") : [];
+    for (let k = 1; k <= parts.length; k++) {
+      if (k < parts.length && /^\d+$/.test(parts[k])) continue;
+      paths.add(parts.slice(0, k).join("."));
+    }
+  }
+  return paths;
+}
+
+// The box a module path is drawn in: its shortest foldable prefix not opened (null: none).
+function boxOf(path, paths, opened) {
+  const parts = path ? path.split(".") : [];
+  for (let k = 1; k <= parts.length; k++) {
+    const prefix = parts.slice(0, k).join(".");
+    if (paths.has(prefix) && !opened.has(prefix)) return prefix;
+  }
+  return null;
+}
+
+// ``graph`` with each module not in ``opened`` folded into one node (op "module"), its
+// output's shape, value and gradient shown; edges between boxes listed once; parents first.
+export function foldModules(graph, opened = new Set()) {
+  const paths = modulePaths(graph);
+  const keyOf = graph.nodes.map((node) => {
+    const box = boxOf(node.module, paths, opened);
+    return box === null ? `n${node.id}` : `m${box}`;
+  });
+  const groups = new Map(); // key -> {members, path}
+  graph.nodes.forEach((node, i) => {
+    if (!groups.has(keyOf[i])) groups.set(keyOf[i], { members: [], path: keyOf[i][0] === "m" ? keyOf[i].slice(1) : null });
+    groups.get(keyOf[i]).members.push(i);
+  });
+  const keys = [...groups.keys()];
+  const index = new Map(keys.map((k, i) => [k, i]));
+  const leaving = new Set(graph.edges.filter(([p, c]) => keyOf[p] !== keyOf[c]).map(([p]) => p));
+  const seen = new Set();
+  const edges = [];
+  for (const [p, c] of graph.edges) {
+    const [a, b] = [index.get(keyOf[p]), index.get(keyOf[c])];
+    const folded = keyOf[p][0] === "m" || keyOf[c][0] === "m";
+    if (a === b || (folded && seen.has(`${a},${b}`))) continue;
+    seen.add(`${a},${b}`);
+    edges.push([a, b]);
+  }
+  // Parents first again (Kahn's algorithm, ties in the original order).
+  const indegree = keys.map(() => 0);
+  const out = keys.map(() => []);
+  for (const [a, b] of edges) { indegree[b]++; out[a].push(b); }
+  const order = [];
+  const ready = keys.map((_, i) => i).filter((i) => indegree[i] === 0);
+  while (ready.length) {
+    ready.sort((x, y) => x - y);
+    const i = ready.shift();
+    order.push(i);
+    for (const j of out[i]) if (--indegree[j] === 0) ready.push(j);
+  }
+  const position = new Map(order.map((i, k) => [i, k]));
+  const nodes = order.map((i, k) => {
+    const { members, path } = groups.get(keys[i]);
+    if (path === null) return { ...graph.nodes[members[0]], id: k, source: members[0] };
+    const exits = members.filter((m) => leaving.has(m) || m === graph.root);
+    const output = graph.nodes[exits.length ? exits[exits.length - 1] : members[members.length - 1]];
+    return { ...output, id: k, label: path, op: `module, ${members.length} nodes`, module: path,
+             folded: true };
+  });
+  return { nodes, edges: edges.map(([a, b]) => [position.get(a), position.get(b)]),
+           root: position.get(index.get(keyOf[graph.root])) };
+}
+
+// Draw ``graph`` into ``container``; a graph recorded with modules (glassllm.graph
+// .record_modules) starts with each module folded: click a box to open it, click one of
+// an opened module's nodes to fold it again. Returns the <svg>.
+export function drawGraph(container, graph, opened = new Set()) {
+  if (!graph.nodes.some((node) => node.module)) return drawFlat(container, graph);
+  const svg = drawFlat(container, foldModules(graph, opened));
+  const shown = foldModules(graph, opened).nodes;
+  svg.querySelectorAll("g.node").forEach((g) => {
+    const node = shown[Number(g.dataset.id)];
+    if (!node.module) return;
+    g.style.cursor = "pointer";
+    g.addEventListener("click", () => {
+      const next = new Set(opened);
+      if (node.folded) next.add(node.module);
+      else {
+        const inner = [...opened].filter((p) => node.module === p || node.module.startsWith(`${p}.`));
+        const close = inner.sort((a, b) => b.length - a.length)[0];
+        for (const p of opened) if (p === close || p.startsWith(`${close}.`)) next.delete(p);
+      }
+      drawGraph(container, graph, next);
+    });
+  });
+  return svg;
+}
+
+function drawFlat(container, graph) {
   const { col, columns } = layout(graph);
   const lines = graph.nodes.map(nodeLines);
   const heights = lines.map((l) => (2 + l.value.length + l.grad.length) * LINE_H + 12);
@@ -123,7 +221,7 @@ export function drawGraph(container, graph) {
     el("path", { d: `M${x1},${y1} C${mid},${y1} ${mid},${y2} ${x2},${y2}`, class: "edge" }, edges);
   }
   graph.nodes.forEach((node, i) => {
-    const kind = node.op === "leaf" ? "leaf" : node.op === "const" ? "const" : "op";
+    const kind = node.folded ? "module" : node.op === "leaf" ? "leaf" : node.op === "const" ? "const" : "op";
     const g = el("g", { class: `node ${kind}${i === graph.root ? " root" : ""}`,
                         transform: `translate(${x(i)},${y[i]})`, "data-id": i }, svg);
     el("rect", { width: widths[i], height: heights[i], rx: 6 }, g);
@@ -137,7 +235,8 @@ export function drawGraph(container, graph) {
     });
     // A <title> gives the full numbers on hover.
     const title = el("title", {}, g);
-    title.textContent = `${l.head}\n${l.shape}\ndata ${JSON.stringify(node.value)}\ngrad ${JSON.stringify(node.grad)}`;
+    const where = node.module ? `${node.folded ? "click to open" : `in ${node.module}`}\n` : "";
+    title.textContent = `${where}${l.head}\n${l.shape}\ndata ${JSON.stringify(node.value)}\ngrad ${JSON.stringify(node.grad)}`;
   });
   container.replaceChildren(svg);
   return svg;

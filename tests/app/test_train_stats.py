@@ -56,7 +56,7 @@ def test_stats_change_nothing_in_the_checkpoint(capsys, text_file, tmp_path):
     on = train(capsys, text_file, tmp_path / "on", "--max-iters", 25, "--stats-interval", 1)
     off = train(capsys, text_file, tmp_path / "off", "--max-iters", 25, "--stats-interval", 0)
     assert not (off / "stats.jsonl").exists()
-    assert len(lines(on / "stats.jsonl")) == 25
+    assert len(lines(on / "stats.jsonl")) == 25 + 1  # and the last evaluation's histograms
     a, b = read(on / "ckpt.safetensors"), read(off / "ckpt.safetensors")
     assert sorted(a.tensors) == sorted(b.tensors) and any(k.startswith("optim.") for k in a.tensors)
     for name, value in a.tensors.items():
@@ -83,12 +83,16 @@ def test_stats_lines_hold_the_step_and_histograms_after_each_evaluation(
         capsys, text_file, tmp_path, "--max-iters", 25, "--stats-interval", 4, "--grad-clip", "0.5"
     )
     records = lines(out / "stats.jsonl")
-    # every 4th step, and the first step after each evaluation (0, 10, 20) with histograms
-    assert [r["iter"] for r in records] == [1, 4, 8, 11, 12, 16, 20, 21, 24]
-    assert [r["iter"] for r in records if "hist" in r] == [1, 11, 21]
+    # every 4th step, and the first step after each evaluation (0, 10, 20) with histograms;
+    # the last evaluation (25), which no step follows, on a line of its own: weights only
+    assert [r["iter"] for r in records] == [1, 4, 8, 11, 12, 16, 20, 21, 24, 26]
+    assert [r["iter"] for r in records if "hist" in r] == [1, 11, 21, 26]
+    last = records.pop()
+    assert set(last) == {"iter", "hist"} and set(last["hist"]) == set(records[0]["hist"])
+    assert all(h["g"] is None and sum(h["w"][2]) > 0 for h in last["hist"].values())
     for record in records:
         assert set(record) >= {"iter", "loss", "lr", "grad_norm", "clipped", "params"}
-        assert record["clipped"] == (record["grad_norm"] > 0.5)
+        assert record["clipped"] == (record["grad_norm"] > 0.5) and record["grad_clip"] == 0.5
         assert len(record["params"]) == 2 + 2 * 6 + 1  # wte, wpe, 6 per block, ln_f
     assert set(records[0]["hist"]) == set(records[0]["params"])
     hist = records[0]["hist"]["blocks.0.attn.qkv.weight"]
@@ -173,6 +177,6 @@ def test_the_viewer_reads_what_the_trainer_wrote(capsys, text_file, tmp_path):
     run = Run(out)
     answer = api.log(run, {})
     assert [e["iter"] for e in answer["evals"]] == [0, 10, 12]
-    assert [s["iter"] for s in answer["stats"]] == [1, 5, 10, 11]
-    assert [s["iter"] for s in answer["stats"] if "hist" in s] == [1, 11]
+    assert [s["iter"] for s in answer["stats"]] == [1, 5, 10, 11, 13]
+    assert [s["iter"] for s in answer["stats"] if "hist" in s] == [1, 11, 13]
     assert api.info(run, {})["checkpoint"]["iteration"] == 12

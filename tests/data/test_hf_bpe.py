@@ -18,6 +18,7 @@ from glassllm.data import (
     tokenizer_from_dict,
     train_bpe,
 )
+from glassllm.data.tokenizers import token_text
 
 NON_ASCII = "naïve café — 日本語 🙂\r\n\t  x\n\n\n  y<|endoftext|>z\x00"
 
@@ -89,6 +90,29 @@ def test_token_repr(bpe):
     assert bpe.token_repr(first) in ("'é'", "'\\xc3'")
     assert bpe.token_repr(bpe.encode("\n")[0]) == "'\\n'"
     assert "not in the tokenizer" in bpe.token_repr(10_000)
+
+
+def test_token_text_shows_a_split_character_as_its_bytes_never_u_fffd(bpe):
+    ids = bpe.encode("🙂")  # unseen in training: one token per byte F0 9F 99 82
+    assert [token_text(bpe, i) for i in ids] == ["<0xF0>", "<0x9F>", "<0x99>", "<0x82>"]
+    assert [bpe.token_bytes(i) for i in ids] == [bytes([b]) for b in "🙂".encode()]
+    for i in bpe.encode(NON_ASCII):
+        assert "\ufffd" not in token_text(bpe, i)
+    whole = bpe.encode(" the")[-1]
+    assert token_text(bpe, whole) == bpe.decode([whole])  # whole characters show as decoded
+    assert token_text(bpe, 0) == "<|endoftext|>" and bpe.token_bytes(0) is None
+
+
+def test_token_text_of_byte_fallback_tokens_and_of_other_tokenizers():
+    tokenizers = optional("tokenizers")
+    vocab = {"<0xC3>": 0, "<0x41>": 1, "ab": 2, "a": 3, "b": 4}
+    fallback = BPETokenizer(tokenizers.Tokenizer(tokenizers.models.BPE(vocab, [("a", "b")])))
+    assert [token_text(fallback, i) for i in range(3)] == ["<0xC3>", "A", "ab"]
+    assert token_text(ByteTokenizer(), 0xC3) == "<0xC3>"
+    assert token_text(ByteTokenizer(), ord("é".encode()[1:2].decode("latin-1"))) == "<0xA9>"
+    assert token_text(ByteTokenizer(), ord("a")) == "a"
+    char = CharTokenizer.from_text("é\ufffd")
+    assert [token_text(char, i) for i in range(2)] == ["é", "\ufffd"]  # a real U+FFFD stays
 
 
 def test_characters_per_token(bpe, corpus):

@@ -25,6 +25,7 @@ from glassllm.app.run_state import SavedRun
 from glassllm.app.sample import open_checkpoint, opened_run
 from glassllm.app.stats import read_stats
 from glassllm.data import Tokenizer
+from glassllm.data.tokenizers import token_text
 from glassllm.models import GPT
 from glassllm.models.inspect import Inspection, inspect
 from glassllm.models.source import ModelSource
@@ -221,7 +222,7 @@ def _token_entry(tokenizer: Tokenizer, token_id: int) -> dict[str, Any]:
     try:
         return {
             "id": token_id,
-            "text": tokenizer.decode([token_id]),
+            "text": token_text(tokenizer, token_id),
             "repr": tokenizer.token_repr(token_id),
         }
     except (ValueError, IndexError, KeyError):

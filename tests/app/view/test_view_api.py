@@ -173,8 +173,10 @@ def test_info_and_log(run, out_dir):
     )
     everything = api.log(run, {})
     assert [e["iter"] for e in everything["evals"]] == [0, 20, 40, 60]
-    # every 2nd step, and the steps after evaluations (1, 21, 41) with histograms
-    assert len(everything["stats"]) == 30 + 3
+    # every 2nd step, the steps after evaluations (1, 21, 41) with histograms, and the last
+    # evaluation's (60) histograms on a line of their own
+    assert len(everything["stats"]) == 30 + 3 + 1
+    assert set(everything["stats"][-1]) == {"iter", "hist"}
     assert [e["iter"] for e in api.log(run, {"since": "20"})["evals"]] == [40, 60]
     assert error_of(api.log, run, {"since": "x"})[0] == 400
 
@@ -639,3 +641,12 @@ def test_the_cli_and_the_viewer_share_the_sampling_bounds(run, out_dir, name, va
             config.validate()
         with pytest.raises(ValueError, match=name):
             SamplingOptions(**{name: value})
+
+
+def test_the_page_shows_a_byte_that_splits_a_character_as_its_byte():
+    from glassllm.app.view.run import _token_entry
+    from glassllm.data import ByteTokenizer
+
+    entry = _token_entry(ByteTokenizer(), 0xC3)  # the first byte of "é"
+    assert entry == {"id": 0xC3, "text": "<0xC3>", "repr": "'\\xc3'"}
+    assert _token_entry(ByteTokenizer(), ord("a"))["text"] == "a"

@@ -265,9 +265,10 @@ def test_dashboard_follows_the_log(browser, out_dir, tmp_path):
         expect(page.locator("#train-status")).to_contain_text("33 stats steps")
         expect(page.locator("#chart-loss circle.val")).to_have_count(4)
         parameters = len(server.run.model.state_dict())
-        expect(page.locator("#hist-step option")).to_have_count(3)
+        # after the evaluations at 0, 20, 40, and the last one's (60) weights on their own
+        expect(page.locator("#hist-step option")).to_have_count(4)
         expect(page.locator("#hists .hist-cell")).to_have_count(parameters)
-        assert page.input_value("#hist-step") == "41"
+        assert page.input_value("#hist-step") == "61"
         expect(page.locator("#chart-grad path.line")).to_have_count(2)  # raw + running mean
         assert page.locator("#chart-ratio path.line").count() == len(server.run.model.state_dict())
         with open(copy / "log.jsonl", "a") as log:
@@ -280,7 +281,7 @@ def test_dashboard_follows_the_log(browser, out_dir, tmp_path):
             stats.write(
                 json.dumps(
                     {
-                        **records[-1],
+                        **records[-2],  # [-1]: the last evaluation's histograms
                         "iter": 81,
                         "hist": records[0]["hist"],
                         "grad_norm": 5.0,
@@ -290,10 +291,10 @@ def test_dashboard_follows_the_log(browser, out_dir, tmp_path):
                 + "\n"
             )
         expect(page.locator("#train-status")).to_contain_text("34 stats steps", timeout=10_000)
-        expect(page.locator("#hist-step option")).to_have_count(4)
+        expect(page.locator("#hist-step option")).to_have_count(5)
         assert page.input_value("#hist-step") == "81"  # the newest, as the run goes on
         expect(page.locator("#chart-grad circle.clipped")).to_have_count(
-            1 + sum(r["clipped"] for r in records)
+            1 + sum(r.get("clipped", False) for r in records)
         )
         make_run(copy, steps=4, eval_interval=2)  # a new run: a new checkpoint, saved atomically
         expect(page.locator("#info")).to_contain_text(

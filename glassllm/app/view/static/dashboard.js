@@ -30,40 +30,91 @@ function niceTicks(lo, hi, count = 5) {
   return ticks;
 }
 
-// series: [{name, points: [[x, y]], colour, width, dots, dash}]; options: {logy, guide}
+const CHAR_W = 6.2; // width of one character of the charts' 11px font
+const LEGEND_H = 16;
+
+function tickText(t, logy) {
+  return logy ? (10 ** t).toPrecision(2) : String(+t.toPrecision(4));
+}
+
+// Legend entries laid out in rows across the top: [{name, colour, dash, dots}] -> rows used.
+function drawLegend(svg, entries, left, width) {
+  const legend = svgEl("g", { class: "legend" }, svg);
+  let [x, row] = [left, 0];
+  for (const entry of entries) {
+    const w = 22 + entry.name.length * CHAR_W + 12;
+    if (x > left && x + w > left + width) { x = left; row += 1; }
+    const item = svgEl("g", { class: "legend-item", transform: `translate(${x.toFixed(1)},${row * LEGEND_H})` }, legend);
+    if (entry.line !== false) {
+      const line = svgEl("line", { x1: 0, x2: 16, y1: 8, y2: 8, stroke: entry.colour, "stroke-width": 2 }, item);
+      if (entry.dash) line.setAttribute("stroke-dasharray", entry.dash);
+    } else {
+      svgEl("circle", { cx: 8, cy: 8, r: 3, fill: entry.colour }, item);
+    }
+    svgEl("text", { x: 21, y: 12 }, item).textContent = entry.name;
+    x += w;
+  }
+  return entries.length ? row + 1 : 0;
+}
+
+// series: [{name, points: [[x, y]], colour, width, dots, dash}]; options: {logy, guide,
+// threshold: {value, name}, xTitle, yTitle, legend: entries (default: one per series)}.
+// Margins grow to fit the tick labels, so none is clipped.
 export function lineChart(container, series, options = {}) {
   const W = container.clientWidth || 460;
-  const H = 220;
-  const pad = { l: 52, r: 12, t: 10, b: 26 };
   const ty = (y) => (options.logy ? Math.log10(y) : y);
   const all = series.flatMap((s) => s.points).filter(([, y]) => y !== null && Number.isFinite(ty(y)));
   container.replaceChildren();
-  const svg = svgEl("svg", { width: W, height: H, class: "chart-svg" }, container);
+  const entries = options.legend || series.map((s) => ({ name: s.name, colour: s.colour, dash: s.dash, line: s.width !== 0 }));
+  const threshold = options.threshold;
+  if (threshold) entries.push({ name: threshold.name, colour: "#d62728", dash: "6 3" });
   if (!all.length) {
-    svgEl("text", { x: W / 2, y: H / 2, "text-anchor": "middle", class: "empty" }, svg).textContent = "no data yet";
+    const svg = svgEl("svg", { width: W, height: 220, class: "chart-svg" }, container);
+    svgEl("text", { x: W / 2, y: 110, "text-anchor": "middle", class: "empty" }, svg).textContent = "no data yet";
     return svg;
   }
   let [x0, x1] = [Math.min(...all.map((p) => p[0])), Math.max(...all.map((p) => p[0]))];
   let ys = all.map((p) => ty(p[1]));
   if (options.guide !== undefined) ys = ys.concat([options.guide]);
+  if (threshold) ys = ys.concat([ty(threshold.value)]);
   let [y0, y1] = [Math.min(...ys), Math.max(...ys)];
   if (x1 === x0) x1 = x0 + 1;
   if (y1 === y0) { const d = Math.abs(y0) * 0.1 || 1; y0 -= d; y1 += d; }
   const margin = (y1 - y0) * 0.05;
   y0 -= margin; y1 += margin;
+  const yTicks = niceTicks(y0, y1);
+  const xTicks = niceTicks(x0, x1);
+  const yLabelW = Math.max(...yTicks.map((t) => tickText(t, options.logy).length)) * CHAR_W;
+  const xLabelW = Math.max(...xTicks.map((t) => String(t).length)) * CHAR_W;
+  const pad = { l: 22 + yLabelW + 8, r: 8 + xLabelW / 2, t: 6, b: 40 };
+  // The legend's rows are known once it is laid out: draw it into a scratch group first.
+  const svg = svgEl("svg", { width: W, class: "chart-svg" }, container);
+  const rows = drawLegend(svg, entries, pad.l, W - pad.l - pad.r);
+  svg.querySelector("g.legend").setAttribute("transform", `translate(0,${pad.t})`);
+  pad.t += rows * LEGEND_H + 6;
+  const H = 200 + pad.t;
+  svg.setAttribute("height", H);
   const sx = (x) => pad.l + ((x - x0) / (x1 - x0)) * (W - pad.l - pad.r);
   const sy = (y) => H - pad.b - ((y - y0) / (y1 - y0)) * (H - pad.t - pad.b);
   const axes = svgEl("g", { class: "axes" }, svg);
-  for (const t of niceTicks(y0, y1)) {
+  for (const t of yTicks) {
     svgEl("line", { x1: pad.l, x2: W - pad.r, y1: sy(t), y2: sy(t), class: "grid" }, axes);
-    svgEl("text", { x: pad.l - 6, y: sy(t) + 4, "text-anchor": "end" }, axes).textContent =
-      options.logy ? (10 ** t).toPrecision(2) : String(+t.toPrecision(4));
+    svgEl("text", { x: pad.l - 6, y: sy(t) + 4, "text-anchor": "end", class: "tick y" }, axes).textContent = tickText(t, options.logy);
   }
-  for (const t of niceTicks(x0, x1)) {
-    svgEl("text", { x: sx(t), y: H - 8, "text-anchor": "middle" }, axes).textContent = String(t);
+  for (const t of xTicks) {
+    svgEl("text", { x: sx(t), y: H - pad.b + 15, "text-anchor": "middle", class: "tick x" }, axes).textContent = String(t);
   }
+  svgEl("line", { x1: pad.l, x2: W - pad.r, y1: H - pad.b, y2: H - pad.b, class: "axis-line" }, axes);
+  svgEl("line", { x1: pad.l, x2: pad.l, y1: pad.t, y2: H - pad.b, class: "axis-line" }, axes);
+  svgEl("text", { x: pad.l + (W - pad.l - pad.r) / 2, y: H - 6, "text-anchor": "middle", class: "axis-title x" }, axes).textContent = options.xTitle || "step";
+  const yMid = pad.t + (H - pad.t - pad.b) / 2;
+  svgEl("text", { x: 12, y: yMid, "text-anchor": "middle", transform: `rotate(-90 12 ${yMid})`, class: "axis-title y" }, axes).textContent = options.yTitle || "";
   if (options.guide !== undefined) {
     svgEl("line", { x1: pad.l, x2: W - pad.r, y1: sy(options.guide), y2: sy(options.guide), class: "guide" }, svg);
+  }
+  if (threshold) {
+    const line = svgEl("line", { x1: pad.l, x2: W - pad.r, y1: sy(ty(threshold.value)), y2: sy(ty(threshold.value)), class: "threshold" }, svg);
+    svgEl("title", {}, line).textContent = threshold.name;
   }
   for (const s of series) {
     const pts = s.points.filter(([, y]) => y !== null && Number.isFinite(ty(y)));
@@ -107,46 +158,48 @@ function layerOf(name) {
 function draw() {
   const smooth = $("smooth").checked;
   const logy = $("logy").checked;
-  const statLoss = stats.map((s) => [s.iter, s.loss]);
+  const steps = stats.filter((s) => "loss" in s); // not the last evaluation's histograms line
+  const statLoss = steps.map((s) => [s.iter, s.loss]);
   const lossSeries = [
     { name: "loss per stats step", points: statLoss, colour: "#9aa7bd", width: 0.8, dots: 0 },
     { name: "train (evaluation)", points: evals.map((e) => [e.iter, e.train_loss]), colour: "#1f5fbf", dots: 3, cls: "train" },
     { name: "val (evaluation)", points: evals.map((e) => [e.iter, e.val_loss]), colour: "#d9541e", dots: 3, cls: "val" },
   ];
   if (smooth && statLoss.length > 2) lossSeries.push({ name: "running mean of 10", points: runningMean(statLoss), colour: "#333", width: 1.5, dash: "4 3" });
-  lineChart($("chart-loss"), lossSeries, { logy });
-  const grad = stats.map((s) => [s.iter, s.grad_norm]);
+  lineChart($("chart-loss"), lossSeries, { logy, yTitle: logy ? "loss (log scale)" : "loss (nats / token)" });
+  const grad = steps.map((s) => [s.iter, s.grad_norm]);
   const gradSeries = [
     { name: "grad norm", points: grad, colour: "#5b6b8c", width: 1, dots: 1.5 },
-    { name: "clipped", points: stats.filter((s) => s.clipped).map((s) => [s.iter, s.grad_norm]), colour: "#d62728", width: 0, dots: 2.5, cls: "clipped" },
+    { name: "clipped", points: steps.filter((s) => s.clipped).map((s) => [s.iter, s.grad_norm]), colour: "#d62728", width: 0, dots: 2.5, cls: "clipped" },
   ];
   if (smooth && grad.length > 2) gradSeries.push({ name: "running mean", points: runningMean(grad), colour: "#333", dash: "4 3" });
-  lineChart($("chart-grad"), gradSeries);
-  const lr = stats.length ? stats.map((s) => [s.iter, s.lr]) : evals.map((e) => [e.iter, e.lr]);
-  lineChart($("chart-lr"), [{ name: "lr", points: lr, colour: "#2ca02c" }]);
-  const names = stats.length ? Object.keys(stats[stats.length - 1].params || {}) : [];
+  const clip = steps.length ? steps[steps.length - 1].grad_clip : null;
+  const threshold = clip > 0 ? { value: clip, name: `clip threshold (grad_clip ${clip})` } : undefined;
+  lineChart($("chart-grad"), gradSeries, { threshold, yTitle: "global L2 norm" });
+  const lr = steps.length ? steps.map((s) => [s.iter, s.lr]) : evals.map((e) => [e.iter, e.lr]);
+  lineChart($("chart-lr"), [{ name: "learning rate", points: lr, colour: "#2ca02c" }], { yTitle: "learning rate" });
+  const names = steps.length ? Object.keys(steps[steps.length - 1].params || {}) : [];
   const ratioSeries = names.map((name) => {
     const layer = layerOf(name);
     return {
       name,
-      points: stats.map((s) => [s.iter, s.params && s.params[name] ? s.params[name][2] : null]),
+      points: steps.map((s) => [s.iter, s.params && s.params[name] ? s.params[name][2] : null]),
       colour: layer === null ? "#888" : LAYER_COLOURS[layer % LAYER_COLOURS.length],
       width: 1,
     };
   });
-  lineChart($("chart-ratio"), ratioSeries, { guide: -3 });
-  const legend = $("ratio-legend");
-  legend.replaceChildren();
   const layers = [...new Set(names.map(layerOf))];
-  for (const layer of layers) {
-    const item = el("span", { class: "legend-item" }, layer === null ? "embeddings, ln_f" : `block ${layer}`);
-    item.style.borderColor = layer === null ? "#888" : LAYER_COLOURS[layer % LAYER_COLOURS.length];
-    legend.appendChild(item);
-  }
+  const legend = layers.map((layer) => ({
+    name: layer === null ? "embeddings, ln_f" : `block ${layer}`,
+    colour: layer === null ? "#888" : LAYER_COLOURS[layer % LAYER_COLOURS.length],
+  }));
+  legend.push({ name: "guide −3", colour: "#d62728", dash: "6 4" });
+  lineChart($("chart-ratio"), ratioSeries, { guide: -3, legend, yTitle: "log10 update / weight" });
+  $("ratio-legend").replaceChildren(); // the legend is drawn in the chart
   drawHistograms();
   const last = evals[evals.length - 1];
   $("train-status").textContent = evals.length || stats.length
-    ? `${evals.length} evaluations${last ? `, last at step ${last.iter}: train ${last.train_loss.toFixed(4)}, val ${last.val_loss.toFixed(4)}` : ""}; ${stats.length} stats steps`
+    ? `${evals.length} evaluations${last ? `, last at step ${last.iter}: train ${last.train_loss.toFixed(4)}, val ${last.val_loss.toFixed(4)}` : ""}; ${steps.length} stats steps`
     : "no log yet (log.jsonl appears with the first evaluation)";
 }
 
@@ -187,7 +240,7 @@ function drawHistograms() {
   const chosen = select.value;
   const steps = withHist.map((s) => String(s.iter));
   if ([...select.options].map((o) => o.value).join() !== steps.join()) {
-    select.replaceChildren(...withHist.map((s) => el("option", { value: String(s.iter) }, `${s.iter - 1}`)));
+    select.replaceChildren(...withHist.map((s) => el("option", { value: String(s.iter) }, `${s.iter - 1}${"loss" in s ? "" : " (the last: weights only)"}`)));
     select.value = steps.includes(chosen) && chosen !== steps[steps.length - 2] ? chosen : steps[steps.length - 1] || "";
   }
   const record = withHist.find((s) => String(s.iter) === select.value);
@@ -200,7 +253,14 @@ function drawHistograms() {
     cell.appendChild(pair);
     return cell;
   });
-  $("hists").replaceChildren(...cells);
+  const legend = el("div", { class: "legend-list hist-legend" });
+  for (const [name, colour] of [["weights", "#3b6fc4"], ["gradients", "#e07b1f"]]) {
+    const item = el("span", { class: "legend-item" }, name);
+    item.style.borderColor = colour;
+    legend.appendChild(item);
+  }
+  legend.appendChild(el("span", { class: "muted" }, "x: value, from the smallest to the largest (under each); y: log(1 + count)"));
+  $("hists").replaceChildren(legend, ...cells);
 }
 
 async function poll() {

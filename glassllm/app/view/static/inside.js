@@ -41,6 +41,34 @@ function drawHeatmap(canvas, matrix, highlightRow = null) {
   }
 }
 
+// The main heatmap's frame: axis titles and every token as a label on both axes (keys above,
+// queries at the left), laid out beside the canvas so the cells stay one canvas.
+function frameHeatmap() {
+  const canvas = $("attn");
+  const frame = el("div", { class: "attn-frame" });
+  canvas.replaceWith(frame);
+  frame.append(
+    el("span", { class: "axis attn-corner" }, "key →\nquery ↓"),
+    el("div", { class: "attn-keys", id: "attn-keys" }),
+    el("div", { class: "attn-queries", id: "attn-queries" }),
+    canvas,
+  );
+}
+
+function labelHeatmap(tokens) {
+  const n = tokens.length;
+  const every = Math.max(1, Math.ceil((n * 11) / 420)); // at most one label per 11 px
+  for (const [id, axis] of [["attn-keys", "key"], ["attn-queries", "query"]]) {
+    const box = $(id);
+    box.style.setProperty("--n", String(n));
+    box.replaceChildren(...tokens.map((token, k) => {
+      const label = el("span", { class: "attn-label" }, k % every ? "" : visibleAlone(token.text));
+      label.title = `${axis} ${k}: ${token.repr}`;
+      return label;
+    }));
+  }
+}
+
 async function showAttention() {
   if (!seen) return;
   const layer = Number($("attn-layer").value);
@@ -101,7 +129,7 @@ function drawLens() {
   const table = $("lens");
   table.replaceChildren();
   const head = el("tr");
-  head.appendChild(el("th", {}, ""));
+  head.appendChild(el("th", { class: "corner" }, ""));
   seen.tokens.forEach((t) => head.appendChild(el("th", { class: "tokhead" }, visibleAlone(t.text))));
   table.appendChild(head);
   seen.lens.rows.forEach((name, r) => {
@@ -192,6 +220,7 @@ export async function inspectCurrent() {
     const fill = (select, n, name) => {
       select.replaceChildren(...Array.from({ length: n }, (_, i) => el("option", { value: String(i) }, `${name} ${i}`)));
     };
+    labelHeatmap(answer.tokens);
     fill($("attn-layer"), answer.n_layer, "layer");
     fill($("attn-head"), answer.n_head, "head");
     const strip = $("attn-strip");
@@ -211,6 +240,7 @@ export async function inspectCurrent() {
 }
 
 export function initInside() {
+  frameHeatmap();
   $("inspect").addEventListener("click", inspectCurrent);
   $("attn-layer").addEventListener("change", () => showAttention());
   $("attn-head").addEventListener("change", () => showAttention());
