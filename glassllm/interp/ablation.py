@@ -50,6 +50,11 @@ class AblationResult:
         keep = p > 0
         return float(np.sum(p[keep] * (np.log(p[keep]) - np.log(np.maximum(q[keep], 1e-300)))))
 
+    def _repr_html_(self) -> str:  # Jupyter draws this panel instead of the repr
+        from glassllm.html import ablation_panel
+
+        return ablation_panel(self)
+
     def __repr__(self) -> str:
         return f"AblationResult({self.how}: {', '.join(self.parts)}; KL {self.kl:.4g} nats)"
 

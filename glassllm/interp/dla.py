@@ -64,6 +64,11 @@ class LogitAttribution:
             "wrong": self.wrong,
         }
 
+    def _repr_html_(self) -> str:  # Jupyter draws this panel instead of the repr
+        from glassllm.html import logit_attribution_panel
+
+        return logit_attribution_panel(self)
+
     def __repr__(self) -> str:
         top = np.argsort(-np.abs(self.values))[:3]
         parts = ", ".join(f"{self.labels[i]} {self.values[i]:+.4g}" for i in top)

@@ -178,6 +178,11 @@ class PatchingResult:
             "checks": dict(self.checks),
         }
 
+    def _repr_html_(self) -> str:  # Jupyter draws this panel instead of the repr
+        from glassllm.html import patching_panel
+
+        return patching_panel(self)
+
     def __repr__(self) -> str:
         shape = " x ".join(f"{n} {a}" for n, a in zip(self.values.shape, self.axes, strict=True))
         return (

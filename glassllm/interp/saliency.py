@@ -79,6 +79,11 @@ class TokenAttribution:
             "quadrature": self.quadrature,
         }
 
+    def _repr_html_(self) -> str:  # Jupyter draws this panel instead of the repr
+        from glassllm.html import token_attribution_panel
+
+        return token_attribution_panel(self)
+
     def __repr__(self) -> str:
         tail = ""
         if self.gap is not None:

@@ -147,6 +147,11 @@ class ActivationCache(Mapping):
         arrays = [*self._activations.values(), *self.grads.values()]
         return sum(array.nbytes for array in arrays)
 
+    def _repr_html_(self) -> str:  # Jupyter draws this panel instead of the repr
+        from glassllm.html import cache_panel
+
+        return cache_panel(self)
+
     def __repr__(self) -> str:
         return (
             f"ActivationCache({len(self)} activations, {len(self.grads)} gradients, "

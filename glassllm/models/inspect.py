@@ -131,6 +131,11 @@ class Inspection:
             arrays.append(self.lens.full)
         return sum(array.nbytes for array in arrays)
 
+    def _repr_html_(self) -> str:  # Jupyter draws this panel instead of the repr
+        from glassllm.html import inspection_panel
+
+        return inspection_panel(self)
+
 
 def inspect(
     model: GPT, ids: Sequence[int] | np.ndarray, lens_top: int = LENS_TOP, full_lens: bool = False
