@@ -14,7 +14,8 @@ may. It is a no-op where glibc is absent (macOS, Windows, musl).
 from __future__ import annotations
 
 import ctypes
-import ctypes.util
+
+from glassllm._heap import libc, release_free_memory  # noqa: F401  (the app's, too)
 
 # mallopt parameter numbers from glibc's <malloc.h>.
 _M_TRIM_THRESHOLD = -1
@@ -24,20 +25,9 @@ MMAP_THRESHOLD_BYTES = 32 * 1024 * 1024  # glibc's ceiling for this setting on 6
 TRIM_THRESHOLD_BYTES = 512 * 1024 * 1024
 
 
-def _libc() -> ctypes.CDLL | None:
-    path = ctypes.util.find_library("c")
-    if path is None:
-        return None
-    try:
-        return ctypes.CDLL(path)
-    except OSError:
-        return None
-
-
 def tune_allocator() -> bool:
     """Raise glibc's mmap and trim thresholds; True if glibc accepted both."""
-    libc = _libc()
-    mallopt = getattr(libc, "mallopt", None)
+    mallopt = getattr(libc(), "mallopt", None)
     if mallopt is None:
         return False
     mallopt.argtypes = [ctypes.c_int, ctypes.c_int]
@@ -45,16 +35,3 @@ def tune_allocator() -> bool:
     ok_mmap = mallopt(_M_MMAP_THRESHOLD, MMAP_THRESHOLD_BYTES) == 1
     ok_trim = mallopt(_M_TRIM_THRESHOLD, TRIM_THRESHOLD_BYTES) == 1
     return ok_mmap and ok_trim
-
-
-def release_free_memory() -> bool:
-    """Hand the free pages of the heap back to the kernel now (glibc's ``malloc_trim(0)``); True
-    if glibc did. Called once a model is open: reading and dequantizing a file frees hundreds of
-    MB of temporaries that the raised trim threshold would otherwise keep resident (SmolLM2-135M:
-    1,007 MB after loading, 573 MB after the trim)."""
-    malloc_trim = getattr(_libc(), "malloc_trim", None)
-    if malloc_trim is None:
-        return False
-    malloc_trim.argtypes = [ctypes.c_size_t]
-    malloc_trim.restype = ctypes.c_int
-    return malloc_trim(0) == 1

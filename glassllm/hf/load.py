@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from glassllm._heap import release_free_memory
 from glassllm.data.bpe import BPETokenizer, MissingDependencyError
 from glassllm.hf.configs import SHAPE_KEYS, config_from_hf, supported
 from glassllm.hf.families import COPY, FAMILIES, Family
@@ -90,7 +91,9 @@ def load_model(path: str | os.PathLike[str], dtype: Any = np.float32) -> GPT:
     if _is_gguf(path):
         return load_gguf(path, dtype)[0]
     config, tensor_plan, headers = _check(path)
-    return _build_from_files(path, config, tensor_plan, headers, dtype)
+    model = _build_from_files(path, config, tensor_plan, headers, dtype)
+    release_free_memory()  # the widened copies read from the files
+    return model
 
 
 def load_gguf(
@@ -104,7 +107,10 @@ def load_gguf(
 
     contents = read_gguf(path)
     model = model_from_hf(contents.config, contents.tensors, str(contents.path), dtype)
-    return model, contents.tokenizer, contents.chat_template
+    tokenizer, chat_template = contents.tokenizer, contents.chat_template
+    del contents  # the dequantized tensors, copied into the model: their pages go back now
+    release_free_memory()
+    return model, tokenizer, chat_template
 
 
 def _is_gguf(path: Path) -> bool:
