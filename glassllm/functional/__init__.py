@@ -15,10 +15,10 @@ name of `glassllm.kernels.compiled`.
 Modules, by concept: ``shape`` (concatenate, stack, where), ``probability`` (logsumexp,
 softmax, log_softmax), ``losses`` (cross_entropy), ``activations`` (relu, gelu, silu,
 swiglu), ``normalization`` (layer_norm, rms_norm), ``regularization`` (dropout), ``rotary``
-(rotary_frequencies, rotary_cos_sin, rotary), ``affine`` (linear, embedding), ``attention``
-(scaled_dot_product_attention, and, on ndarrays, attention_probabilities and
-split_packed_heads), ``packed_attention`` (split, attend, merge in one op), ``special`` (erf,
-erfc on ndarrays).
+(rotary_frequencies, rotary_cos_sin, rotary, and, on ndarrays, rotary_array), ``affine``
+(linear, embedding), ``attention`` (scaled_dot_product_attention, and, on ndarrays,
+attention_probabilities and split_packed_heads), ``packed_attention`` (split, attend, merge
+in one op), ``special`` (erf, erfc on ndarrays).
 """
 
 from glassllm.functional.activations import gelu, relu, silu, swiglu
@@ -33,7 +33,7 @@ from glassllm.functional.normalization import layer_norm, rms_norm
 from glassllm.functional.packed_attention import packed_attention
 from glassllm.functional.probability import log_softmax, logsumexp, softmax
 from glassllm.functional.regularization import dropout
-from glassllm.functional.rotary import rotary, rotary_cos_sin, rotary_frequencies
+from glassllm.functional.rotary import rotary, rotary_array, rotary_cos_sin, rotary_frequencies
 from glassllm.functional.shape import concatenate, stack, where
 from glassllm.functional.special import erf, erfc
 
@@ -53,6 +53,7 @@ __all__ = [
     "rms_norm",
     "dropout",
     "rotary",
+    "rotary_array",
     "rotary_cos_sin",
     "rotary_frequencies",
     "embedding",

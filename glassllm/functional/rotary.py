@@ -181,6 +181,15 @@ def rotary(x: Tensor, cos: Any, sin: Any, interleaved: bool = False) -> Tensor:
     return Tensor.from_op(out, (x,), backward).named("rotary")
 
 
+def rotary_array(x: np.ndarray, cos: np.ndarray, sin: np.ndarray, interleaved: bool) -> np.ndarray:
+    """`rotary`'s forward on a plain array, for decoding under ``no_grad`` (the key/value cache
+    path): the same arithmetic and bits (the same kernel or definition), no Tensor and no
+    checks; the caller's ``cos``, ``sin`` are `rotary_cos_sin`'s rows for ``x``'s positions."""
+    cos, sin = cos.astype(x.dtype, copy=False), sin.astype(x.dtype, copy=False)
+    rotate = kernels.select(_rotary_definition, kernels.rotary)
+    return rotate(x, cos, sin, bool(interleaved))[0]
+
+
 def _pairs(a: np.ndarray, half: int, interleaved: bool) -> tuple[np.ndarray, np.ndarray]:
     """The two members of each rotated pair, as views of ``a (..., D)``."""
     if interleaved:
