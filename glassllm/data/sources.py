@@ -110,7 +110,9 @@ def _decoded(raw: bytes, name: str) -> str:
 
 def _json_documents(path: str, text: str, field: str) -> list[str]:
     documents = []
-    for number, line in enumerate(text.splitlines(), start=1):
+    # why: split at "\n" only: str.splitlines also splits at U+2028 and U+2029, which a JSON
+    # string may hold as they are (json.dumps(..., ensure_ascii=False) writes them so)
+    for number, line in enumerate(text.split("\n"), start=1):
         if not line.strip():
             continue
         try:

@@ -165,3 +165,12 @@ def test_a_killed_prepare_leaves_nothing_train_reads_and_the_next_one_cleans_up(
     (leftover / "train_00000.bin").write_bytes(b"\0\0")
     prepare(find_sources([str(root)]), tmp_path / "out", PrepareOptions("byte"))
     assert sorted(p.name for p in tmp_path.iterdir()) == ["corpus", "out"]
+
+
+def test_a_json_string_holding_a_line_separator_is_one_document(tmp_path):
+    """U+2028 and U+2029 are valid, unescaped, inside a JSON string: not line ends."""
+    path = tmp_path / "docs.jsonl"
+    records = [{"text": "one\u2028line"}, {"text": "two\u2029paragraphs"}]
+    path.write_text("".join(json.dumps(r, ensure_ascii=False) + "\r\n" for r in records))
+    documents = read_documents(find_sources([str(path)])[0]).documents
+    assert documents == ["one\u2028line", "two\u2029paragraphs"]
