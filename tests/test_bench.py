@@ -123,6 +123,8 @@ def test_a_run_without_a_result_file_prints_its_table_and_stores_nothing(
     """Without --out or --write-results the table is printed, and no result file is touched."""
     if SIDES[name][0] is None:
         pytest.skip(f"{name} has no side without optional packages")
+    if name == "prepare":
+        optional("tokenizers")  # its corpus's BPE, on every side
     results = tmp_path / "results"
     monkeypatch.setattr(bench("common"), "RESULTS_DIR", results)
     argv = [*TINY[name], "--sides", SIDES[name][False], "--inline", "--threads", "1"]
