@@ -262,18 +262,23 @@ class CausalSelfAttention(Module):
         points = [point for point in self.children() if isinstance(point, HookPoint)]
         object.__setattr__(self, "_hook_points", tuple(points))
 
+    def split_groups(self, qkv: Any) -> tuple[Any, Any, Any]:
+        """``qkv (B, T, (H + 2 KV) hd)``, a Tensor or an array, as views ``q (B, H, T, hd)``,
+        ``k, v (B, KV, T, hd)``: its column groups, head-major, heads moved before positions."""
+        batch, steps, _ = qkv.shape
+        H, KV, hd = self.num_heads, self.num_kv_heads, self.head_size
+
+        def group(first: int, count: int) -> Any:  # (B, T, count hd) -> (B, count, T, hd)
+            columns = qkv[:, :, first * hd : (first + count) * hd]
+            return columns.reshape(batch, steps, count, hd).transpose(0, 2, 1, 3)
+
+        return group(0, H), group(H, KV), group(H + KV, KV)
+
     def heads(self, qkv: Tensor, start: int = 0) -> tuple[Tensor, Tensor, Tensor]:
         """The packed projection ``qkv (B, T, (H + 2 KV) hd)`` as heads, ready to attend:
         ``q (B, H, T, hd)``, ``k, v (B, KV, T, hd)``, q and k normalised (``qk_norm``) and then
         rotated (``rotary_dim``) for positions ``start, start + 1, ...``."""
-        batch, steps, _ = qkv.shape
-        H, KV, hd = self.num_heads, self.num_kv_heads, self.head_size
-
-        def group(first: int, count: int) -> Tensor:  # (B, T, count hd) -> (B, count, T, hd)
-            columns = qkv[:, :, first * hd : (first + count) * hd]
-            return columns.reshape(batch, steps, count, hd).transpose(0, 2, 1, 3)
-
-        q, k, v = group(0, H), group(H, KV), group(H + KV, KV)
+        q, k, v = self.split_groups(qkv)
         if self.q_norm is not None:
             q, k = self.q_norm(q), self.k_norm(k)  # per head, over hd
         if self.rotary is not None:
@@ -286,16 +291,9 @@ class CausalSelfAttention(Module):
         """`heads` on arrays, without QK-norm, for the key/value cache path (under ``no_grad``:
         nothing to differentiate): the same views and the same rotary arithmetic, so the same
         bits, without a Tensor per operation (about a third of a SmolLM2 decoding step's)."""
-        batch, steps, _ = qkv.shape
-        H, KV, hd = self.num_heads, self.num_kv_heads, self.head_size
-
-        def group(first: int, count: int) -> np.ndarray:  # (B, T, count hd) -> (B, count, T, hd)
-            columns = qkv[:, :, first * hd : (first + count) * hd]
-            return columns.reshape(batch, steps, count, hd).transpose(0, 2, 1, 3)
-
-        q, k, v = group(0, H), group(H, KV), group(H + KV, KV)
+        q, k, v = self.split_groups(qkv)
         if self.rotary is not None:
-            cos, sin = self.rotary.tables(start, steps)  # (T, r/2)
+            cos, sin = self.rotary.tables(start, qkv.shape[1])  # (T, r/2)
             q = F.rotary_array(q, cos, sin, self.rotary.interleaved)
             k = F.rotary_array(k, cos, sin, self.rotary.interleaved)
         return q, k, v
