@@ -15,7 +15,7 @@ float32 at load; the layers then run as for any glassllm model.
 
 from glassllm.gguf.convert import hf_config, hf_name, unpermute
 from glassllm.gguf.header import GGUFFormatError, GGUFHeader, TensorInfo, read_header
-from glassllm.gguf.load import GGUFContents, is_gguf_path, read_gguf
+from glassllm.gguf.load import DeferredTensor, GGUFContents, is_gguf_path, read_gguf
 
 __all__ = [
     "GGUFContents",
@@ -26,6 +26,7 @@ __all__ = [
     "hf_name",
     "is_gguf_path",
     "read_gguf",
+    "DeferredTensor",
     "read_header",
     "unpermute",
 ]

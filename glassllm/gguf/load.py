@@ -9,7 +9,10 @@ to the one the configuration implies, so a file whose metadata and tensors disag
 with the tensor named, not broken later in a matmul.
 
 Weights are dequantized to float32 once, at load (the design's baseline): 0.54 GB for SmolLM2-135M
-where the Q4_1 file is 98 MB, for plain NumPy matmuls afterwards.
+where the Q4_1 file is 98 MB, for plain NumPy matmuls afterwards. ``read_gguf(path, deferred=True)``
+(what `glassllm.hf.load_gguf` asks for) holds each tensor as a `DeferredTensor` instead, dequantized
+only when it is read: the model is then built one tensor at a time, so the load's peak is the model
+plus its largest tensor, not the model twice.
 """
 
 from __future__ import annotations
@@ -40,7 +43,7 @@ class GGUFContents:
 
     path: Path
     config: dict[str, Any]
-    tensors: dict[str, np.ndarray]
+    tensors: dict[str, np.ndarray]  # or DeferredTensor, with read_gguf(..., deferred=True)
     tokenizer: BPETokenizer
     chat_template: ChatTemplate | None
     metadata: dict[str, Any]
@@ -61,9 +64,27 @@ def is_gguf_path(path: str | os.PathLike[str]) -> bool:
         return False
 
 
-def read_gguf(path: str | os.PathLike[str]) -> GGUFContents:
+@dataclasses.dataclass(frozen=True)
+class DeferredTensor:
+    """A tensor of a checked GGUF file, not yet dequantized: its ``shape`` and ``dtype``
+    (float32) known, its values a new array from each ``np.asarray(tensor)``."""
+
+    header: GGUFHeader
+    name: str  # the file's name for it (blk.0.attn_q.weight)
+    config: dict[str, Any]
+    shape: tuple[int, ...]
+    dtype = np.dtype(np.float32)
+
+    def __array__(self, dtype: Any = None, copy: Any = None) -> np.ndarray:
+        values = _tensor(self.header, self.name, self.config)
+        return values if dtype is None else values.astype(dtype, copy=False)
+
+
+def read_gguf(path: str | os.PathLike[str], *, deferred: bool = False) -> GGUFContents:
     """Read and check the GGUF file ``path`` whole; raises GGUFFormatError (a ValueError) naming
-    the file and the field, MissingDependencyError without the gguf or tokenizers package."""
+    the file and the field, MissingDependencyError without the gguf or tokenizers package.
+    ``deferred``: the tensors as `DeferredTensor` (every check but the dequantization itself
+    done now), so that a reader can hold one at a time."""
     header = read_header(path)
     import_gguf()  # before any work: a missing extra is said first
     config = hf_config(header)
@@ -78,7 +99,13 @@ def read_gguf(path: str | os.PathLike[str]) -> GGUFContents:
                 f"{config['vocab_size']:,}"
             ],
         )
-    tensors = {ours: _tensor(header, theirs, config) for theirs, ours in names.items()}
+    shapes = expected_shapes(config)
+    tensors = {
+        ours: DeferredTensor(header, theirs, config, shapes[ours])
+        if deferred
+        else _tensor(header, theirs, config)
+        for theirs, ours in names.items()
+    }
     return GGUFContents(
         header.path, config, tensors, tokenizer, chat_template_of(header), header.metadata
     )

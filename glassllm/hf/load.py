@@ -105,7 +105,7 @@ def load_gguf(
     in eval mode, its parameters ``dtype``."""
     from glassllm.gguf import read_gguf
 
-    contents = read_gguf(path)
+    contents = read_gguf(path, deferred=True)  # dequantized one by one as the model is built
     model = model_from_hf(contents.config, contents.tensors, str(contents.path), dtype)
     tokenizer, chat_template = contents.tokenizer, contents.chat_template
     del contents  # the dequantized tensors, copied into the model: their pages go back now
@@ -335,6 +335,10 @@ def _build(
     return model.eval()
 
 
+def _array_like(value: Any) -> bool:
+    return hasattr(value, "shape") and hasattr(value, "dtype") and hasattr(value, "__array__")
+
+
 def model_from_hf(
     hf_config: Mapping[str, Any],
     tensors: Mapping[str, np.ndarray],
@@ -353,7 +357,11 @@ def model_from_hf(
         raise HFFormatError(
             f"cannot load {source}", [f"unsupported {CONFIG} value {p}" for p in err.problems]
         ) from None
-    arrays = {name: np.asarray(value) for name, value in tensors.items()}
+    # A value with a shape and a dtype (an array, a GGUF DeferredTensor) is read only when its
+    # parameter is filled, so a reader that makes values on demand holds one at a time.
+    arrays = {
+        name: value if _array_like(value) else np.asarray(value) for name, value in tensors.items()
+    }
     shapes = {name: array.shape for name, array in arrays.items()}
     tensor_plan, problems = plan(shapes, config, family, SHAPE_KEYS[family.model_type])
     problems += [
@@ -365,6 +373,6 @@ def model_from_hf(
         raise HFFormatError(f"cannot load {source}", problems)
 
     def read(name: str, out: np.ndarray) -> None:
-        np.copyto(out, arrays[name], casting="unsafe")
+        np.copyto(out, np.asarray(arrays[name]), casting="unsafe")
 
     return _build(source, config, tensor_plan, read, lambda name: shapes[name], dtype)

@@ -136,6 +136,21 @@ def test_every_tensor_is_transformers_bit_for_bit(ours, theirs):
         np.testing.assert_array_equal(values, state[name], err_msg=name)
 
 
+def test_deferred_tensors_read_as_the_eager_ones(gguf_file, ours):
+    """load_gguf builds the model from deferred tensors (one dequantized at a time): each reads
+    as the same bits as read_gguf's eager array, with the shape and dtype it announced."""
+    from glassllm.gguf import DeferredTensor, read_gguf
+
+    deferred = read_gguf(gguf_file, deferred=True).tensors
+    assert deferred.keys() == ours.tensors.keys()
+    for name in ("model.embed_tokens.weight", "model.layers.0.self_attn.q_proj.weight",
+                 "model.layers.29.mlp.down_proj.weight", "model.norm.weight"):  # fmt: skip
+        tensor = deferred[name]
+        assert isinstance(tensor, DeferredTensor)
+        assert (tensor.shape, tensor.dtype) == (ours.tensors[name].shape, np.float32)
+        np.testing.assert_array_equal(np.asarray(tensor), ours.tensors[name])
+
+
 def test_a_wrong_unpermutation_would_be_caught(ours, theirs):
     q = ours.tensors["model.layers.0.self_attn.q_proj.weight"]
     state = theirs[1].state_dict()["model.layers.0.self_attn.q_proj.weight"].numpy()
