@@ -2,12 +2,14 @@
 
 * ``POST /api/experiment/patch``: activation patching of a clean prompt into a corrupted one,
   the logit difference of two answer tokens measured: a (layer x position) sweep of
-  ``resid_pre`` and a (layer x head) sweep of the heads' outputs ``hook_z``;
+  ``resid_pre`` and a (layer x head) sweep of the heads' outputs ``hook_z``; all layers, or one
+  layer's rows per request (the page's progress, row by row), or attribution patching's
+  estimate of both grids;
 * ``POST /api/experiment/patch_cell``: one cell of either sweep: its value and the patched
   next-token distribution;
 * ``POST /api/experiment/ablate``: heads, MLP neurons or whole attention / MLP layers set to
-  zero or to their mean; the next-token distribution and a sampled continuation, each beside
-  the unablated one;
+  zero, to their mean or to their value on another prompt (resampling); the next-token
+  distribution and a sampled continuation, each beside the unablated one;
 * ``POST /api/experiment/steer``: a contrast pair's direction at one layer, added with a
   strength while generating; the continuation with and without, from the same seed;
 * ``POST /api/experiment/attribute``: direct logit attribution per head and MLP at the last
@@ -32,7 +34,7 @@ from glassllm._text import shown
 from glassllm.autograd import no_grad
 
 from .api import SEED_MAX, _model, _token
-from .fields import ApiError, bad, integer, number, text
+from .fields import ApiError, bad, integer, number, optional_integer, text
 from .run import Run
 
 MAX_EXPERIMENT_TOKENS = 64  # tokens of each prompt an experiment reads
@@ -98,15 +100,29 @@ def _pair(run: Run, body: dict[str, Any]) -> tuple[list[int], list[int], int, in
     return clean, corrupted, answer_token(run, body, "answer"), answer_token(run, body, "wrong")
 
 
+PATCH_METHODS = {"activation": interp.activation_patch, "attribution": interp.attribution_patch}
+
+
 def patch(run: Run, body: dict[str, Any]) -> dict[str, Any]:
     """Both sweeps of ``clean`` into ``corrupted`` (texts of as many tokens), measuring
     ``logit[answer] - logit[wrong]`` at the last position: ``resid`` (layer x position) and
-    ``heads`` (layer x head), each with its values, labels and the clean / corrupted metric."""
+    ``heads`` (layer x head), each with its values, labels and the clean / corrupted metric.
+
+    ``method``: "activation" (a patched forward per cell, `interp.activation_patch`) or
+    "attribution" (its gradient-times-difference estimate from two forwards and a backward,
+    `interp.attribution_patch`). ``layer``: only that layer's row of both grids, so that the
+    page can sweep a layer per request and draw the rows as they come; ``checkpoint`` in the
+    answer tells it whether the rows are all of one model."""
     model = _model(run)
     clean, corrupted, answer, wrong = _pair(run, body)
     config = model.config
-    cells = config.n_layer * (len(clean) + config.n_head)
-    if cells > MAX_PATCH_CELLS:
+    method = body.get("method", "activation")
+    if method not in PATCH_METHODS:
+        raise bad(f"method must be 'activation' or 'attribution', got {shown(method)}")
+    layer = optional_integer(body, "layer", 0, config.n_layer - 1)
+    rows = config.n_layer if layer is None else 1
+    cells = rows * (len(clean) + config.n_head)
+    if method == "activation" and cells > MAX_PATCH_CELLS:  # attribution: 3 passes, any size
         raise bad(
             f"this sweep would patch {cells} cells (layers x (positions + heads)), more than "
             f"{MAX_PATCH_CELLS}; shorten the prompts"
@@ -114,26 +130,38 @@ def patch(run: Run, body: dict[str, Any]) -> dict[str, Any]:
     labels = [_token(run, i)["text"] for i in clean]
     sweeps = {}
     for key, point, index in (("resid", "resid_pre", "pos"), ("heads", "z", "head")):
-        result = interp.activation_patch(
-            model, clean, corrupted, point, index, answer=answer, wrong=wrong, tokens=labels
+        result = PATCH_METHODS[method](
+            model,
+            clean,
+            corrupted,
+            point,
+            index,
+            answer=answer,
+            wrong=wrong,
+            layers=None if layer is None else [layer],
+            tokens=labels,
         )
         sweeps[key] = {
             "point": point,
             "values": result.values.tolist(),
-            "layers": [int(layer) for layer in result.layers],
+            "layers": [int(row) for row in result.layers],
             "positions": result.positions,
             "heads": result.heads,
             "checks": result.checks,
         }
     return {
         **sweeps,
+        "method": method,
+        "layer": layer,
+        "n_layer": config.n_layer,
+        "checkpoint": list(run._stamp or ()),
         "clean_metric": result.clean_metric,
         "corrupted_metric": result.corrupted_metric,
         "answer": _token(run, answer),
         "wrong": _token(run, wrong),
         "clean": [_token(run, i) for i in clean],
         "corrupted": [_token(run, i) for i in corrupted],
-        "source": f"{SOURCE} (interp.activation_patch)",
+        "source": f"{SOURCE} (interp.{PATCH_METHODS[method].__name__})",
     }
 
 
@@ -217,8 +245,10 @@ def _continue(run: Run, model: Any, ids: list[int], fields: dict, hooks: list) -
 
 def ablate(run: Run, body: dict[str, Any]) -> dict[str, Any]:
     """``prompt`` with ``heads`` [[layer, head]], ``neurons`` [[layer, index]] and ``layers``
-    [["attn" | "mlp", layer]] removed, ``how`` "zero" or "mean" (the mean over the prompt's own
-    positions): the next-token distribution and a continuation, each with and without."""
+    [["attn" | "mlp", layer]] removed, ``how`` "zero", "mean" (the mean over the prompt's own
+    positions) or "resample" (each position's value on the ``reference`` prompt, of as many
+    tokens): the next-token distribution and a continuation, each with and without (no
+    ablated continuation for "resample": past the prompt the reference has no value)."""
     model = _model(run)
     config = model.config
     ids = _prompt(run, body, "prompt")
@@ -231,12 +261,21 @@ def ablate(run: Run, body: dict[str, Any]) -> dict[str, Any]:
     if not heads and not neurons and not layers:
         raise bad("nothing to ablate: give heads, neurons or layers")
     how = body.get("how", "zero")
-    if how not in ("zero", "mean"):
-        raise bad(f"how must be 'zero' or 'mean', got {shown(how)}")
+    if how not in ("zero", "mean", "resample"):
+        raise bad(f"how must be 'zero', 'mean' or 'resample', got {shown(how)}")
     fields = _sampling(body)
     reference = [ids] if how == "mean" else None
+    if how == "resample":
+        reference = [_prompt(run, body, "reference")]
+        if len(reference[0]) != len(ids):
+            raise bad(
+                f"a resample ablation takes a reference prompt as many tokens as the prompt, "
+                f"got {len(reference[0])} and {len(ids)}"
+            )
     result = interp.ablate(model, ids, heads, neurons, layers, how, reference)
     hooks = interp.ablation_hooks(model, heads, neurons, layers, how, reference)
+    # a resampled value exists at the reference's positions only, none past the prompt
+    ablated_continuation = None if how == "resample" else _continue(run, model, ids, fields, hooks)
     return {
         "parts": result.parts,
         "how": how,
@@ -245,7 +284,8 @@ def ablate(run: Run, body: dict[str, Any]) -> dict[str, Any]:
         "ablated": _distribution(run, result.logits),
         "prompt": [_token(run, i) for i in ids],
         "base_continuation": _continue(run, model, ids, fields, []),
-        "ablated_continuation": _continue(run, model, ids, fields, hooks),
+        "ablated_continuation": ablated_continuation,
+        "reference": [_token(run, i) for i in reference[0]] if how == "resample" else None,
         "options": fields,
         "source": f"{SOURCE} (interp.ablate, interp.ablation_hooks)",
     }

@@ -58,6 +58,42 @@ def test_patch_equals_activation_patch_for_both_sweeps(run):
     assert abs(answer["resid"]["checks"]["full_patch_gap"]) < 1e-4
 
 
+def test_attribution_patch_equals_the_library_for_both_grids(run):
+    body = {"clean": CLEAN, "corrupted": CORRUPTED, "answer": ",", "wrong": ")"}
+    answer = xp.patch(run, {**body, "method": "attribution"})
+    assert answer["method"] == "attribution"
+    clean, corrupted = ids(run, CLEAN), ids(run, CORRUPTED)
+    measured = xp.patch(run, body)
+    for key, point, index in (("resid", "resid_pre", "pos"), ("heads", "z", "head")):
+        expected = interp.attribution_patch(
+            run.model, clean, corrupted, point, index, answer=one(run, ","), wrong=one(run, ")")
+        )
+        assert answer[key]["values"] == expected.values.tolist()
+        assert answer["clean_metric"] == expected.clean_metric
+        assert answer["corrupted_metric"] == expected.corrupted_metric
+        assert answer[key]["checks"] == {"linear": 0.0}
+        # an estimate, not the sweep: near it on this tiny model, not equal
+        assert np.shape(answer[key]["values"]) == np.shape(measured[key]["values"])
+        assert answer[key]["values"] != measured[key]["values"]
+    assert "interp.attribution_patch" in answer["source"]
+
+
+def test_one_layer_per_request_is_that_row_of_the_whole_sweep(run):
+    body = {"clean": CLEAN, "corrupted": CORRUPTED, "answer": ",", "wrong": ")"}
+    whole = xp.patch(run, body)
+    assert whole["layer"] is None and whole["n_layer"] == run.model.config.n_layer
+    for layer in range(run.model.config.n_layer):
+        part = xp.patch(run, {**body, "layer": layer})
+        assert part["layer"] == layer and part["n_layer"] == whole["n_layer"]
+        assert part["checkpoint"] == whole["checkpoint"] == list(run._stamp)
+        for key in ("resid", "heads"):
+            assert part[key]["layers"] == [layer]
+            assert part[key]["values"] == [whole[key]["values"][layer]]  # the same batches
+        # patching all of a layer's resid_pre is the clean run, at any layer
+        assert abs(part["resid"]["checks"]["full_patch_gap"]) < 1e-4
+        assert part["clean_metric"] == whole["clean_metric"]
+
+
 @pytest.mark.parametrize(
     "where", [{"point": "resid_pre", "layer": 1, "pos": 5}, {"point": "z", "layer": 0, "head": 1}]
 )
@@ -80,11 +116,11 @@ def test_patch_cell_equals_patched_logits(run, where):
     top = answer["patched"]
     assert [t["id"] for t in top] == list(np.argsort(-probs, kind="stable")[: len(top)])
     assert top[0]["p"] == pytest.approx(probs.max(), rel=1e-12)
-    # the sweep's cell and the clicked cell agree
-    sweep = xp.patch(run, body)
-    grid = sweep["resid" if where["point"] == "resid_pre" else "heads"]["values"]
+    # the sweep's cell and the clicked cell agree (the body's layer: the sweep of that row)
+    sweep = xp.patch(run, body)["resid" if where["point"] == "resid_pre" else "heads"]
     column = where.get("pos", where.get("head"))
-    assert grid[where["layer"]][column] == pytest.approx(answer["value"], abs=1e-4)
+    assert sweep["layers"] == [where["layer"]]
+    assert sweep["values"][0][column] == pytest.approx(answer["value"], abs=1e-4)
 
 
 def test_ablate_equals_the_library_and_samples_beside_the_base(run):
@@ -112,6 +148,29 @@ def test_ablate_equals_the_library_and_samples_beside_the_base(run):
     with run.model.hooks(hooks):
         ablated = run.model.generate(np.asarray([prompt]), 8, 0.8, rng=np.random.default_rng(5))
     assert [t["id"] for t in answer["ablated_continuation"]] == ablated[0, len(prompt) :].tolist()
+
+
+def test_resample_ablation_equals_the_library_on_the_reference_prompt(run):
+    body = {"prompt": CLEAN, "heads": [[1, 0]], "layers": [["attn", 0]], "how": "resample"}
+    answer = xp.ablate(run, {**body, "reference": CORRUPTED, "max_new_tokens": 6, "seed": 2})
+    prompt, reference = ids(run, CLEAN), ids(run, CORRUPTED)
+    expected = interp.ablate(
+        run.model, prompt, [(1, 0)], [], [("attn", 0)], "resample", [reference]
+    )
+    assert answer["how"] == "resample" and answer["kl"] == expected.kl > 0
+    assert answer["parts"] == ["L1H0", "L0 attn"]
+    assert [t["id"] for t in answer["ablated"]] == list(
+        np.argsort(-expected.probs, kind="stable")[: xp.DISTRIBUTION_TOP]
+    )
+    assert answer["ablated"][0]["p"] == pytest.approx(expected.probs.max(), rel=1e-12)
+    assert [t["id"] for t in answer["reference"]] == reference
+    # no ablated continuation (the reference has no value past the prompt); the base one stays
+    assert answer["ablated_continuation"] is None
+    plain = run.model.generate(np.asarray([prompt]), 6, 0.8, rng=np.random.default_rng(2))
+    assert [t["id"] for t in answer["base_continuation"]] == plain[0, len(prompt) :].tolist()
+    # resampling from the prompt itself changes nothing
+    same = xp.ablate(run, {**body, "reference": CLEAN, "max_new_tokens": 0})
+    assert same["kl"] == 0.0
 
 
 def test_steer_equals_generate_steered(run):
@@ -202,7 +261,57 @@ def test_attribute_equals_dla_and_saliency(run, method):
         (xp.ablate, {"prompt": CLEAN, "heads": [[0, 2]]}, "a head must be an integer in [0, 2)"),
         (xp.ablate, {"prompt": CLEAN, "heads": [[0, 0]] * 65}, "at most 64"),
         (xp.ablate, {"prompt": CLEAN, "layers": [["ln", 0]]}, "['attn' | 'mlp', layer]"),
-        (xp.ablate, {"prompt": CLEAN, "heads": [[0, 0]], "how": "resample"}, "'zero' or 'mean'"),
+        (
+            xp.ablate,
+            {"prompt": CLEAN, "heads": [[0, 0]], "how": "median"},
+            "how must be 'zero', 'mean' or 'resample'",
+        ),
+        (
+            xp.ablate,
+            {"prompt": CLEAN, "heads": [[0, 0]], "how": "resample"},
+            "reference must be a string",
+        ),
+        (
+            xp.ablate,
+            {"prompt": CLEAN, "heads": [[0, 0]], "how": "resample", "reference": ""},
+            "reference is empty",
+        ),
+        (
+            xp.ablate,
+            {"prompt": CLEAN, "heads": [[0, 0]], "how": "resample", "reference": "x" * 33},
+            "reference is 33 tokens; an experiment takes 1 to 32",
+        ),
+        (
+            xp.ablate,
+            {"prompt": CLEAN, "heads": [[0, 0]], "how": "resample", "reference": "def"},
+            "as many tokens as the prompt, got 3 and 8",
+        ),
+        (
+            xp.patch,
+            {"clean": CLEAN, "corrupted": CORRUPTED, "answer": ",", "wrong": ")", "method": "x"},
+            "method must be 'activation' or 'attribution'",
+        ),
+        (
+            xp.patch,
+            {"clean": CLEAN, "corrupted": CORRUPTED, "answer": ",", "wrong": ")", "layer": 2},
+            "layer must be between 0 and 1",
+        ),
+        (
+            xp.patch,
+            {"clean": CLEAN, "corrupted": CORRUPTED, "answer": ",", "wrong": ")", "layer": "0"},
+            "layer must be an integer",
+        ),
+        (
+            xp.patch,
+            {
+                "clean": CLEAN,
+                "corrupted": "def",
+                "answer": ",",
+                "wrong": ")",
+                "method": "attribution",
+            },
+            "must be as many tokens, got 8 and 3",
+        ),
         (
             xp.ablate,
             {"prompt": CLEAN, "heads": [[0, 0]], "max_new_tokens": 101},
@@ -246,6 +355,12 @@ def test_a_sweep_past_the_cell_bound_is_refused(run, monkeypatch):
     body = {"clean": CLEAN, "corrupted": CORRUPTED, "answer": ",", "wrong": ")"}
     status, text = error_of(xp.patch, run, body)
     assert status == 400 and "would patch 20 cells" in text
+    # a layer per request is 10 cells, within the bound; the attribution estimate has no cells
+    assert xp.patch(run, {**body, "layer": 1})["resid"]["layers"] == [1]
+    assert xp.patch(run, {**body, "method": "attribution"})["method"] == "attribution"
+    monkeypatch.setattr(xp, "MAX_PATCH_CELLS", 9)
+    status, text = error_of(xp.patch, run, {**body, "layer": 0})
+    assert status == 400 and "would patch 10 cells" in text
 
 
 def test_the_server_routes_them_and_answers_errors_as_json(run):
@@ -282,14 +397,17 @@ VALUES = st.one_of(
     st.booleans(),
     st.integers(-3, 70),
     st.floats(allow_nan=True, allow_infinity=True),
-    st.sampled_from(["", "d", "de", "def f1(x", "def f2(x", "\u0665", "x" * 40, "zq", "#3"]),
+    st.sampled_from(
+        ["", "d", "de", "def f1(x", "def f2(x", "\u0665", "x" * 40, "zq", "#3"]
+        + ["activation", "attribution", "resample", "mean"]
+    ),
     st.lists(st.one_of(st.integers(-1, 3), st.sampled_from(["attn", "mlp", "x"])), max_size=3),
     st.lists(st.lists(st.integers(-1, 3), max_size=3), max_size=3),
 )
 FIELDS = [
     "clean", "corrupted", "answer", "wrong", "point", "layer", "pos", "head", "prompt", "heads",
     "neurons", "layers", "how", "max_new_tokens", "seed", "temperature", "positive", "negative",
-    "strength", "method", "n_steps",
+    "strength", "method", "n_steps", "reference",
 ]  # fmt: skip
 
 

@@ -1,11 +1,10 @@
 // The Experiment tab: activation patching, ablation, steering and attribution, each one POST to
 // /api/experiment/* (glassllm/app/view/experiment_api.py, on glassllm.interp).
 
-import { call } from "./api.js";
+import { call, showError } from "./api.js";
 import { el, percent, signedColour, state, visible, visibleAlone } from "./util.js";
 
 const $ = (id) => document.getElementById(id);
-let lastPatch = null; // the request of the sweep on screen, for its cells
 
 // Run ``work`` with ``button`` disabled and "computing…" beside it (a sweep can take seconds).
 async function busy(button, status, work) {
@@ -96,46 +95,139 @@ function fullPatch(checks) {
   return gap === undefined ? "" : ` · all of L0 patched − clean: ${gap.toExponential(1)}`;
 }
 
-async function runPatch() {
-  const request = {
+// The sweeps on screen, each {request, answer}: "activation" (measured) and "attribution"
+// (its first-order estimate); the correlation between them is shown when both are of one request.
+const shown = { activation: null, attribution: null };
+const BOXES = { activation: ["xp-resid", "xp-heads"], attribution: ["xp-resid-atp", "xp-heads-atp"] };
+
+function patchRequest() {
+  return {
     clean: $("xp-clean").value,
     corrupted: $("xp-corrupted").value,
     answer: tokenField("xp-answer"),
     wrong: tokenField("xp-wrong"),
   };
-  const answer = await busy($("xp-patch-run"), $("xp-patch-status"), () => call("/api/experiment/patch", request));
-  if (!answer) { $("xp-patch-status").textContent = ""; return; }
-  lastPatch = request;
-  const clean = answer.clean_metric;
-  const corrupted = answer.corrupted_metric;
-  const span = clean - corrupted;
-  // Colour: the share of the clean-minus-corrupted logit difference the patch restores.
-  const restored = (v) => (span === 0 ? 0 : (v - corrupted) / span);
-  const colour = (v) => signedColour(restored(v), 1);
-  $("xp-patch-status").textContent = `logit diff '${visibleAlone(answer.answer.text)}' − '${visibleAlone(answer.wrong.text)}': clean ${clean.toFixed(3)}, corrupted ${corrupted.toFixed(3)}${fullPatch(answer.resid.checks)}`;
-  const legend = () => scaleLegend("−1", "1: share of the logit difference restored (0 corrupted, 1 clean)", (t) => signedColour(t, 1));
-  const layers = answer.resid.layers.map((l) => `L${l}`);
-  heatmap($("xp-resid"), {
-    values: answer.resid.values, rows: layers, cols: answer.resid.positions,
-    rowTitle: "layer (resid_pre)", colTitle: "position (clean prompt's token)", colour, legend: legend(),
-    onCell: (r, c) => patchCell({ point: "resid_pre", layer: answer.resid.layers[r], pos: c }, `resid_pre L${answer.resid.layers[r]}, position ${c} '${visibleAlone(answer.resid.positions[c])}'`),
-  });
-  heatmap($("xp-heads"), {
-    values: answer.heads.values, rows: answer.heads.layers.map((l) => `L${l}`), cols: answer.heads.heads,
-    rowTitle: "layer (hook_z)", colTitle: "head (every position)", colour, legend: legend(),
-    onCell: (r, c) => patchCell({ point: "z", layer: answer.heads.layers[r], head: c }, `head L${answer.heads.layers[r]}H${c}`),
-  });
-  $("xp-cell").replaceChildren(el("p", { class: "muted" }, "click a cell for its value and the patched next-token distribution"));
 }
 
-async function patchCell(where, name) {
+function metricsLine(answer) {
+  return `logit diff '${visibleAlone(answer.answer.text)}' − '${visibleAlone(answer.wrong.text)}': clean ${answer.clean_metric.toFixed(3)}, corrupted ${answer.corrupted_metric.toFixed(3)}`;
+}
+
+// Both heatmaps of one sweep (its rows so far, while a sweep is coming in layer by layer).
+function drawSweep(method, request, answer) {
+  const corrupted = answer.corrupted_metric;
+  const span = answer.clean_metric - corrupted;
+  // Colour: the share of the clean-minus-corrupted logit difference the patch restores.
+  const colour = (v) => signedColour(span === 0 ? 0 : (v - corrupted) / span, 1);
+  const legend = () => scaleLegend("−1", "1: share of the logit difference restored (0 corrupted, 1 clean)", (t) => signedColour(t, 1));
+  const [residBox, headsBox] = BOXES[method];
+  const layers = answer.resid.layers;
+  heatmap($(residBox), {
+    values: answer.resid.values, rows: layers.map((l) => `L${l}`), cols: answer.resid.positions,
+    rowTitle: "layer (resid_pre)", colTitle: "position (clean prompt's token)", colour, legend: legend(),
+    onCell: (r, c, v) => patchCell(request, { point: "resid_pre", layer: layers[r], pos: c }, `resid_pre L${layers[r]}, position ${c} '${visibleAlone(answer.resid.positions[c])}'`, method, v),
+  });
+  heatmap($(headsBox), {
+    values: answer.heads.values, rows: answer.heads.layers.map((l) => `L${l}`), cols: answer.heads.heads,
+    rowTitle: "layer (hook_z)", colTitle: "head (every position)", colour, legend: legend(),
+    onCell: (r, c, v) => patchCell(request, { point: "z", layer: answer.heads.layers[r], head: c }, `head L${answer.heads.layers[r]}H${c}`, method, v),
+  });
+}
+
+// One layer's rows appended to the sweep so far.
+function appendRows(sweep, part) {
+  for (const key of ["resid", "heads"]) {
+    sweep[key].values.push(...part[key].values);
+    sweep[key].layers.push(...part[key].layers);
+  }
+  return sweep;
+}
+
+// The activation sweep, one layer per request: each request is a bounded piece of work, the
+// heatmaps grow a row at a time and the bar counts the layers done.
+async function runPatch() {
+  const request = patchRequest();
+  const button = $("xp-patch-run"), status = $("xp-patch-status"), bar = $("xp-patch-progress");
+  button.disabled = true;
+  status.classList.add("computing");
+  let total = 1, sweep = null;
+  const progress = (done) => {
+    bar.max = total; bar.value = done; bar.hidden = false;
+    status.textContent = `computing… ${done} of ${sweep ? total : "?"} layers`;
+  };
+  progress(0);
+  try {
+    for (let layer = 0; layer < total; layer++) {
+      const part = await call("/api/experiment/patch", { ...request, layer });
+      if (!part) { status.textContent = sweep ? `stopped after ${layer} of ${total} layers` : ""; return; }
+      if (sweep && part.checkpoint.join() !== sweep.checkpoint.join()) {
+        showError("the checkpoint changed during the sweep (training saved a new one); run the sweep again");
+        status.textContent = `stopped after ${layer} of ${total} layers`;
+        return;
+      }
+      if (!sweep) $("xp-cell").replaceChildren();
+      sweep = sweep ? appendRows(sweep, part) : part;
+      total = part.n_layer;
+      drawSweep("activation", request, sweep);
+      progress(layer + 1);
+    }
+    shown.activation = { request, answer: sweep };
+    status.textContent = metricsLine(sweep) + fullPatch(sweep.resid.checks);
+    $("xp-cell").replaceChildren(el("p", { class: "muted" }, "click a cell for its value and the patched next-token distribution"));
+    showCorrelation();
+  } finally {
+    button.disabled = false;
+    status.classList.remove("computing");
+    bar.hidden = true;
+  }
+}
+
+async function runAttributionPatch() {
+  const request = patchRequest();
+  const answer = await busy($("xp-atp-run"), $("xp-patch-status"), () => call("/api/experiment/patch", { ...request, method: "attribution" }));
+  if (!answer) { $("xp-patch-status").textContent = ""; return; }
+  shown.attribution = { request, answer };
+  $("xp-atp").hidden = false;
+  drawSweep("attribution", request, answer);
+  $("xp-patch-status").textContent = `${metricsLine(answer)} · attribution estimate: one forward and one backward per grid`;
+  showCorrelation();
+}
+
+// Pearson's r of two grids' cells; null when either is constant.
+function correlation(a, b) {
+  const x = a.flat(), y = b.flat();
+  const mean = (v) => v.reduce((s, t) => s + t, 0) / v.length;
+  const mx = mean(x), my = mean(y);
+  let sxy = 0, sxx = 0, syy = 0;
+  x.forEach((xi, i) => { sxy += (xi - mx) * (y[i] - my); sxx += (xi - mx) ** 2; syy += (y[i] - my) ** 2; });
+  return sxx > 0 && syy > 0 ? sxy / Math.sqrt(sxx * syy) : null;
+}
+
+function showCorrelation() {
+  const { activation, attribution } = shown;
+  const box = $("xp-atp-corr");
+  if (!activation || !attribution || JSON.stringify(activation.request) !== JSON.stringify(attribution.request)) {
+    box.textContent = attribution ? "run the sweep on the same prompts to compare the estimate with it" : "";
+    return;
+  }
+  const r = (key) => {
+    const value = correlation(activation.answer[key].values, attribution.answer[key].values);
+    return value === null ? "undefined (a constant grid)" : value.toFixed(3);
+  };
+  box.textContent = `correlation with the sweep above (Pearson r over the cells): residual ${r("resid")}, heads ${r("heads")}`;
+}
+
+async function patchCell(request, where, name, method, shownValue) {
   const box = $("xp-cell");
   box.replaceChildren(el("p", { class: "muted computing" }, "computing…"));
-  const answer = await call("/api/experiment/patch_cell", { ...lastPatch, ...where });
+  const answer = await call("/api/experiment/patch_cell", { ...request, ...where });
   if (!answer) { box.replaceChildren(); return; }
   const row = el("div", { class: "xp-pair" });
   row.append(distTable("patched", answer.patched), distTable("corrupted run", answer.corrupted));
-  box.replaceChildren(el("p", { class: "xp-value" }, `${name}: patched logit diff ${answer.value.toFixed(4)}`), row);
+  const value = method === "attribution"
+    ? `${name}: attribution estimate ${shownValue.toFixed(4)}, patched logit diff ${answer.value.toFixed(4)}`
+    : `${name}: patched logit diff ${answer.value.toFixed(4)}`;
+  box.replaceChildren(el("p", { class: "xp-value" }, value), row);
 }
 
 // ---------------------------------------------------------------- ablation
@@ -180,6 +272,7 @@ async function runAblation() {
   });
   const request = {
     prompt: $("xp-abl-prompt").value, heads, layers, neurons: neuronsField(), how: $("xp-how").value,
+    reference: $("xp-abl-ref").value,
     max_new_tokens: Number($("xp-abl-tokens").value), seed: Number($("xp-abl-seed").value),
   };
   const answer = await busy($("xp-abl-run"), $("xp-abl-status"), () => call("/api/experiment/ablate", request));
@@ -189,7 +282,13 @@ async function runAblation() {
   const pair = el("div", { class: "xp-pair" });
   const left = el("div"), right = el("div");
   left.append(distTable("unablated", answer.base), continuation("unablated continuation", answer.prompt, answer.base_continuation));
-  right.append(distTable("ablated", answer.ablated), continuation("ablated continuation", answer.prompt, answer.ablated_continuation));
+  right.append(distTable("ablated", answer.ablated));
+  if (answer.ablated_continuation) {
+    right.append(continuation("ablated continuation", answer.prompt, answer.ablated_continuation));
+  } else { // resample: past the prompt the reference prompt has no activation to put in
+    const reference = answer.reference.map((t) => visible(t.text)).join("");
+    right.append(el("p", { class: "muted xp-no-continuation" }, `resampled from '${reference}': no continuation (past the prompt the reference has no activations to put in)`));
+  }
   pair.append(left, right);
   out.replaceChildren(pair);
 }
@@ -264,7 +363,7 @@ export function showExperiment() {
   }
 }
 
-const BUTTONS = ["xp-patch-run", "xp-abl-run", "xp-steer-run", "xp-attr-run"];
+const BUTTONS = ["xp-patch-run", "xp-atp-run", "xp-abl-run", "xp-steer-run", "xp-attr-run"];
 
 // Without a checkpoint (a run before its first evaluation) there is no model to experiment on.
 export function setExperimentEnabled(enabled) {
@@ -273,6 +372,7 @@ export function setExperimentEnabled(enabled) {
 
 export function initExperiment() {
   $("xp-patch-run").addEventListener("click", runPatch);
+  $("xp-atp-run").addEventListener("click", runAttributionPatch);
   $("xp-abl-run").addEventListener("click", runAblation);
   $("xp-steer-run").addEventListener("click", runSteering);
   $("xp-attr-run").addEventListener("click", runAttribution);
