@@ -172,8 +172,8 @@ def test_ablation_steering_and_attribution(page, server):
 
 
 def test_experiment_screenshot(browser, tmp_path):
-    """The tab after a sweep, a clicked cell and an attribution; GLASSLLM_SCREENSHOTS=1 trains a
-    longer run and keeps docs/view-experiment.png."""
+    """The tab after a sweep, its attribution estimate, a clicked cell and an attribution;
+    GLASSLLM_SCREENSHOTS=1 trains a longer run and keeps docs/view-experiment.png."""
     from playwright.sync_api import expect
 
     keep = os.environ.get("GLASSLLM_SCREENSHOTS") == "1"
@@ -187,6 +187,9 @@ def test_experiment_screenshot(browser, tmp_path):
         open_tab(shot)
         shot.click("#xp-patch-run")
         expect(shot.locator("#xp-heads .xp-cell")).to_have_count(4)
+        shot.click("#xp-atp-run")
+        expect(shot.locator("#xp-heads-atp .xp-cell")).to_have_count(4)
+        expect(shot.locator("#xp-atp-corr")).to_contain_text("residual")
         shot.locator("#xp-resid .xp-cell").nth(13).click()
         expect(shot.locator("#xp-cell table.xp-dist")).to_have_count(2)
         shot.click("#xp-attr-run")
