@@ -106,6 +106,7 @@ def test_a_sweep_draws_its_rows_and_progress_as_the_layers_come(page, monkeypatc
     expect(page.locator("#xp-patch-progress")).to_be_visible()
     assert page.eval_on_selector("#xp-patch-progress", "p => [p.value, p.max]") == [1, 2]
     expect(page.locator("#xp-patch-run")).to_be_disabled()
+    expect(page.locator("#xp-atp-run")).to_be_disabled()
     release.set()
     expect(page.locator("#xp-resid .xp-cell")).to_have_count(16)
     expect(page.locator("#xp-resid .xp-row")).to_have_text(["L0", "L1"])
@@ -113,6 +114,26 @@ def test_a_sweep_draws_its_rows_and_progress_as_the_layers_come(page, monkeypatc
     expect(page.locator("#xp-patch-progress")).to_be_hidden()
     expect(page.locator("#xp-patch-run")).to_be_enabled()
     assert asked == [0, 1]  # one bounded request per layer
+
+
+def test_a_sweep_stops_when_the_checkpoint_changes_between_layers(page, monkeypatch):
+    from playwright.sync_api import expect
+
+    sweep = api.ROUTES[("POST", "/api/experiment/patch")][0]
+
+    def reloaded(run, body):  # layer 1 answers as if training had saved a new checkpoint
+        answer = sweep(run, body)
+        if body.get("layer") == 1:
+            answer["checkpoint"] = [*answer["checkpoint"], 1]
+        return answer
+
+    monkeypatch.setitem(api.ROUTES, ("POST", "/api/experiment/patch"), (reloaded, True))
+    open_tab(page)
+    page.click("#xp-patch-run")
+    expect(page.locator("#alert-text")).to_contain_text("the checkpoint changed during the sweep")
+    expect(page.locator("#xp-patch-status")).to_have_text("stopped after 1 of 2 layers")
+    expect(page.locator("#xp-resid .xp-row")).to_have_text(["L0"])  # no row of another model
+    expect(page.locator("#xp-patch-run")).to_be_enabled()
 
 
 def test_ablation_steering_and_attribution(page, server):

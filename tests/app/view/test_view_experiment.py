@@ -384,6 +384,23 @@ def test_the_server_routes_them_and_answers_errors_as_json(run):
             answer = json.loads(response.read())
             assert response.status == status
             assert ("dla" in answer) if status == 200 else ("3 tokens" in answer["error"])
+        patch = {"clean": CLEAN, "corrupted": CORRUPTED, "answer": ",", "wrong": ")"}
+        for body, status, key in (
+            ({**patch, "layer": 1}, 200, "resid"),
+            ({**patch, "method": "attribution"}, 200, "heads"),
+            ({**patch, "layer": -1}, 400, "layer must be between 0 and 1"),
+            ({**patch, "method": "../etc/passwd"}, 400, "method must be"),
+        ):
+            connection.request(
+                "POST",
+                "/api/experiment/patch",
+                json.dumps(body),
+                {"Content-Type": "application/json"},
+            )
+            response = connection.getresponse()
+            answer = json.loads(response.read())
+            assert response.status == status
+            assert key in (answer if status == 200 else answer["error"])
         connection.request("GET", "/experiment.js")
         response = connection.getresponse()
         assert response.status == 200 and b"initExperiment" in response.read()

@@ -148,7 +148,7 @@ function appendRows(sweep, part) {
 async function runPatch() {
   const request = patchRequest();
   const button = $("xp-patch-run"), status = $("xp-patch-status"), bar = $("xp-patch-progress");
-  button.disabled = true;
+  button.disabled = $("xp-atp-run").disabled = true; // one sweep's status line at a time
   status.classList.add("computing");
   let total = 1, sweep = null;
   const progress = (done) => {
@@ -176,7 +176,7 @@ async function runPatch() {
     $("xp-cell").replaceChildren(el("p", { class: "muted" }, "click a cell for its value and the patched next-token distribution"));
     showCorrelation();
   } finally {
-    button.disabled = false;
+    button.disabled = $("xp-atp-run").disabled = false;
     status.classList.remove("computing");
     bar.hidden = true;
   }
