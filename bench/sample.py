@@ -15,7 +15,9 @@ small's shape (or --shape tiny), or the real SmolLM2-135M-Instruct GGUF of the l
 ``glassllm.hf.load_model`` and by ``AutoModelForCausalLM``, greedy with their key/value caches
 from a random prompt: load time, RSS after loading and peak, time to the first token (the
 prompt's forward and one token; prompt tok/s from it), generation tok/s after the first token,
-and whether both produced the same ids; the order flips every round.
+and whether both produced the same ids; the order flips every round. Side ``llama.cpp``
+(``--shape smollm2 --sides glassllm,transformers,llama.cpp``; llama-cpp-python built from source):
+the ceiling to know, computing on the file's quantized blocks (so its ids may differ).
 """
 
 from __future__ import annotations
@@ -30,8 +32,8 @@ from typing import Any
 import common as C
 import numpy as np
 
-SIDES = ("glassllm-cache", "glassllm-nocache", "torch", "glassllm", "transformers")
-MODEL_SIDES = {"nanogpt": SIDES[:3], "hf": SIDES[3:]}
+SIDES = ("glassllm-cache", "glassllm-nocache", "torch", "glassllm", "transformers", "llama.cpp")
+MODEL_SIDES = {"nanogpt": SIDES[:3], "hf": SIDES[3:]}  # llama.cpp: GGUF files only
 DEFAULT_SIDES = SIDES[:3]
 SHAPES = {
     "gpt2": dict(vocab_size=50257, block_size=1024, n_layer=12, n_head=12, n_embd=768),
@@ -95,6 +97,21 @@ def hf_worker(args: argparse.Namespace) -> dict[str, Any]:
 
         def generate(new_tokens: int) -> list[int]:
             return model.generate(prompt, new_tokens, top_k=1)[0].tolist()
+    elif args.worker == "llama.cpp":
+        import llama_cpp
+
+        threads, tokens = args.threads, prompt[0].tolist()  # the worker's one count
+        llm = llama_cpp.Llama(
+            str(path), n_threads=threads, n_threads_batch=threads, verbose=False,
+            n_ctx=args.prompt_tokens + args.new_tokens + 8, n_batch=args.prompt_tokens,
+        )  # fmt: skip
+
+        def generate(new_tokens: int) -> list[int]:
+            out, _ = [], llm.reset()  # from an empty cache: reset=True would reuse the prompt's
+            for token in llm.generate(tokens, top_k=1, top_p=1.0, temp=0.0, reset=False):
+                out.append(token)
+                if len(out) == new_tokens:
+                    return tokens + out
     else:
         import torch
         import transformers
@@ -172,9 +189,10 @@ def hf_parent(args: argparse.Namespace) -> dict[str, dict[str, Any]]:
             results = C.alternate(args, threads, "--model-dir", str(model_path), flip=True)
             groups[str(threads)] = sides = C.summarise(results, ratios=HF_RATIOS)
             for side, runs in results.items():
-                ids |= {tuple(sides[side].pop("ids"))} | {tuple(r["ids"]) for r in runs}
+                side_ids = {tuple(sides[side].pop("ids"))} | {tuple(r["ids"]) for r in runs}
+                ids |= set() if side == "llama.cpp" else side_ids
     config = shape | dict(prompt_tokens=args.prompt_tokens, new_tokens=args.new_tokens)
-    note = f"{args.shape}: greedy; the same ids across engines and runs: {len(ids) == 1}."
+    note = f"{args.shape}: greedy; the same ids across float32 engines and runs: {len(ids) == 1}."
     return {f"hf {args.shape}": dict(config=config, group="threads", groups=groups, notes=[note])}
 
 
