@@ -12,6 +12,7 @@ learning: a survey", JMLR 18(153), 2018.
 from __future__ import annotations
 
 import functools
+import threading
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -24,6 +25,18 @@ if TYPE_CHECKING:
 # switches tracking off for every thread of the process. Do not overlap training
 # and inference in one process expecting the scopes to be isolated.
 _grad_enabled = True
+
+
+class _ModuleCalls(threading.local):
+    """The `Module.__call__` running now, ``(module, the call around it)`` or None: set by
+    ``Module.__call__``, read by each tracked result (``Tensor._module_call``), so a drawing of
+    the graph can fold each module into one box (`glassllm.graph.modules`). Per thread, unlike
+    ``_grad_enabled``: two threads' forwards interleaving would otherwise leave a stale call."""
+
+    current: tuple[Any, Any] | None = None
+
+
+module_calls = _ModuleCalls()
 
 
 def is_grad_enabled() -> bool:

@@ -63,7 +63,9 @@ class Tensor:
     (``backward()`` is the method that starts the traversal).
     """
 
-    __slots__ = ("data", "grad", "requires_grad", "parents", "_backward", "op", "__weakref__")
+    # _module_call: (module, outer call) whose forward made a tracked result (graph drawings)
+    __slots__ = ("data", "grad", "requires_grad", "parents", "_backward", "op", "_module_call")
+    __slots__ += ("__weakref__",)
     # NumPy defers to us: `ndarray + Tensor` calls Tensor.__radd__ and returns a Tensor.
     __array_ufunc__ = None
 
@@ -85,6 +87,8 @@ class Tensor:
                     raise TypeError(f"parents must be Tensors, got {type(parent).__name__}")
             if not (requires_grad and autograd._grad_enabled):
                 parents, backward, requires_grad = (), None, False
+            else:  # the module whose forward made it (graph drawings fold by it); unset on leaves
+                self._module_call = autograd.module_calls.current
         self.parents: tuple[Tensor, ...] = parents
         self._backward: Backward | None = backward
         self.requires_grad: bool = bool(requires_grad)

@@ -42,6 +42,18 @@ TINY = {
     + ["--warmup", "0", "--matmul-n", "32"],
     "view": ["--sizes", "micro", "--repeat", "1", "--generate", "2"],
     "prepare": ["--corpus-mb", "0.3", "--tokens", "2000"],
+    "hooks": [
+        "--size",
+        "micro",
+        "--rounds",
+        "1",
+        "--steps",
+        "1",
+        "--warmup",
+        "0",
+        "--repeats",
+        "1",
+    ],
 }
 # The sides of each benchmark without its optional packages, and with them (None: it has none).
 SIDES = {
@@ -56,6 +68,7 @@ SIDES = {
     "train_step_llama": ("glassllm", "glassllm,torch"),
     "view": ("api", None),
     "prepare": ("glassllm-1,glassllm-2,rss", "glassllm-1,datasets"),
+    "hooks": ("glassllm,glassllm-nohooks", None),
 }
 OPTIONAL = {"sample_hf": ["torch", "transformers"], "prepare": ["datasets", "tokenizers"]}
 OPTIONAL |= {
@@ -112,6 +125,7 @@ def test_benchmark_runs_and_its_results_render(
     block = bench("common").render(runs)
     assert block.count("\n|") >= 3, block  # a table with a header, a rule and rows
     mode = {"train_step_stats": "| glassllm-stats |", "train_step_memory": "peak"}
+    mode |= {"hooks": "| patching sweep | glassllm |"}
     assert mode.get(name, "") in block, block  # the mode's own figure
     assert "| " in capsys.readouterr().out  # the parent printed its table too
 

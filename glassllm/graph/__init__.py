@@ -11,8 +11,9 @@
 
 `write_html(loss, "graph.html")` writes the same graph as a standalone page (open it in a browser,
 no server or internet needed); `glassllm.graph.examples` holds the four expressions of
-``glassllm view``'s graph panel. A model's forward run inside ``with record_modules(model):``
-is drawn with each module folded into one box that opens on click.
+``glassllm view``'s graph panel. A model's forward is drawn with each module folded into one box
+that opens on click (`glassllm.graph.modules`; ``with record_modules(model):`` is the explicit,
+hook-based way, still honoured).
 """
 
 from glassllm.graph.export import export_graph, op_name, summarize

@@ -18,9 +18,9 @@ stored as ``tensor.op``: ``*``, ``exp``, ``layer_norm``). An operation built wit
 user's own) is named from its vector-Jacobian product's ``__qualname__``: ``my_op.<locals>.vjp``
 -> ``my_op``. A leaf is ``"leaf"`` (it requires grad: a parameter or input) or ``"const"``.
 
-``module`` is the dotted path of the module whose forward produced the node (``blocks.0.attn``)
-when the forward ran inside `glassllm.graph.record_modules`, else ``""``; a parameter recorded so
-is labelled by its name (``weight``) unless ``names`` labels it.
+``module`` is the dotted path of the module whose forward produced the node (``blocks.0.attn``,
+`glassllm.graph.modules`), ``""`` outside any; a parameter of the model is labelled by its name
+(``weight``) unless ``names`` labels it.
 
 >>> import numpy as np
 >>> from glassllm import Tensor
@@ -43,7 +43,7 @@ import numpy as np
 
 from glassllm._text import finite_for_json
 from glassllm.autograd import graph_consumed, topological_order
-from glassllm.graph.modules import module_of
+from glassllm.graph.modules import module_tags
 from glassllm.tensor import Tensor
 
 # Tensors with at most this many elements are shown in full; larger ones as statistics.
@@ -90,7 +90,7 @@ def export_graph(
         raise TypeError(f"export_graph needs a Tensor, got {type(root).__name__}")
     labels = {id(t): name for name, t in (names or {}).items()}
     order = _parents_first(root)
-    modules = [module_of(t) for t in order]
+    modules = module_tags(order)
     if not any(path for (path, _), t in zip(modules, order, strict=True) if t._backward):
         # Not recorded (parameters keep the tags of an earlier recorded forward): no modules.
         modules = [("", "")] * len(order)

@@ -1,13 +1,19 @@
 """Which module produced each node of a graph, so a drawing can fold a module into one box.
 
-The engine does not know modules: an operation is an operation wherever it ran. Inside
-``with record_modules(model):`` every sub-module gets a forward pre-hook and a forward hook
-(`glassllm.nn.hooks`) for the length of the block; when a module returns, the operations between
-its inputs and its output that no inner module claimed are tagged with its dotted path
-(``blocks.0.attn``), and each parameter leaf with its owner's path and its own name. Outside the
-block nothing is registered, so a forward pays nothing for this. `export_graph` reads the tags
-into each node's ``module`` (and labels parameters by name), and `write_html`'s page draws
-each module as one box that opens on click.
+The engine does not know modules: an operation is an operation wherever it ran. But
+`Module.__call__` notes itself while its forward runs, and each tracked result keeps the call
+it was made in (``Tensor._module_call``: the module and the calls around it). `module_tags`
+turns that into dotted paths from the outermost module that ran (``blocks.0.attn``; its own
+operations ``""``), and labels each parameter of it with its owner's path and its name: so
+``write_html(loss)`` of a GPT's loss is drawn folded, with nothing to switch on.
+
+`record_modules` is the older, explicit way, still honoured first where it recorded (it can name
+the outermost module too: ``prefix``). Inside ``with record_modules(model):`` every sub-module
+gets a forward pre-hook and a forward hook (`glassllm.nn.hooks`) for the length of the block;
+when a module returns, the operations between its inputs and its output that no inner module
+claimed are tagged with its dotted path, and each parameter leaf with its owner's path and its
+own name. `export_graph` reads the tags into each node's ``module`` (and labels parameters by
+name), and `write_html`'s page draws each module as one box that opens on click.
 
 Tags live in a weak dictionary: a tensor that dies takes its tag with it.
 
@@ -36,8 +42,41 @@ _tags: weakref.WeakKeyDictionary[Tensor, tuple[str, str]] = weakref.WeakKeyDicti
 
 
 def module_of(tensor: Tensor) -> tuple[str, str]:
-    """``(module path, label)`` recorded for ``tensor``; ``("", "")`` when none was."""
+    """``(module path, label)`` that `record_modules` recorded for ``tensor``; ``("", "")``
+    when none was."""
     return _tags.get(tensor, ("", ""))
+
+
+def module_tags(tensors: list[Tensor]) -> list[tuple[str, str]]:
+    """``(module path, label)`` of each tensor: `record_modules`' tag where it made one, else
+    from the module call an operation was made in (a path in the outermost module of that call;
+    an operation made outside every module ``""``), and for a parameter of such an outermost
+    module its owner's path and its name."""
+    paths: dict[int, dict[int, str]] = {}  # id(outermost module) -> {id(module): path}
+    owners: dict[int, tuple[str, str]] = {}  # id(parameter) -> (owner path, name)
+    of_call: dict[int, str] = {}
+
+    def path_of(call: tuple[Module, Any]) -> str:
+        chain = []
+        while call is not None:
+            chain.append(call[0])
+            call = call[1]
+        root = chain[-1]
+        if id(root) not in paths:
+            paths[id(root)] = {id(m): path for path, m in root.named_modules()}
+            for name, parameter in root.named_parameters():
+                owners.setdefault(id(parameter), tuple(name.rpartition(".")[::2]))
+        known = paths[id(root)]  # a module called but not registered takes its caller's path
+        return next(known[id(m)] for m in chain if id(m) in known)
+
+    tags = [_tags.get(t) for t in tensors]
+    for i, tensor in enumerate(tensors):
+        call = getattr(tensor, "_module_call", None)  # unset on leaves and constants
+        if tags[i] is None and call is not None:
+            if id(call) not in of_call:
+                of_call[id(call)] = path_of(call)
+            tags[i] = (of_call[id(call)], "")
+    return [tag or owners.get(id(t), ("", "")) for tag, t in zip(tags, tensors, strict=True)]
 
 
 def _tensors(value: Any) -> list[Tensor]:

@@ -46,6 +46,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
+from glassllm.autograd import module_calls
 from glassllm.tensor import Tensor
 
 
@@ -180,11 +181,16 @@ class Module:
         raise NotImplementedError(f"{type(self).__name__} does not define forward()")
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        if self._forward_pre_hooks or self._forward_hooks:
+        outer = module_calls.current  # the ops made below keep this call: glassllm.graph's folds
+        module_calls.current = (self, outer)
+        try:
+            if not (self._forward_pre_hooks or self._forward_hooks):
+                return self.forward(*args, **kwargs)
             from glassllm.nn.hooks import call_with_hooks  # hooks.py imports this module
 
             return call_with_hooks(self, args, kwargs)
-        return self.forward(*args, **kwargs)
+        finally:
+            module_calls.current = outer
 
     def register_forward_hook(self, hook: Callable, *, prepend: bool = False) -> Any:
         """Call ``hook(module, args, output)`` after each ``forward``; a result other than None
@@ -214,15 +220,11 @@ class Module:
                 continue
             seen.add(id(module))
             yield name, module
-            children = [
-                (f"{name}.{child_name}" if name else child_name, child)
-                for child_name, child in module._modules.items()
-            ]
-            stack.extend(reversed(children))
+            children = reversed(module._modules.items())  # popped in assignment order
+            stack.extend((f"{name}.{key}" if name else key, child) for key, child in children)
 
     def modules(self) -> Iterator[Module]:
-        for _, module in self.named_modules():
-            yield module
+        return (module for _, module in self.named_modules())
 
     def named_children(self) -> Iterator[tuple[str, Module]]:
         """Yield ``(name, child)`` for direct children, in assignment order, each module once."""
@@ -233,8 +235,7 @@ class Module:
                 yield name, child
 
     def children(self) -> Iterator[Module]:
-        for _, child in self.named_children():
-            yield child
+        return (child for _, child in self.named_children())
 
     def named_parameters(self, prefix: str = "") -> Iterator[tuple[str, Tensor]]:
         """Yield ``(dotted name, parameter)``: own parameters first, then each child's, children in
@@ -248,8 +249,7 @@ class Module:
                     yield (f"{module_name}.{name}" if module_name else name), param
 
     def parameters(self) -> Iterator[Tensor]:
-        for _, param in self.named_parameters():
-            yield param
+        return (param for _, param in self.named_parameters())
 
     def named_buffers(self, prefix: str = "") -> Iterator[tuple[str, np.ndarray]]:
         """Yield ``(dotted name, array)`` for every buffer that is not None, each array once."""
@@ -261,8 +261,7 @@ class Module:
                     yield (f"{module_name}.{name}" if module_name else name), array
 
     def buffers(self) -> Iterator[np.ndarray]:
-        for _, array in self.named_buffers():
-            yield array
+        return (array for _, array in self.named_buffers())
 
     def apply(self, fn: Callable[[Module], Any]) -> Module:
         """Call ``fn(module)`` on every module in the tree (children before parents, as PyTorch)."""

@@ -1,8 +1,10 @@
-"""`record_modules`: each node of a model's graph knows the module that produced it, and the
-drawing folds each module into one box that opens on click (Chromium, the view's recipe)."""
+"""Each node of a model's graph knows the module that produced it (by default, from
+`Module.__call__`; or recorded by `record_modules`), and the drawing folds each module into one
+box that opens on click (Chromium, the view's recipe)."""
 
 from __future__ import annotations
 
+import contextlib
 import shutil
 
 import numpy as np
@@ -15,17 +17,18 @@ from glassllm.models import GPT, GPTConfig
 CONFIG = GPTConfig(vocab_size=16, block_size=8, n_layer=2, n_head=2, n_embd=8)
 
 
-def _gpt_loss():
+def _gpt_loss(recorded=False):
     model = GPT(CONFIG)
     ids = np.arange(4, dtype=np.int64)[None] % CONFIG.vocab_size
-    with record_modules(model):
+    with record_modules(model) if recorded else contextlib.nullcontext():
         _, loss = model(ids, ids)
     loss.backward()
     return model, loss
 
 
-def test_each_op_is_tagged_with_the_module_that_ran_it():
-    model, loss = _gpt_loss()
+@pytest.mark.parametrize("recorded", [False, True], ids=["default", "record_modules"])
+def test_each_op_is_tagged_with_the_module_that_ran_it(recorded):
+    model, loss = _gpt_loss(recorded)
     nodes = export_graph(loss)["nodes"]
     modules = {n["module"] for n in nodes}
     assert {"blocks.0.attn", "blocks.1.mlp.fc", "blocks.1", "ln_f", "wte"} <= modules
@@ -34,11 +37,25 @@ def test_each_op_is_tagged_with_the_module_that_ran_it():
     assert {(n["module"], n["label"]) for n in parameters} == {
         tuple(name.rpartition(".")[::2]) for name, _ in model.named_parameters()
     }
-    # Outside the block nothing is registered: a new forward is not tagged.
-    ids = np.zeros((1, 4), dtype=np.int64)
-    later = export_graph(model(ids, ids)[1])["nodes"]
-    assert {(n["module"], n["label"]) for n in later} == {("", "")}
+    # Outside the block no hook is left registered, and a new forward gets, by default, the
+    # tags record_modules' hooks gave, node for node.
     assert not any(m._forward_hooks or m._forward_pre_hooks for _, m in model.named_modules())
+    ids = np.arange(4, dtype=np.int64)[None] % CONFIG.vocab_size
+    later = export_graph(model(ids, ids)[1])["nodes"]
+    with record_modules(model):
+        recorded_nodes = export_graph(model(ids, ids)[1])["nodes"]
+    tags = lambda nodes: [(n["op"], n["module"], n["label"]) for n in nodes]
+    assert tags(later) == tags(recorded_nodes)
+
+
+def test_operations_outside_every_module_and_a_lone_module_are_not_folded():
+    layer = nn.Linear(2, 2)
+    x = Tensor(np.ones((1, 2), dtype=np.float32), requires_grad=True)
+    nodes = export_graph((layer(x) * 2).sum())["nodes"]
+    # the lone module is the outermost one, its operation at the top: nothing to fold, so
+    # the graph is the plain one (no module, parameters unlabelled)
+    assert [n["op"] for n in nodes] == ["leaf", "leaf", "leaf", "linear", "const", "*", "sum"]
+    assert {(n["module"], n["label"]) for n in nodes} == {("", "")}
 
 
 def test_hooks_are_removed_after_an_exception():
