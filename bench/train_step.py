@@ -8,7 +8,9 @@ A step is ``Trainer.train_step`` (batch, scheduled learning rate, forward, backw
 PyTorch takes it in nanoGPT's model on the same data (common.torch_step); with ``--arch llama``
 (train_step_llama.json) the model ``glassllm train --arch llama`` builds, against transformers'
 ``LlamaModel`` with its weights (bench/torch_gpt.py: TorchLlama). Sides: ``glassllm``,
-``glassllm-numpy`` (without the ``fast`` extra's kernels), ``glassllm-stats`` (writing stats.jsonl
+``glassllm-numpy`` (without the ``fast`` extra's kernels), ``glassllm-plain`` (the loop README and
+examples/ write: a plain ``loss.backward()``, no tuning call, so the engine's own allocator tuning),
+``glassllm-stats`` (writing stats.jsonl
 every ``--stats-interval`` steps; its cost: the paired ratio column), ``torch`` (fused attention),
 ``torch-manual`` (attention written out). Also: the step's matmul GFLOP/s against one large
 np.matmul, the "BLAS floor" (the step's matrix products alone), and first a check that both models
@@ -35,9 +37,19 @@ import glassllm
 from glassllm.data import get_batch
 from glassllm.kernels import compiled
 from glassllm.models.config import parameter_shapes
+from glassllm.nn.utils import clip_grad_norm_
 
 # "matmul" and "check": the parent's helpers, the GFLOP/s probe and the equivalence check.
-SIDES = ("glassllm", "glassllm-numpy", "glassllm-stats", "torch", "torch-manual", "matmul", "check")
+SIDES = (
+    "glassllm",
+    "glassllm-numpy",
+    "glassllm-plain",
+    "glassllm-stats",
+    "torch",
+    "torch-manual",
+    "matmul",
+    "check",
+)
 DEFAULT_SIDES = ("glassllm", "torch")
 MIB = 2**20
 
@@ -59,7 +71,8 @@ def worker(args: argparse.Namespace) -> dict[str, Any]:
     size = args.size[0]
     if args.worker == "matmul":
         return matmul_rates(C.gpt_config(size, args.arch), args.matmul_n)
-    C.prepare_worker(args)  # also the check side's allocator: its figures are not times
+    if args.worker != "glassllm-plain":  # it leaves the allocator to the engine, as a script does
+        C.prepare_worker(args)  # also the check side's allocator: its figures are not times
     with tempfile.TemporaryDirectory() as tmp:
         if args.worker == "glassllm-numpy":  # without the compiled kernels of the fast extra
             compiled.set_enabled(False)
@@ -74,6 +87,8 @@ def worker(args: argparse.Namespace) -> dict[str, Any]:
         else:
             compiled.load()  # numba's runtime, when installed, is counted with the model
             model, step = trainer.model, trainer.train_step
+            if args.worker == "glassllm-plain":
+                step = plain_step(trainer)
         if args.memory:
             return memory_use(args, trainer, model, step)
         C.time_calls(step, repeats=0, warmup=args.warmup)
@@ -81,6 +96,27 @@ def worker(args: argparse.Namespace) -> dict[str, Any]:
         times = C.time_calls(step, repeats=args.steps)
         faults = (resource.getrusage(resource.RUSAGE_SELF).ru_minflt - faults) / args.steps
         return {"ms/step": C.median(times) * 1e3, "minor faults/step": faults}
+
+
+def plain_step(trainer: Any) -> Any:
+    """The Trainer's batches, schedule and clip in a user's loop: ``loss.backward()`` with its
+    defaults (graph and intermediate gradients kept, until the next step rebinds the names)."""
+    cfg, model, optimizer, kept = trainer.config, trainer.model, trainer.optimizer, []
+
+    def step() -> float:
+        for group in optimizer.param_groups:
+            group["lr"] = trainer.learning_rate(trainer.iteration)
+        x, y = get_batch(trainer.corpus.train, cfg.block_size, cfg.batch_size, trainer.batch_rng)
+        logits, loss = model(x, y)
+        kept[:] = logits, loss  # a loop's names hold the last graph while the next forward runs
+        loss.backward()
+        clip_grad_norm_(trainer.parameters, cfg.grad_clip)
+        optimizer.step()
+        optimizer.zero_grad()
+        trainer.iteration += 1
+        return float(loss.data)
+
+    return step
 
 
 def memory_use(args: argparse.Namespace, trainer: Any, model: Any, step: Any) -> dict[str, Any]:

@@ -20,7 +20,6 @@ import numpy as np
 
 import glassllm
 from glassllm import no_grad
-from glassllm.app.allocator import tune_allocator
 from glassllm.app.run_state import RunState
 from glassllm.data import CharTokenizer, get_batch, load_text, split_train_val
 from glassllm.models import GPT, GPTConfig
@@ -41,8 +40,6 @@ parser = argparse.ArgumentParser(description="Train a tiny GPT, nanoGPT style.")
 for key, value in defaults.items():
     parser.add_argument("--" + key.replace("_", "-"), type=type(value), default=value)
 cfg = parser.parse_args()
-# Keep freed step buffers mapped: without it every step page-faults its arrays back (~1.5x slower).
-tune_allocator()
 # A run shorter than the default decays over its own length unless told otherwise.
 cfg.lr_decay_iters = min(cfg.lr_decay_iters, max(cfg.max_iters, cfg.warmup_iters))
 

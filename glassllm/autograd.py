@@ -18,6 +18,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from glassllm import _heap
+
 if TYPE_CHECKING:
     from glassllm.tensor import Tensor
 
@@ -147,6 +149,9 @@ def run_backward(
     passed before the failing one stay consumed; the failing node is left as it was.
     """
     order = topological_order(root)
+    # why: the first training-sized graph switches glibc to keeping freed step buffers mapped, so
+    # a plain loss.backward() loop does not page-fault them back every step (glassllm._heap).
+    _heap.tune_allocator_for(order)
     pending: dict[int, np.ndarray] = {id(root): seed}
     reached: list[tuple[Tensor, np.ndarray | None]] = []
     while order:

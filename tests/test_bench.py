@@ -57,7 +57,7 @@ TINY = {
 }
 # The sides of each benchmark without its optional packages, and with them (None: it has none).
 SIDES = {
-    "train_step": ("glassllm,glassllm-numpy", "glassllm,torch,torch-manual"),
+    "train_step": ("glassllm,glassllm-numpy,glassllm-plain", "glassllm,torch,torch-manual"),
     "train_step_memory": ("glassllm", "glassllm,torch"),
     "sample": ("glassllm-cache,glassllm-nocache", "glassllm-cache,torch"),
     "ops": ("glassllm", "glassllm,torch"),
@@ -173,6 +173,19 @@ def test_the_torch_side_trains_as_the_trainer_does(bench, tmp_path, torch):
         change = np.abs(p.data - initial[name].data).mean()
         assert change > 1e-3, name  # the steps moved it
         assert np.abs(p.data - weights).mean() < 0.01 * change, name
+
+
+def test_the_plain_side_trains_as_the_trainer_does(bench, tmp_path):
+    """The user's loop (``loss.backward()`` with its defaults) on the Trainer's batches and
+    schedule takes the Trainer's steps bit for bit: the two sides time the same computation."""
+    common, train_step = bench("common"), bench("train_step")
+    recipe = dict(seed=3, lr=3e-2, warmup_iters=0, max_iters=4)
+    trainer = common.glassllm_trainer(tmp_path / "a", "micro", **recipe)
+    twin = common.glassllm_trainer(tmp_path / "b", "micro", **recipe)
+    plain = train_step.plain_step(twin)
+    assert [plain() for _ in range(4)] == [trainer.train_step() for _ in range(4)]
+    for (name, p), q in zip(trainer.model.named_parameters(), twin.parameters, strict=True):
+        np.testing.assert_array_equal(p.data, q.data, err_msg=name)
 
 
 def test_a_missing_data_file_is_one_line_and_no_worker_starts(bench, tmp_path):
