@@ -44,6 +44,7 @@ from glassllm.models.config import parameter_shapes
 SIDES = (
     "glassllm",
     "glassllm-fixed",
+    "glassllm-adapt-blas",
     "glassllm-numpy",
     "glassllm-stats",
     "torch",
