@@ -134,7 +134,13 @@ def run_side(args: argparse.Namespace, side: str, threads: int, *extra: str) -> 
     command = [sys.executable, str(args.script), *options]
     env = dict(os.environ, PYTHONHASHSEED="0", **dict.fromkeys(THREAD_VARIABLES, str(threads)))
     env.setdefault("OPENBLAS_THREAD_TIMEOUT", "16")  # what `import glassllm` sets before NumPy
-    done = subprocess.run(command, env=env, cwd=REPO_DIR, capture_output=True, text=True)
+    # a busy neighbour (args.busy): a Python spin loop in its own process, not pinned to a core
+    spin = [sys.executable, "-c", "while True: pass"]
+    neighbour = subprocess.Popen(spin) if getattr(args, "busy", False) else None
+    try:
+        done = subprocess.run(command, env=env, cwd=REPO_DIR, capture_output=True, text=True)
+    finally:
+        neighbour and (neighbour.kill(), neighbour.wait())
     reports = [line for line in done.stdout.splitlines() if line.startswith(JSON_MARKER)]
     if done.returncode != 0 or not reports:
         raise RuntimeError(

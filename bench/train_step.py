@@ -10,11 +10,13 @@ PyTorch takes it in nanoGPT's model on the same data (common.torch_step); with `
 ``LlamaModel`` with its weights (bench/torch_gpt.py: TorchLlama). Sides: ``glassllm``,
 ``glassllm-numpy`` (without the ``fast`` extra's kernels), ``glassllm-plain`` (the loop README and
 examples/ write: a plain ``loss.backward()``, no tuning call, so the engine's own allocator tuning),
-``glassllm-stats`` (writing stats.jsonl
-every ``--stats-interval`` steps; its cost: the paired ratio column), ``torch`` (fused attention),
-``torch-manual`` (attention written out). Also: the step's matmul GFLOP/s against one large
-np.matmul, the "BLAS floor" (the step's matrix products alone), and first a check that both models
-give the same loss and gradients.
+``glassllm-adapt`` / ``glassllm-adapt-blas`` (threads.set_adaptive: glassllm's workers; OpenBLAS's
+too), ``glassllm-stats`` (writing stats.jsonl every ``--stats-interval`` steps; its cost: the
+paired ratio column), ``torch`` (fused attention), ``torch-manual`` (attention written out).
+Also: the step's matmul GFLOP/s against one large np.matmul, the "BLAS floor" (the step's matrix
+products alone), and first a check that both models give the same loss and gradients.
+
+``--neighbour``: each thread count also "busy", a spin loop running beside each side's process.
 
 ``--memory`` (memory.json): resident memory instead, one process per side: the peak of one step
 after 3 warm-up ones over the RSS once the model was built, ``ru_maxrss``, and the growth over
@@ -44,6 +46,8 @@ SIDES = (
     "glassllm",
     "glassllm-numpy",
     "glassllm-plain",
+    "glassllm-adapt",
+    "glassllm-adapt-blas",
     "glassllm-stats",
     "torch",
     "torch-manual",
@@ -63,6 +67,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--matmul-n", type=int, default=2048, help="n of the n³ GFLOP/s probe")
     parser.add_argument("--no-check", action="store_true", help="skip the loss/gradient check")
     parser.add_argument("--stats-interval", type=int, default=10, help="of glassllm-stats")
+    parser.add_argument("--neighbour", action="store_true", help="also beside a busy core")
     parser.add_argument("--memory", action="store_true", help="resident memory, not time")
     parser.add_argument("--forwards", type=int, default=1000, help="no_grad forwards (--memory)")
 
@@ -76,6 +81,7 @@ def worker(args: argparse.Namespace) -> dict[str, Any]:
     with tempfile.TemporaryDirectory() as tmp:
         if args.worker == "glassllm-numpy":  # without the compiled kernels of the fast extra
             compiled.set_enabled(False)
+        glassllm.threads.set_adaptive("adapt" in args.worker, blas="blas" in args.worker)
         interval = args.stats_interval if args.worker == "glassllm-stats" else 0
         trainer = C.glassllm_trainer(Path(tmp), size, stats_interval=interval, arch=args.arch)
         trainer.stats.start(None)  # its file in the out_dir the Trainer made
@@ -239,8 +245,9 @@ def parent(args: argparse.Namespace) -> dict[str, dict[str, Any]]:
                 f"{eq['loss_torch']:.6f} (torch), worst gradient difference "
                 f"{eq['grad_max_rel_diff']:.1e} of the largest entry."
             )
-        for threads in args.threads:
-            print(f"{size}, {threads} threads", flush=True)
+        for threads, busy in [(t, b) for t in args.threads for b in (0, 1)[: 1 + args.neighbour]]:
+            args.busy = busy
+            print(f"{size}, {threads} threads{', busy' * args.busy}", flush=True)
             probe = [C.run_side(args, "matmul", threads, "--size", size)]
             results = C.alternate(args, threads, "--size", size)
             probe.append(C.run_side(args, "matmul", threads, "--size", size))
@@ -253,7 +260,7 @@ def parent(args: argparse.Namespace) -> dict[str, dict[str, Any]]:
                 rate: max(r[rate] for r in probe),
                 floor: min(r[floor] for r in probe),
             }
-            run["groups"][str(threads)] = sides
+            run["groups"][f"{threads}{', busy' * args.busy}"] = sides
     return runs
 
 

@@ -27,6 +27,15 @@ The contract:
   the two pools do not fight over the cores; where that limit cannot be set (BLAS other than
   OpenBLAS, or no ``/proc``), such regions run serially. The limit is OpenBLAS's process-wide
   setting: BLAS called meanwhile from another thread of the process also runs on one thread.
+* **Adaptive** (`set_adaptive`, on by default in ``Trainer.train_step``): on a loaded machine a
+  pool of spinning threads waits on a thread the OS has descheduled (a step at 2 threads ran
+  2.8x slower than at 1 beside one busy core). `AdaptiveThreads` times the steps run inside
+  `adaptive_step` and tries both ways, all threads or one, a few steps each, at the start, every
+  ``every`` steps and when steps slow by ``degrade``, keeping the faster. By default it moves
+  glassllm's workers only, which changes no bit. Most of the loss is OpenBLAS's pool, which
+  ``set_adaptive(True, blas=True)`` moves too; but OpenBLAS 0.3.31 sums some of the step's
+  products (e.g. 40x256 @ 256x64) in another order on 1 thread than on 2, so the results then
+  depend on the machine's load: opt-in, for runs that need speed more than the same bits.
 
 >>> import numpy as np
 >>> set_num_threads(2); get_num_threads()
@@ -42,10 +51,14 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import math
 import os
 import queue
+import statistics
 import threading
-from collections.abc import Callable, Sequence
+import time
+from collections import deque
+from collections.abc import Callable, Iterator, Sequence
 from functools import partial
 from typing import TYPE_CHECKING
 
@@ -59,6 +72,9 @@ __all__ = [
     "row_blocks",
     "size_blocks",
     "split_rows",
+    "AdaptiveThreads",
+    "set_adaptive",
+    "adaptive_step",
 ]
 
 _local = threading.local()  # .in_region: this thread is a worker or inside a region
@@ -271,6 +287,118 @@ def openblas_thread_functions() -> list[tuple[Callable[[], int], Callable[[int],
                 pairs.append((get, set_))
                 break
     return pairs
+
+
+class AdaptiveThreads:
+    """Chooses between all threads (``most``) and one from step wall times fed to `observe`.
+
+    A probe runs the steps of a plan, ``(count, kept)`` each: the first after a change of count
+    (or the first ``settle`` ever: compilation, caches) is not kept. Then the count with the lower
+    median is used until ``every`` steps passed or the median of the last 3 exceeds ``degrade``
+    times the best such median since the probe; the next probe times the other count only, the
+    current one's recent steps standing for it. ``apply(count)`` sets the pools.
+    """
+
+    def __init__(self, most: int, apply: Callable[[int], None], settle: int = 2, probe: int = 2,
+                 every: int = 100, degrade: float = 1.3) -> None:  # fmt: skip
+        self.most, self.apply, self.probe, self.every, self.degrade = (
+            most,
+            apply,
+            probe,
+            every,
+            degrade,
+        )
+        self.current, self.recent = most, deque(maxlen=3)
+        self.plan = [(most, False)] * settle + [(most, True)] * probe + self._trial(1)
+        self.samples: dict[int, list[float]] = {most: [], 1: []}
+        self.best, self.since = math.inf, 0
+
+    def _trial(self, count: int) -> list[tuple[int, bool]]:
+        return [(count, False)] + [(count, True)] * self.probe
+
+    def observe(self, seconds: float) -> None:
+        """The wall time of a step just run at ``self.current`` threads."""
+        if self.plan:
+            count, kept = self.plan.pop(0)
+            if kept:
+                self.samples[count].append(seconds)
+            if not self.plan:
+                self._decide()
+            elif self.plan[0][0] != self.current:
+                self._use(self.plan[0][0])
+            return
+        self.recent.append(seconds)
+        self.since += 1
+        if len(self.recent) == self.recent.maxlen:
+            self.best = min(self.best, statistics.median(self.recent))
+        slowed = (
+            len(self.recent) == self.recent.maxlen and min(self.recent) > self.degrade * self.best
+        )
+        if self.since >= self.every or slowed:
+            other = 1 if self.current == self.most else self.most
+            self.samples = {self.current: list(self.recent), other: []}
+            self.plan = self._trial(other)
+            self._use(other)
+
+    def _decide(self) -> None:
+        medians = {count: statistics.median(times) for count, times in self.samples.items()}
+        self._use(min(medians, key=lambda count: (medians[count], -count)))
+        self.recent.clear()
+        self.best, self.since = math.inf, 0
+
+    def _use(self, count: int) -> None:
+        if count != self.current:
+            self.current = count
+            self.apply(count)
+
+
+_adaptive: AdaptiveThreads | None = None
+_adaptive_on: bool | None = None  # None: the default, on where a caller asks for it (Trainer)
+_clock: Callable[[], float] = time.perf_counter
+_adapt_blas = False
+
+
+def set_adaptive(
+    on: bool | None, clock: Callable[[], float] = time.perf_counter, blas: bool = False
+) -> None:
+    """Turn the adaptive thread count of `adaptive_step` on or off (off: all threads again;
+    None: the default again); ``clock``: what times a step (tests pass a fake one); ``blas``:
+    move OpenBLAS's pool too (faster under load, but its bits then depend on the load)."""
+    global _adaptive, _adaptive_on, _clock, _adapt_blas
+    if _adaptive is not None and _adaptive.current != _adaptive.most:
+        _adaptive.apply(_adaptive.most)
+    _adaptive, _adaptive_on, _clock = None, None if on is None else bool(on), clock
+    _adapt_blas = bool(blas)
+
+
+@contextlib.contextmanager
+def adaptive_step(default: bool = False) -> Iterator[None]:
+    """``with adaptive_step():`` around one training step feeds its wall time to the adaptive
+    controller, when `set_adaptive` turned it on (or never was called and ``default``)."""
+    global _adaptive
+    if not (default if _adaptive_on is None else _adaptive_on):
+        yield
+        return
+    if _adaptive is None:
+        _adaptive = _controller()
+    start = _clock()
+    yield  # a step that raises is not timed
+    if _adaptive is not None:
+        _adaptive.observe(_clock() - start)
+
+
+def _controller() -> AdaptiveThreads | None:
+    """A controller over this process's pools as they are now: glassllm's, and OpenBLAS's when
+    `set_adaptive` said ``blas``."""
+    blas, workers = openblas_thread_functions() if _adapt_blas else [], get_num_threads()
+    blas_most = blas[0][0]() if blas else 1
+
+    def apply(count: int) -> None:
+        set_num_threads(workers if count > 1 else 1)
+        for _, set_ in blas:
+            set_(blas_most if count > 1 else 1)
+
+    return AdaptiveThreads(max(workers, blas_most), apply)
 
 
 def _forget_workers_after_fork() -> None:  # a forked child has none of the parent's threads

@@ -371,3 +371,66 @@ def test_adam_checks_every_gradient_before_moving_any_state():
     with pytest.raises(ValueError, match="gradient shape"):
         opt.step()
     assert opt.state == {} and (w0.data == 1).all()
+
+
+def controller_run(step_seconds, steps, **options):
+    """The counts an `AdaptiveThreads` over 2 threads runs ``steps`` steps at, each step taking
+    ``step_seconds(step, count)``: a fake clock, so nothing here depends on timing."""
+    used = []
+    control = threads.AdaptiveThreads(2, used.append, **options)
+    counts = []
+    for step in range(steps):
+        counts.append(control.current)
+        control.observe(step_seconds(step, control.current))
+    return counts, used
+
+
+def test_the_controller_keeps_one_thread_where_it_is_faster_and_all_where_they_are():
+    busy = lambda step, count: 1.0 if count == 1 else 2.8
+    counts, used = controller_run(busy, 12, settle=2, probe=2, every=100)
+    # 2 settling + 2 timed steps at 2, one switching + 2 timed at 1, then 1 from there on
+    assert counts == [2] * 4 + [1] * 8 and used == [1]
+    quiet = lambda step, count: 1.33 if count == 1 else 1.0
+    counts, used = controller_run(quiet, 12, settle=2, probe=2, every=100)
+    assert counts == [2] * 4 + [1] * 3 + [2] * 5 and used == [1, 2]
+
+
+def test_the_controller_probes_again_every_so_often_and_when_steps_slow_down():
+    quiet = lambda step, count: 1.33 if count == 1 else 1.0
+    counts, _ = controller_run(quiet, 30, settle=1, probe=1, every=10)
+    # after the first probe (steps 0-3) 10 steps at 2, then 2 steps trying 1 again, back to 2
+    assert counts == [2, 2, 1, 1] + [2] * 10 + [1, 1] + [2] * 10 + [1, 1] + [2, 2]
+    neighbour = lambda step, count: 1.0 if count == 1 or step < 10 else 3.0  # from step 10
+    counts, _ = controller_run(neighbour, 20, settle=1, probe=1, every=100, degrade=1.3)
+    # 3 slow steps (10-12) to see it, then the probe at 1 (13-14) keeps 1
+    assert counts[:13] == [2, 2, 1, 1] + [2] * 9 and counts[13:] == [1] * 7
+
+
+def test_adaptive_step_times_steps_with_the_given_clock_and_set_adaptive_off_restores(
+    monkeypatch,
+):
+    blas = threads.openblas_thread_functions()
+    before = (threads.get_num_threads(), [get() for get, _ in blas])
+    threads.set_num_threads(2)
+    now = [0.0]
+
+    def clock():  # one thread makes a step look 2x faster
+        now[0] += 0.5 if threads.get_num_threads() == 1 else 1.0
+        return now[0]
+
+    try:
+        threads.set_adaptive(True, clock=clock, blas=True)
+        for _ in range(10):
+            with threads.adaptive_step():
+                pass
+        assert threads.get_num_threads() == 1 and all(get() == 1 for get, _ in blas)
+        threads.set_adaptive(False)
+        assert threads.get_num_threads() == 2 and [get() for get, _ in blas] == before[1]
+        with threads.adaptive_step():  # off: times nothing, changes nothing
+            pass
+        assert now[0] > 0 and threads._adaptive is None
+    finally:
+        threads.set_adaptive(None)
+        threads.set_num_threads(before[0])
+        for (_, set_), count in zip(blas, before[1], strict=True):
+            set_(count)

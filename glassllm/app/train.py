@@ -39,7 +39,7 @@ from typing import Any
 import numpy as np
 
 import glassllm
-from glassllm import no_grad
+from glassllm import no_grad, threads
 from glassllm.app.config import (
     CHECKPOINT_NAME,
     LOG_NAME,
@@ -281,13 +281,17 @@ class Trainer:
     def train_step(self, lr: float | None = None) -> float:
         """One optimisation step on a fresh random batch at learning rate ``lr`` (default: the
         schedule's, `learning_rate`); returns its loss (before the update)."""
-        cfg = self.config
         if lr is None:
             lr = self.learning_rate(self.iteration)
         if not math.isfinite(lr):
             self._diverged(f"the learning rate is {lr}")
         for group in self.optimizer.param_groups:
             group["lr"] = lr
+        with threads.adaptive_step():  # with threads.set_adaptive(True): its time picks threads
+            return self._step(lr)
+
+    def _step(self, lr: float) -> float:
+        cfg = self.config
         x, y = get_batch(self.corpus.train, cfg.block_size, cfg.batch_size, self.batch_rng)
         # (B, T) -> the whole batch's mean cross-entropy, the same on every rank; its gradient
         # averaged over micro-batches and ranks

@@ -292,3 +292,40 @@ def test_interrupt_prints_a_resume_command_a_shell_can_run(data, tmp_path, capsy
     command = capsys.readouterr().out.split("Continue with: ")[1].splitlines()[0].strip()
     words = shlex.split(command)
     assert words[words.index("--out-dir") + 1] == str(out_dir)
+
+
+def test_the_adaptive_thread_count_changes_no_bit_of_the_checkpoint(data, tmp_path, monkeypatch):
+    """A fake clock makes one-thread steps look faster, so the run switches OpenBLAS and the
+    workers between 2 threads and 1; its weights must be those of a run at 2 throughout."""
+    from glassllm import threads
+
+    blas = threads.openblas_thread_functions()
+    before = (threads.get_num_threads(), [get() for get, _ in blas])
+    used, set_num_threads, now = [], threads.set_num_threads, [0.0]
+    monkeypatch.setattr(threads, "set_num_threads", lambda n: (used.append(n), set_num_threads(n)))
+
+    def clock():
+        now[0] += 0.5 if threads.get_num_threads() == 1 else 1.0
+        return now[0]
+
+    runs = {}
+    try:
+        for adaptive in (False, True):
+            set_num_threads(2)
+            for _, set_ in blas:
+                set_(2)
+            threads.set_adaptive(adaptive, clock=clock)
+            config = tiny(data, tmp_path / str(adaptive), n_embd=64, block_size=32, batch_size=8)
+            trainer = Trainer(config)
+            losses = trainer.fit(progress=False).losses
+            runs[adaptive] = parameters(trainer.model) | {"losses": np.array(losses)}
+            threads.set_adaptive(None)
+    finally:
+        threads.set_adaptive(None)
+        set_num_threads(before[0])
+        for (_, set_), count in zip(blas, before[1], strict=True):
+            set_(count)
+    assert 1 in used  # the adaptive run did switch
+    assert runs[True].keys() == runs[False].keys()
+    for name, value in runs[False].items():
+        np.testing.assert_array_equal(runs[True][name], value, err_msg=name)
