@@ -95,13 +95,22 @@ def test_induction_heads_notebook_runs_and_measures_what_it_says(monkeypatch, ca
     half, context, config = ns["HALF"], ns["CONTEXT"], ns["config"]
     assert ns["STEPS"] == 30 and ns["test"].shape == (64, context)
     assert (ns["test"][:, half:] == ns["test"][:, :half]).all()  # the second half repeats
+    # the training data: the tail repeats with the sequence's period, from its start on
+    seq, rng = ns["seq"], np.random.default_rng(5)
+    assert seq.shape == (ns["BATCH"], context) and seq.max() < ns["VOCAB"]
+    other = ns["repeated"](rng, 8, period=7, start=3)
+    assert (other[:, 10:] == other[:, 3:-7]).all()
+    offsets = ns["OFFSETS"]
     for layer in range(config.n_layer):
         pattern = ns["cache"][f"blocks.{layer}.attn.hook_pattern"]
         for head in range(config.n_head):
-            by_hand = np.mean(
-                [pattern[b, head, i, i - half + 1] for b in range(64) for i in range(half, 31)]
-            )
-            assert np.isclose(ns["scores"][layer, head], by_hand, rtol=1e-5)
+            for n, d in enumerate(offsets):
+                keys = [(b, i, i - half + 1 + d) for b in range(64) for i in range(half, 31)]
+                by_hand = np.mean([pattern[b, head, i, k] for b, i, k in keys])
+                assert np.isclose(ns["by_offset"][n, layer, head], by_hand, rtol=1e-5)
+            by_hand = np.mean([pattern[b, head, i, i - 2] for b in range(64) for i in range(4, 31)])
+            assert np.isclose(ns["by_lag"][ns["LAGS"].index(2), layer, head], by_hand, rtol=1e-5)
+    assert (ns["scores"] == ns["by_offset"][offsets.index(0)]).all()  # the textbook offset
     # the ablation removed what it says: the ablated heads' hook_z is zero, the loss moved
     hooks = ns["interp"].ablation_hooks(ns["model"], heads=ns["induction_heads"])
     _, cache = ns["model"].run_with_cache(ns["inputs"][:2])
