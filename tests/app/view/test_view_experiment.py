@@ -370,33 +370,17 @@ def test_the_server_routes_them_and_answers_errors_as_json(run):
     threading.Thread(target=server.serve_forever, daemon=True).start()
     try:
         connection = http.client.HTTPConnection("127.0.0.1", server.port, timeout=30)
-        for body, status in (
-            ({"prompt": CLEAN, "answer": ",", "wrong": ")"}, 200),
-            ({"prompt": CLEAN, "answer": "def", "wrong": ")"}, 400),
-        ):
-            connection.request(
-                "POST",
-                "/api/experiment/attribute",
-                json.dumps(body),
-                {"Content-Type": "application/json"},
-            )
-            response = connection.getresponse()
-            answer = json.loads(response.read())
-            assert response.status == status
-            assert ("dla" in answer) if status == 200 else ("3 tokens" in answer["error"])
         patch = {"clean": CLEAN, "corrupted": CORRUPTED, "answer": ",", "wrong": ")"}
-        for body, status, key in (
-            ({**patch, "layer": 1}, 200, "resid"),
-            ({**patch, "method": "attribution"}, 200, "heads"),
-            ({**patch, "layer": -1}, 400, "layer must be between 0 and 1"),
-            ({**patch, "method": "../etc/passwd"}, 400, "method must be"),
+        for path, body, status, key in (
+            ("attribute", {"prompt": CLEAN, "answer": ",", "wrong": ")"}, 200, "dla"),
+            ("attribute", {"prompt": CLEAN, "answer": "def", "wrong": ")"}, 400, "3 tokens"),
+            ("patch", {**patch, "layer": 1}, 200, "resid"),
+            ("patch", {**patch, "method": "attribution"}, 200, "heads"),
+            ("patch", {**patch, "layer": -1}, 400, "layer must be between 0 and 1"),
+            ("patch", {**patch, "method": "../etc/passwd"}, 400, "method must be"),
         ):
-            connection.request(
-                "POST",
-                "/api/experiment/patch",
-                json.dumps(body),
-                {"Content-Type": "application/json"},
-            )
+            headers = {"Content-Type": "application/json"}
+            connection.request("POST", f"/api/experiment/{path}", json.dumps(body), headers)
             response = connection.getresponse()
             answer = json.loads(response.read())
             assert response.status == status
