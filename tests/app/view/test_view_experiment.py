@@ -39,17 +39,23 @@ def error_of(fn, *args):
     return info.value.status, info.value.message
 
 
-def test_patch_equals_activation_patch_for_both_sweeps(run):
-    body = {"clean": CLEAN, "corrupted": CORRUPTED, "answer": ",", "wrong": one(run, ")")}
-    answer = xp.patch(run, body)
+def assert_grids_are(answer, run, experiment):
+    """The answer's two grids (resid_pre x position, z x head) equal the library's `experiment`."""
     clean, corrupted = ids(run, CLEAN), ids(run, CORRUPTED)
     for key, point, index in (("resid", "resid_pre", "pos"), ("heads", "z", "head")):
-        expected = interp.activation_patch(
+        expected = experiment(
             run.model, clean, corrupted, point, index, answer=one(run, ","), wrong=one(run, ")")
         )
         assert answer[key]["values"] == expected.values.tolist()
         assert answer["clean_metric"] == expected.clean_metric
         assert answer["corrupted_metric"] == expected.corrupted_metric
+
+
+def test_patch_equals_activation_patch_for_both_sweeps(run):
+    body = {"clean": CLEAN, "corrupted": CORRUPTED, "answer": ",", "wrong": one(run, ")")}
+    answer = xp.patch(run, body)
+    assert_grids_are(answer, run, interp.activation_patch)
+    clean = ids(run, CLEAN)
     L, H = run.model.config.n_layer, run.model.config.n_head
     assert np.shape(answer["resid"]["values"]) == (L, len(clean))
     assert np.shape(answer["heads"]["values"]) == (L, H)
@@ -62,15 +68,9 @@ def test_attribution_patch_equals_the_library_for_both_grids(run):
     body = {"clean": CLEAN, "corrupted": CORRUPTED, "answer": ",", "wrong": ")"}
     answer = xp.patch(run, {**body, "method": "attribution"})
     assert answer["method"] == "attribution"
-    clean, corrupted = ids(run, CLEAN), ids(run, CORRUPTED)
+    assert_grids_are(answer, run, interp.attribution_patch)
     measured = xp.patch(run, body)
-    for key, point, index in (("resid", "resid_pre", "pos"), ("heads", "z", "head")):
-        expected = interp.attribution_patch(
-            run.model, clean, corrupted, point, index, answer=one(run, ","), wrong=one(run, ")")
-        )
-        assert answer[key]["values"] == expected.values.tolist()
-        assert answer["clean_metric"] == expected.clean_metric
-        assert answer["corrupted_metric"] == expected.corrupted_metric
+    for key in ("resid", "heads"):
         assert answer[key]["checks"] == {"linear": 0.0}
         # an estimate, not the sweep: near it on this tiny model, not equal
         assert np.shape(answer[key]["values"]) == np.shape(measured[key]["values"])
