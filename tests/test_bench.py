@@ -193,3 +193,43 @@ def test_a_missing_data_file_is_one_line_and_no_worker_starts(bench, tmp_path):
     missing = tmp_path / "no" / "input.txt"
     with pytest.raises(SystemExit, match=f"--data {missing}: no such file"):
         bench("common").main(bench("shakespeare"), ["--data", str(missing), "--inline"])
+
+
+def test_the_f32_copy_of_a_quantized_gguf_holds_the_same_model(bench, tmp_path):
+    """bench/sample.py's ``--shape smollm2-f32``: every tensor dequantized to F32 by gguf's own
+    ``dequantize``, the metadata copied but for the file type, and the model it loads the same."""
+    gguf = optional("gguf")
+    sys.path.insert(0, str(Path(__file__).parent / "gguf"))
+    try:
+        from gguf_files import Tensor, tiny_llama, write_gguf
+    finally:
+        sys.path.pop(0)
+    from glassllm import no_grad
+    from glassllm.hf import load_model
+
+    meta, tensors = tiny_llama(np.random.default_rng(0), embed=32, heads=2, ffn=32)
+    meta["general.file_type"] = 7  # LLAMA_FTYPE_MOSTLY_Q8_0
+    q8 = gguf.GGMLQuantizationType.Q8_0
+    for n, tensor in enumerate(tensors):  # every matrix as Q8_0 (rows of 32: one block each)
+        if len(tensor.dims) == 2:
+            values = np.frombuffer(tensor.data, "<f4").reshape(tensor.dims[::-1])
+            data = gguf.quants.quantize(values, q8).tobytes()
+            tensors[n] = Tensor(tensor.name, tensor.dims, q8.value, data)
+    source = write_gguf(tmp_path / "q8.gguf", meta, tensors)
+    target = bench("sample").write_f32_copy(source, tmp_path / "f32.gguf")
+    before, after = gguf.GGUFReader(source), gguf.GGUFReader(target)
+    assert {t.tensor_type for t in after.tensors} == {gguf.GGMLQuantizationType.F32}
+    assert any(t.tensor_type == q8 for t in before.tensors)
+    for old, new in zip(before.tensors, after.tensors, strict=True):
+        expected = gguf.quants.dequantize(old.data, old.tensor_type)
+        assert new.name == old.name and np.array_equal(new.data, expected)
+    fields = {name: field.contents() for name, field in before.fields.items()}
+    copied = {name: field.contents() for name, field in after.fields.items()}
+    assert copied.pop("general.file_type") == 0 and fields.pop("general.file_type") == 7
+    assert {k: v for k, v in copied.items() if not k.startswith("GGUF.")} == {
+        k: v for k, v in fields.items() if not k.startswith("GGUF.")
+    }
+    ids = np.array([[1, 2, 3, 4, 5]])
+    with no_grad():
+        logits = [load_model(path)(ids)[0].data for path in (source, target)]
+    assert np.array_equal(*logits)
