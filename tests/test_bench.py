@@ -195,15 +195,13 @@ def test_a_missing_data_file_is_one_line_and_no_worker_starts(bench, tmp_path):
         bench("common").main(bench("shakespeare"), ["--data", str(missing), "--inline"])
 
 
-def test_the_f32_copy_of_a_quantized_gguf_holds_the_same_model(bench, tmp_path):
+def test_the_f32_copy_of_a_quantized_gguf_holds_the_same_model(bench, tmp_path, monkeypatch):
     """bench/sample.py's ``--shape smollm2-f32``: every tensor dequantized to F32 by gguf's own
     ``dequantize``, the metadata copied but for the file type, and the model it loads the same."""
     gguf = optional("gguf")
-    sys.path.insert(0, str(Path(__file__).parent / "gguf"))
-    try:
-        from gguf_files import Tensor, tiny_llama, write_gguf
-    finally:
-        sys.path.pop(0)
+    monkeypatch.syspath_prepend(str(Path(__file__).parent / "gguf"))
+    from gguf_files import Tensor, tiny_llama, write_gguf
+
     from glassllm import no_grad
     from glassllm.hf import load_model
 
