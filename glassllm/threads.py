@@ -72,6 +72,7 @@ __all__ = [
     "row_blocks",
     "size_blocks",
     "split_rows",
+    "one_blas_thread",
     "AdaptiveThreads",
     "set_adaptive",
     "adaptive_step",
@@ -181,15 +182,18 @@ def run_blocks(tasks: Sequence[Callable[[], None]], uses_blas: bool = False) -> 
         _region.release()
 
 
-def row_blocks(rows: int, min_rows: int = 1) -> list[slice]:
+def row_blocks(rows: int, min_rows: int = 1, align: int = 1) -> list[slice]:
     """``rows`` split into at most `get_num_threads` contiguous, near-equal slices of at least
-    ``min_rows`` rows each (one slice when that allows no split).
+    ``min_rows`` rows each (one slice when that allows no split), every slice but the last
+    starting and ending at a multiple of ``align``.
 
     >>> set_num_threads(2); row_blocks(5), row_blocks(5, min_rows=3)
     ([slice(0, 2, None), slice(2, 5, None)], [slice(0, 5, None)])
+    >>> row_blocks(200, align=64)
+    [slice(0, 64, None), slice(64, 200, None)]
     """
-    parts = max(1, min(get_num_threads(), rows // max(1, min_rows)))
-    bounds = [rows * part // parts for part in range(parts + 1)]
+    parts = max(1, min(get_num_threads(), rows // max(1, min_rows, align)))
+    bounds = [rows * part // parts // align * align for part in range(parts)] + [rows]
     return [slice(bounds[i], bounds[i + 1]) for i in range(parts)]
 
 
@@ -237,6 +241,19 @@ def size_blocks(items: Sequence, sizes: Sequence[int], min_size: int = 1) -> lis
 def _run_serially(tasks: Sequence[Callable[[], None]]) -> None:
     for task in tasks:
         task()
+
+
+@contextlib.contextmanager
+def one_blas_thread() -> Iterator[bool]:
+    """``with one_blas_thread() as limited:`` OpenBLAS runs on one thread inside and on its
+    previous count after (its process-wide setting, as in `run_blocks`); ``limited`` is False,
+    and nothing changes, where that cannot be set (another BLAS, or no ``/proc``)."""
+    limit = _BlasLimit()
+    if not limit.available:
+        yield False
+        return
+    with limit:
+        yield True
 
 
 class _BlasLimit:

@@ -91,20 +91,27 @@ def test_a_region_inside_a_region_and_two_callers_at_once_run_serially(num_threa
     assert len(results) == 2
 
 
-@given(rows=st.integers(0, 10_000), parts=st.integers(1, 8), min_rows=st.integers(1, 3_000))
-def test_row_blocks_cover_the_rows_once_in_order(rows, parts, min_rows):
+@given(
+    rows=st.integers(0, 10_000),
+    parts=st.integers(1, 8),
+    min_rows=st.integers(1, 3_000),
+    align=st.sampled_from([1, 1, 4, 64]),
+)
+def test_row_blocks_cover_the_rows_once_in_order(rows, parts, min_rows, align):
     before = threads.get_num_threads()
     threads.set_num_threads(parts)
     try:
-        blocks = threads.row_blocks(rows, min_rows)
+        blocks = threads.row_blocks(rows, min_rows, align=align)
     finally:
         threads.set_num_threads(before)
     assert blocks[0].start == 0 and blocks[-1].stop == rows
     assert all(a.stop == b.start for a, b in zip(blocks, blocks[1:], strict=False))
     assert 1 <= len(blocks) <= parts
+    assert all(b.start % align == 0 for b in blocks)  # every edge but the table's end aligned
     if len(blocks) > 1:
         sizes = [b.stop - b.start for b in blocks]
-        assert min(sizes) >= min_rows and max(sizes) - min(sizes) <= 1
+        assert min(sizes) >= max(min_rows, align)
+        assert max(sizes) - min(sizes) <= (1 if align == 1 else 2 * align)
 
 
 @given(sizes=st.lists(st.integers(1, 1000), max_size=30), parts=st.integers(1, 4))

@@ -4,7 +4,9 @@ chooses between them."""
 
 from __future__ import annotations
 
+import contextlib
 import math
+from functools import partial
 
 import numpy as np
 import pytest
@@ -99,20 +101,65 @@ def test_gelu_definition_keeps_the_far_tails():
     assert np.isfinite(vjp(np.ones_like(x))).all()
 
 
+def _on_blas_threads(count: int, fn):
+    """``fn()`` with OpenBLAS on ``count`` threads (its count before restored)."""
+    from glassllm.threads import openblas_thread_functions
+
+    pairs = openblas_thread_functions()
+    before = [get() for get, _ in pairs]
+    for _, set_ in pairs:
+        set_(count)
+    try:
+        return fn()
+    finally:
+        for (_, set_), count_before in zip(pairs, before, strict=True):
+            set_(count_before)
+
+
 @pytest.mark.parametrize("dtype", DTYPES)
-@pytest.mark.parametrize("count", [1, 2, 3])
-@pytest.mark.parametrize("transposed", [False, True])
-def test_decoding_row_times_matrix_matches_matmul(dtype, count, transposed):
-    """The decoding path (one row against >= 2^19 weights) is ``x @ w`` to rounding."""
+@pytest.mark.parametrize("fan_in", [512, 577])  # 577: rows not a multiple of a SIMD width
+def test_decoding_row_times_table_has_the_bits_of_one_gemv_on_any_thread_count(dtype, fan_in):
+    """One row against a transposed table of >= 2^19 weights (a tied head in a decoding step):
+    ``x @ w`` to rounding, and bit for bit one gemv on one BLAS thread, whatever the worker
+    and the BLAS thread counts (OpenBLAS's own threaded gemv is not: it rounds the outputs at
+    its split points differently, e.g. 2 of GPT-2's 50,257 logits at 1 vs 2 threads)."""
+    from glassllm.threads import one_blas_thread
+
     rng = np.random.default_rng(0)
-    fan_in, fan_out = 512, linear_kernels._STREAMED // 512 + 3
-    w = rng.standard_normal((fan_out, fan_in) if transposed else (fan_in, fan_out)).astype(dtype)
-    w = w.T if transposed else w
+    vocab = linear_kernels._STREAMED // fan_in + 67  # odd, and not a multiple of 64
+    table = rng.standard_normal((vocab, fan_in)).astype(dtype)
     x = rng.standard_normal((1, fan_in)).astype(dtype)
-    got = on_threads(count, lambda: kernels.matmul_rows(x, w))
-    _close(got, x @ w, dtype)
-    # bits independent of the thread count
-    np.testing.assert_array_equal(got, kernels.matmul_rows(x, w))
+    with one_blas_thread() as limited:
+        want = table @ x[0]
+    assert limited, "NumPy's OpenBLAS could not be held to one thread here"
+    _close(want[None], x @ table.T, dtype)
+    for blas_threads in (1, 2, 3):
+        for workers in (1, 2, 3, 4):
+            decode = partial(kernels.matmul_rows, x, table.T)
+            got = _on_blas_threads(blas_threads, partial(on_threads, workers, decode))
+            assert got.dtype == dtype and got.shape == (1, vocab)
+            np.testing.assert_array_equal(got[0], want, err_msg=f"{blas_threads=} {workers=}")
+    # the einsum blocks, where BLAS cannot be held to one thread: the same bits on any count
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(linear_kernels, "one_blas_thread", lambda: _not_limited())
+        fallback = [on_threads(n, lambda: kernels.matmul_rows(x, table.T)) for n in (1, 2, 3)]
+    _close(fallback[0], x @ table.T, dtype)
+    for other in fallback[1:]:
+        np.testing.assert_array_equal(other, fallback[0])
+
+
+@contextlib.contextmanager
+def _not_limited():
+    yield False
+
+
+@pytest.mark.parametrize("rows", [1, 3])
+def test_row_times_an_in_out_matrix_is_one_blas_call(rows):
+    """An ``(in, out)`` matrix, or several rows, go to BLAS as they are: exactly ``x @ w``."""
+    rng = np.random.default_rng(1)
+    w = rng.standard_normal((512, linear_kernels._STREAMED // 512 + 3)).astype(np.float32)
+    x = rng.standard_normal((rows, 512)).astype(np.float32)
+    np.testing.assert_array_equal(kernels.matmul_rows(x, w), x @ w)
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
