@@ -145,3 +145,30 @@ def adam_update(
         exp_avg_sq[i] = v
         denom = np.sqrt(v) / bias_correction2_sqrt + eps
         param[i] = p + m / denom * neg_step_size
+
+
+@_exact
+def rotate_pairs(x, cos, sin, inverse, interleaved, out):
+    """`rotary.rotate` on ``x, out (N, M, T, D)`` (any strides) and tables ``cos, sin (T,
+    half)``: each pair ``(a, b)`` to ``(a cos - b sin, b cos + a sin)``, or ``inverse`` to ``(a
+    cos + b sin, b cos - a sin)``, each product rounded before the sum as NumPy's passes do;
+    features past ``2 half`` copied."""
+    half = cos.shape[1]
+    for n in range(x.shape[0]):
+        for m in range(x.shape[1]):
+            for t in range(x.shape[2]):
+                for j in range(half):
+                    first = 2 * j if interleaved else j
+                    second = first + 1 if interleaved else j + half
+                    a = x[n, m, t, first]
+                    b = x[n, m, t, second]
+                    c = cos[t, j]
+                    s = sin[t, j]
+                    if inverse:
+                        out[n, m, t, first] = a * c + b * s
+                        out[n, m, t, second] = b * c - a * s
+                    else:
+                        out[n, m, t, first] = a * c - b * s
+                        out[n, m, t, second] = b * c + a * s
+                for j in range(2 * half, x.shape[3]):
+                    out[n, m, t, j] = x[n, m, t, j]
