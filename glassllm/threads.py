@@ -192,8 +192,9 @@ def row_blocks(rows: int, min_rows: int = 1, align: int = 1) -> list[slice]:
     >>> row_blocks(200, align=64)
     [slice(0, 64, None), slice(64, 200, None)]
     """
-    parts = max(1, min(get_num_threads(), rows // max(1, min_rows, align)))
-    bounds = [rows * part // parts // align * align for part in range(parts)] + [rows]
+    units = rows // align  # whole runs of ``align`` rows, dealt out near-equally
+    parts = max(1, min(get_num_threads(), units // -(-max(1, min_rows) // align)))
+    bounds = [units * part // parts * align for part in range(parts)] + [rows]
     return [slice(bounds[i], bounds[i + 1]) for i in range(parts)]
 
 
