@@ -42,7 +42,7 @@ def _row_times_table(x: np.ndarray, table: np.ndarray) -> np.ndarray:
     the same sum whichever block holds it, so the bits are those of one gemv on one thread, on
     any thread count. OpenBLAS's own threaded gemv splits the rows where the thread count
     falls: 2 of GPT-2's 50,257 logits came out differently at 1 and at 2 threads. (Timed, a
-    cold 49,152 x 576 head: 4.4 ms in blocks, 4.5 threaded by OpenBLAS, 8.6-9.4 ms the earlier
+    cold 49,152 x 576 head: 4.4 ms in blocks, 4.5 threaded by OpenBLAS, 8.4-9.4 ms the earlier
     einsum blocks.) Where BLAS cannot be held to one thread, the blocks are NumPy's einsum,
     which also sums each output on its own.
     """
