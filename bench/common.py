@@ -36,6 +36,7 @@ REPO_DIR = BENCH_DIR.parent
 RESULTS_DIR = BENCH_DIR / "results"
 JSON_MARKER = "BENCH_JSON "
 THREAD_VARIABLES = ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS")
+BLAS_OVERRIDES = ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE")  # shown in the machine line when set
 sys.path.insert(1, str(REPO_DIR))  # this checkout's glassllm, installed or not
 
 # Model sizes, all with nanoGPT's character vocabulary of tiny Shakespeare and batch 12. "tiny" is
@@ -334,6 +335,14 @@ def machine_info() -> dict[str, Any]:
     blas_text = f"{blas.get('name')} {blas.get('version')}"
     if "openblas configuration" in blas:
         blas_text += f" ({blas['openblas configuration']})"
+    core = openblas_core()
+    if core:  # the build's string names the build machine's core type, not the one running here
+        blas_text += f", running its {core} kernels"
+    # why: an environment can force OpenBLAS's kernels (some machine images pin Haswell's, which
+    # on an AVX-512 CPU run sgemm at ~0.55x the rate of the kernels OpenBLAS picks itself)
+    forced = [f"{name}={os.environ[name]}" for name in BLAS_OVERRIDES if name in os.environ]
+    if forced:
+        blas_text += f", set in the environment: {' '.join(forced)}"
     torch_version = importlib.metadata.version("torch") if find_spec("torch") else "not installed"
     git = ["git", "rev-parse", "--short", "HEAD"]
     commit = subprocess.run(git, cwd=REPO_DIR, capture_output=True, text=True).stdout.strip()
@@ -345,6 +354,24 @@ def machine_info() -> dict[str, Any]:
         glassllm_commit=os.environ.get("BENCH_COMMIT") or commit or "unknown",
         date=_dt.datetime.now().isoformat(timespec="seconds"),
     )  # fmt: skip
+
+
+def openblas_core() -> str | None:
+    """The kernel set NumPy's OpenBLAS chose when it loaded (``openblas_get_corename``), or None
+    where there is no OpenBLAS to ask."""
+    import ctypes
+
+    maps = Path("/proc/self/maps")
+    paths = sorted({ln.split()[-1] for ln in maps.read_text().splitlines() if "openblas" in ln})
+    for path in paths if maps.exists() else []:
+        lib = ctypes.CDLL(path)
+        for name in ("scipy_openblas_get_corename64_", "openblas_get_corename64_",
+                     "scipy_openblas_get_corename", "openblas_get_corename"):  # fmt: skip
+            function = getattr(lib, name, None)
+            if function is not None:
+                function.restype = ctypes.c_char_p
+                return function().decode()
+    return None
 
 
 def machine_line(m: dict[str, Any]) -> str:
