@@ -362,8 +362,10 @@ def openblas_core() -> str | None:
     import ctypes
 
     maps = Path("/proc/self/maps")
+    if not maps.exists():  # not Linux
+        return None
     paths = sorted({ln.split()[-1] for ln in maps.read_text().splitlines() if "openblas" in ln})
-    for path in paths if maps.exists() else []:
+    for path in paths:
         lib = ctypes.CDLL(path)
         for name in ("scipy_openblas_get_corename64_", "openblas_get_corename64_",
                      "scipy_openblas_get_corename", "openblas_get_corename"):  # fmt: skip
