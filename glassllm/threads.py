@@ -27,15 +27,19 @@ The contract:
   the two pools do not fight over the cores; where that limit cannot be set (BLAS other than
   OpenBLAS, or no ``/proc``), such regions run serially. The limit is OpenBLAS's process-wide
   setting: BLAS called meanwhile from another thread of the process also runs on one thread.
-* **Adaptive** (`set_adaptive`, on by default in ``Trainer.train_step``): on a loaded machine a
-  pool of spinning threads waits on a thread the OS has descheduled (a step at 2 threads ran
-  2.8x slower than at 1 beside one busy core). `AdaptiveThreads` times the steps run inside
-  `adaptive_step` and tries both ways, all threads or one, a few steps each, at the start, every
-  ``every`` steps and when steps slow by ``degrade``, keeping the faster. By default it moves
-  glassllm's workers only, which changes no bit. Most of the loss is OpenBLAS's pool, which
-  ``set_adaptive(True, blas=True)`` moves too; but OpenBLAS 0.3.31 sums some of the step's
-  products (e.g. 40x256 @ 256x64) in another order on 1 thread than on 2, so the results then
-  depend on the machine's load: opt-in, for runs that need speed more than the same bits.
+* **Adaptive** (`set_adaptive`; ``Trainer.train_step`` turns it on by itself where it changes
+  no bit, see below): on a loaded machine a pool of spinning threads waits on a thread the OS
+  has descheduled (a step at 2 threads ran 2.8x slower than at 1 beside one busy core).
+  `AdaptiveThreads` times the steps run inside `adaptive_step` and tries both ways, all threads
+  or one, a few steps each, at the start, when steps slow by ``degrade``, and after ``every``
+  steps (twice as long each time a probe keeps all threads: a quiet box pays less and less for
+  probing), keeping one thread only when it is faster by ``margin``. `set_adaptive` moves
+  glassllm's workers only, which changes no bit; most of the loss is OpenBLAS's pool, which
+  ``blas=True`` moves too. OpenBLAS sums some products in another order on 1 thread than on 2
+  (0.3.31: e.g. 40x256 @ 256x64 with its Haswell kernels, a Llama step's at the small size
+  with its SkylakeX ones), so the results may then depend on the machine's load. The Trainer
+  moves OpenBLAS's pool only after checking that its own step gives the same bits on 1 thread
+  and on all (`glassllm.app.thread_check`).
 
 >>> import numpy as np
 >>> set_num_threads(2); get_num_threads()
@@ -75,7 +79,9 @@ __all__ = [
     "one_blas_thread",
     "AdaptiveThreads",
     "set_adaptive",
+    "adaptive_setting",
     "adaptive_step",
+    "end_adaptive",
 ]
 
 _local = threading.local()  # .in_region: this thread is a worker or inside a region
@@ -311,22 +317,21 @@ class AdaptiveThreads:
     """Chooses between all threads (``most``) and one from step wall times fed to `observe`.
 
     A probe runs the steps of a plan, ``(count, kept)`` each: the first after a change of count
-    (or the first ``settle`` ever: compilation, caches) is not kept. Then the count with the lower
-    median is used until ``every`` steps passed or the median of the last 3 exceeds ``degrade``
-    times the best such median since the probe; the next probe times the other count only, the
-    current one's recent steps standing for it. ``apply(count)`` sets the pools.
+    (or the first ``settle`` ever: compilation, caches) is not kept. Then ``most`` is used unless
+    one thread's median is lower by ``margin`` (a wrong pick of one thread on a quiet box costs
+    more than a wrong pick of all on a busy one), until ``every`` steps passed or the median of
+    the last 3 exceeds ``degrade`` times the best such median since the probe; the next probe
+    times the other count only, the current one's recent steps standing for it. A probe that
+    keeps all threads doubles ``every`` (up to ``16 every``); any other starts again from
+    ``every``. ``apply(count)`` sets the pools.
     """
 
-    def __init__(self, most: int, apply: Callable[[int], None], settle: int = 2, probe: int = 2,
-                 every: int = 100, degrade: float = 1.3) -> None:  # fmt: skip
-        self.most, self.apply, self.probe, self.every, self.degrade = (
-            most,
-            apply,
-            probe,
-            every,
-            degrade,
-        )
+    def __init__(self, most: int, apply: Callable[[int], None], settle: int = 3, probe: int = 3,
+                 every: int = 100, degrade: float = 1.3, margin: float = 0.05) -> None:  # fmt: skip
+        self.most, self.apply, self.probe, self.degrade = most, apply, probe, degrade
+        self.margin, self.first_every, self.every = margin, every, every
         self.current, self.recent = most, deque(maxlen=3)
+        self.before_probe: int | None = None  # the count a re-probe started from
         self.plan = [(most, False)] * settle + [(most, True)] * probe + self._trial(1)
         self.samples: dict[int, list[float]] = {most: [], 1: []}
         self.best, self.since = math.inf, 0
@@ -353,6 +358,7 @@ class AdaptiveThreads:
             len(self.recent) == self.recent.maxlen and min(self.recent) > self.degrade * self.best
         )
         if self.since >= self.every or slowed:
+            self.before_probe = self.current
             other = 1 if self.current == self.most else self.most
             self.samples = {self.current: list(self.recent), other: []}
             self.plan = self._trial(other)
@@ -360,7 +366,13 @@ class AdaptiveThreads:
 
     def _decide(self) -> None:
         medians = {count: statistics.median(times) for count, times in self.samples.items()}
-        self._use(min(medians, key=lambda count: (medians[count], -count)))
+        one_wins = medians[1] < (1.0 - self.margin) * medians[self.most]
+        chosen = 1 if one_wins else self.most
+        # all threads kept: probe half as often (a quiet box pays less and less); one thread:
+        # as often as at first (the neighbour may be gone, and one-thread steps do not slow)
+        kept_most = chosen == self.most == self.before_probe
+        self.every = min(2 * self.every, 16 * self.first_every) if kept_most else self.first_every
+        self._use(chosen)
         self.recent.clear()
         self.best, self.since = math.inf, 0
 
@@ -390,25 +402,40 @@ def set_adaptive(
 
 
 @contextlib.contextmanager
-def adaptive_step(default: bool = False) -> Iterator[None]:
+def adaptive_step(default: bool = False, blas: bool = False) -> Iterator[None]:
     """``with adaptive_step():`` around one training step feeds its wall time to the adaptive
-    controller, when `set_adaptive` turned it on (or never was called and ``default``)."""
+    controller, when `set_adaptive` turned it on, or never was called and ``default``: then
+    ``blas`` says whether OpenBLAS's pool moves too (the caller checked that it changes no bit)."""
     global _adaptive
     if not (default if _adaptive_on is None else _adaptive_on):
         yield
         return
     if _adaptive is None:
-        _adaptive = _controller()
+        _adaptive = _controller(_adapt_blas if _adaptive_on is not None else blas)
     start = _clock()
     yield  # a step that raises is not timed
     if _adaptive is not None:
         _adaptive.observe(_clock() - start)
 
 
-def _controller() -> AdaptiveThreads | None:
+def end_adaptive() -> None:
+    """All threads again and the controller forgotten (the next `adaptive_step` probes afresh),
+    `set_adaptive`'s setting kept: the Trainer's run ends, its evaluation and sampling next."""
+    global _adaptive
+    if _adaptive is not None and _adaptive.current != _adaptive.most:
+        _adaptive.apply(_adaptive.most)
+    _adaptive = None
+
+
+def adaptive_setting() -> bool | None:
+    """What `set_adaptive` said: True, False, or None (never called, or reset: the default)."""
+    return _adaptive_on
+
+
+def _controller(move_blas: bool) -> AdaptiveThreads | None:
     """A controller over this process's pools as they are now: glassllm's, and OpenBLAS's when
-    `set_adaptive` said ``blas``."""
-    blas, workers = openblas_thread_functions() if _adapt_blas else [], get_num_threads()
+    ``move_blas``."""
+    blas, workers = openblas_thread_functions() if move_blas else [], get_num_threads()
     blas_most = blas[0][0]() if blas else 1
 
     def apply(count: int) -> None:

@@ -404,13 +404,38 @@ def test_the_controller_keeps_one_thread_where_it_is_faster_and_all_where_they_a
 
 def test_the_controller_probes_again_every_so_often_and_when_steps_slow_down():
     quiet = lambda step, count: 1.33 if count == 1 else 1.0
-    counts, _ = controller_run(quiet, 30, settle=1, probe=1, every=10)
-    # after the first probe (steps 0-3) 10 steps at 2, then 2 steps trying 1 again, back to 2
-    assert counts == [2, 2, 1, 1] + [2] * 10 + [1, 1] + [2] * 10 + [1, 1] + [2, 2]
+    counts, _ = controller_run(quiet, 60, settle=1, probe=1, every=10)
+    # after the first probe (steps 0-3) 10 steps at 2, then 2 steps trying 1 again, back to 2;
+    # each probe that keeps 2 doubles the wait: 20 steps, then 40
+    assert counts == [2, 2, 1, 1] + [2] * 10 + [1, 1] + [2] * 20 + [1, 1] + [2] * 22
     neighbour = lambda step, count: 1.0 if count == 1 or step < 10 else 3.0  # from step 10
     counts, _ = controller_run(neighbour, 20, settle=1, probe=1, every=100, degrade=1.3)
     # 3 slow steps (10-12) to see it, then the probe at 1 (13-14) keeps 1
     assert counts[:13] == [2, 2, 1, 1] + [2] * 9 and counts[13:] == [1] * 7
+
+
+def test_the_controller_keeps_all_threads_unless_one_wins_by_the_margin():
+    near = lambda step, count: 0.97 if count == 1 else 1.0  # one thread 3% faster: noise
+    counts, used = controller_run(near, 10, settle=1, probe=1, margin=0.05)
+    assert counts == [2, 2, 1, 1] + [2] * 6 and used == [1, 2]
+    clear = lambda step, count: 0.9 if count == 1 else 1.0  # 10% faster: one thread
+    counts, used = controller_run(clear, 10, settle=1, probe=1, margin=0.05)
+    assert counts == [2, 2, 1, 1] + [1] * 6 and used == [1]
+
+
+def test_the_controller_probes_as_often_as_at_first_while_on_one_thread():
+    load = lambda step, count: (3.0 if 20 <= step < 60 and count == 2 else 1.0) * (
+        1.0 if count == 2 else 1.33
+    )  # quiet, then a busy neighbour from step 20 to 59, then quiet
+    counts, _ = controller_run(load, 100, settle=1, probe=1, every=10, degrade=1.3)
+    expected = (
+        [2, 2, 1, 1] + [2] * 10 + [1, 1]  # the first probe, 10 steps at 2, a probe keeps 2
+        + [2] * 7  # steps 16-22: the wait is 20 now, but 20-22 slowed down
+        + [1, 1] + [1] * 10 + [2, 2]  # 23-24: one thread wins; every 10 steps a probe at 2
+        + [1] * 10 + [2, 2] + [1] * 10 + [2, 2]  # busy until 59: one thread kept each time
+        + [2] * 10 + [1, 1] + [2] * 20 + [1, 1] + [2] * 5  # quiet: all threads, waits doubling
+    )  # fmt: skip
+    assert counts == expected
 
 
 def test_adaptive_step_times_steps_with_the_given_clock_and_set_adaptive_off_restores(

@@ -56,6 +56,7 @@ from glassllm.app.run_start import start_run
 from glassllm.app.run_state import GeneratorStates, RunState, SavedRun
 from glassllm.app.stats import StatsLog
 from glassllm.app.stopping import StopOnCtrlC, TrainingDiverged, stopped_message
+from glassllm.app.thread_check import adapts_by_default
 from glassllm.checkpoint import load
 from glassllm.data import TokenSplits, bits_per_character, get_batch
 from glassllm.distributed import World
@@ -117,6 +118,7 @@ class Trainer:
         with agreement(self.world):  # every rank fails together, or none does
             self._setup(config, resume)
         self.parallel = TrainParallel.join(self)  # the same config, text and model everywhere
+        self._adaptive_default: bool | None = None  # see _adapts_threads
         # Last, once nothing can fail: out_dir, and the default generator (for layers given no rng)
         self.out_dir.mkdir(parents=True, exist_ok=True)
         glassllm.manual_seed(config.seed)
@@ -287,8 +289,16 @@ class Trainer:
             self._diverged(f"the learning rate is {lr}")
         for group in self.optimizer.param_groups:
             group["lr"] = lr
-        with threads.adaptive_step():  # with threads.set_adaptive(True): its time picks threads
+        # its time picks the thread count under set_adaptive(True), or by default where moving
+        # OpenBLAS's pool changes no bit of this run's step (thread_check)
+        with threads.adaptive_step(default=self._adapts_threads(), blas=True):
             return self._step(lr)
+
+    def _adapts_threads(self) -> bool:
+        """Whether the steps adapt the thread count by default (decided once: thread_check)."""
+        if self._adaptive_default is None:
+            self._adaptive_default = adapts_by_default(self)
+        return self._adaptive_default
 
     def _step(self, lr: float) -> float:
         cfg = self.config
@@ -412,6 +422,7 @@ class Trainer:
                             stop.requested = True
         finally:
             bar.close()
+            threads.end_adaptive()  # all threads again for the evaluation and the sample
         if interrupted:
             print(stopped_message(self.iteration, self.checkpoint_path, cfg.out_dir), flush=True)
         if main:  # rank 0 plots and samples
