@@ -7,11 +7,13 @@
 A step is ``Trainer.train_step`` (batch, scheduled learning rate, forward, backward, clip, AdamW);
 PyTorch takes it in nanoGPT's model on the same data (common.torch_step); with ``--arch llama``
 (train_step_llama.json) the model ``glassllm train --arch llama`` builds, against transformers'
-``LlamaModel`` with its weights (bench/torch_gpt.py: TorchLlama). Sides: ``glassllm``,
+``LlamaModel`` with its weights (bench/torch_gpt.py: TorchLlama). Sides: ``glassllm`` (the
+Trainer's defaults: threads adapt to the load where its check allows, glassllm.app.thread_check),
 ``glassllm-numpy`` (without the ``fast`` extra's kernels), ``glassllm-plain`` (the loop README and
 examples/ write: a plain ``loss.backward()``, no tuning call, so the engine's own allocator tuning),
-``glassllm-adapt`` / ``glassllm-adapt-blas`` (threads.set_adaptive: glassllm's workers; OpenBLAS's
-too), ``glassllm-stats`` (writing stats.jsonl every ``--stats-interval`` steps; its cost: the
+``glassllm-fixed`` (set_adaptive(False): all threads throughout), ``glassllm-adapt`` /
+``glassllm-adapt-blas`` (threads.set_adaptive(True): glassllm's workers; OpenBLAS's too, without
+the check), ``glassllm-stats`` (writing stats.jsonl every ``--stats-interval`` steps; its cost: the
 paired ratio column), ``torch`` (fused attention), ``torch-manual`` (attention written out).
 Also: the step's matmul GFLOP/s against one large np.matmul, the "BLAS floor" (the step's matrix
 products alone), and first a check that both models give the same loss and gradients.
@@ -46,6 +48,7 @@ SIDES = (
     "glassllm",
     "glassllm-numpy",
     "glassllm-plain",
+    "glassllm-fixed",
     "glassllm-adapt",
     "glassllm-adapt-blas",
     "glassllm-stats",
@@ -81,7 +84,8 @@ def worker(args: argparse.Namespace) -> dict[str, Any]:
     with tempfile.TemporaryDirectory() as tmp:
         if args.worker == "glassllm-numpy":  # without the compiled kernels of the fast extra
             compiled.set_enabled(False)
-        glassllm.threads.set_adaptive("adapt" in args.worker, blas="blas" in args.worker)
+        if "adapt" in args.worker or args.worker == "glassllm-fixed":  # else the Trainer's default
+            glassllm.threads.set_adaptive("adapt" in args.worker, blas="blas" in args.worker)
         interval = args.stats_interval if args.worker == "glassllm-stats" else 0
         trainer = C.glassllm_trainer(Path(tmp), size, stats_interval=interval, arch=args.arch)
         trainer.stats.start(None)  # its file in the out_dir the Trainer made
