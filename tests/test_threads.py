@@ -424,8 +424,8 @@ def test_the_controller_keeps_all_threads_unless_one_wins_by_the_margin():
 
 
 def test_the_controller_probes_as_often_as_at_first_while_on_one_thread():
-    load = lambda step, count: (3.0 if 20 <= step < 60 and count == 2 else 1.0) * (
-        1.0 if count == 2 else 1.33
+    load = lambda step, count: (
+        (3.0 if 20 <= step < 60 and count == 2 else 1.0) * (1.0 if count == 2 else 1.33)
     )  # quiet, then a busy neighbour from step 20 to 59, then quiet
     counts, _ = controller_run(load, 100, settle=1, probe=1, every=10, degrade=1.3)
     expected = (
