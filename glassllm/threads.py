@@ -319,18 +319,20 @@ class AdaptiveThreads:
     A probe runs the steps of a plan, ``(count, kept)`` each: the first after a change of count
     (or the first ``settle`` ever: compilation, caches) is not kept. Then ``most`` is used unless
     one thread's median is lower by ``margin`` (a wrong pick of one thread on a quiet box costs
-    more than a wrong pick of all on a busy one), until ``every`` steps passed or the median of
-    the last 3 exceeds ``degrade`` times the best such median since the probe; the next probe
-    times the other count only, the current one's recent steps standing for it. A probe that
+    more than a wrong pick of all on a busy one), until ``every`` steps passed or each of the
+    last ``window`` steps exceeds ``degrade`` times the best median of ``window`` since the
+    probe (5 rather than 3: fewer probes set off by a moment's noise); the next probe
+    times the other count, then the current one again. A probe that
     keeps all threads doubles ``every`` (up to ``16 every``); any other starts again from
     ``every``. ``apply(count)`` sets the pools.
     """
 
     def __init__(self, most: int, apply: Callable[[int], None], settle: int = 3, probe: int = 3,
-                 every: int = 100, degrade: float = 1.3, margin: float = 0.05) -> None:  # fmt: skip
+                 every: int = 100, degrade: float = 1.3, margin: float = 0.05,
+                 window: int = 5) -> None:  # fmt: skip
         self.most, self.apply, self.probe, self.degrade = most, apply, probe, degrade
         self.margin, self.first_every, self.every = margin, every, every
-        self.current, self.recent = most, deque(maxlen=3)
+        self.current, self.recent = most, deque(maxlen=window)
         self.before_probe: int | None = None  # the count a re-probe started from
         self.plan = [(most, False)] * settle + [(most, True)] * probe + self._trial(1)
         self.samples: dict[int, list[float]] = {most: [], 1: []}
@@ -358,10 +360,12 @@ class AdaptiveThreads:
             len(self.recent) == self.recent.maxlen and min(self.recent) > self.degrade * self.best
         )
         if self.since >= self.every or slowed:
+            # both counts timed afresh, the other first: steps that slowed for a moment (the
+            # box's noise, not a neighbour that stays) do not stand for the current count
             self.before_probe = self.current
             other = 1 if self.current == self.most else self.most
-            self.samples = {self.current: list(self.recent), other: []}
-            self.plan = self._trial(other)
+            self.samples = {self.current: [], other: []}
+            self.plan = self._trial(other) + self._trial(self.current)
             self._use(other)
 
     def _decide(self) -> None:

@@ -384,6 +384,7 @@ def controller_run(step_seconds, steps, **options):
     """The counts an `AdaptiveThreads` over 2 threads runs ``steps`` steps at, each step taking
     ``step_seconds(step, count)``: a fake clock, so nothing here depends on timing."""
     used = []
+    options.setdefault("window", 3)
     control = threads.AdaptiveThreads(2, used.append, **options)
     counts = []
     for step in range(steps):
@@ -405,13 +406,19 @@ def test_the_controller_keeps_one_thread_where_it_is_faster_and_all_where_they_a
 def test_the_controller_probes_again_every_so_often_and_when_steps_slow_down():
     quiet = lambda step, count: 1.33 if count == 1 else 1.0
     counts, _ = controller_run(quiet, 60, settle=1, probe=1, every=10)
-    # after the first probe (steps 0-3) 10 steps at 2, then 2 steps trying 1 again, back to 2;
-    # each probe that keeps 2 doubles the wait: 20 steps, then 40
-    assert counts == [2, 2, 1, 1] + [2] * 10 + [1, 1] + [2] * 20 + [1, 1] + [2] * 22
+    # after the first probe (steps 0-3) 10 steps at 2, then a probe timing 1 and 2 again, back
+    # to 2; each probe that keeps 2 doubles the wait: 20 steps, then 40
+    assert counts == [2, 2, 1, 1] + [2] * 10 + [1, 1, 2, 2] + [2] * 20 + [1, 1, 2, 2] + [2] * 18
     neighbour = lambda step, count: 1.0 if count == 1 or step < 10 else 3.0  # from step 10
     counts, _ = controller_run(neighbour, 20, settle=1, probe=1, every=100, degrade=1.3)
-    # 3 slow steps (10-12) to see it, then the probe at 1 (13-14) keeps 1
-    assert counts[:13] == [2, 2, 1, 1] + [2] * 9 and counts[13:] == [1] * 7
+    # 3 slow steps (10-12) to see it, then the probe at 1 (13-14) and 2 (15-16) keeps 1
+    assert counts[:13] == [2, 2, 1, 1] + [2] * 9 and counts[13:] == [1, 1, 2, 2, 1, 1, 1]
+    burst = lambda step, count: (3.0 if 20 <= step < 23 else 1.0) * (1.0 if count == 2 else 1.33)
+    counts, _ = controller_run(burst, 40, settle=1, probe=1, every=100, degrade=1.3)
+    # 3 slow steps at 2 (20-22) set off a probe (23-26), whose fresh steps at 2 keep 2
+    assert counts == [2, 2, 1, 1] + [2] * 19 + [1, 1, 2, 2] + [2] * 13
+    counts, _ = controller_run(burst, 40, settle=1, probe=1, every=100, window=5)
+    assert counts == [2, 2, 1, 1] + [2] * 36  # a window of 5 sees no slowdown in 3 steps
 
 
 def test_the_controller_keeps_all_threads_unless_one_wins_by_the_margin():
@@ -429,11 +436,12 @@ def test_the_controller_probes_as_often_as_at_first_while_on_one_thread():
     )  # quiet, then a busy neighbour from step 20 to 59, then quiet
     counts, _ = controller_run(load, 100, settle=1, probe=1, every=10, degrade=1.3)
     expected = (
-        [2, 2, 1, 1] + [2] * 10 + [1, 1]  # the first probe, 10 steps at 2, a probe keeps 2
-        + [2] * 7  # steps 16-22: the wait is 20 now, but 20-22 slowed down
-        + [1, 1] + [1] * 10 + [2, 2]  # 23-24: one thread wins; every 10 steps a probe at 2
-        + [1] * 10 + [2, 2] + [1] * 10 + [2, 2]  # busy until 59: one thread kept each time
-        + [2] * 10 + [1, 1] + [2] * 20 + [1, 1] + [2] * 5  # quiet: all threads, waits doubling
+        [2, 2, 1, 1] + [2] * 10 + [1, 1, 2, 2]  # the first probe, 10 steps at 2, a probe keeps 2
+        + [2] * 5  # steps 18-22: the wait is 20 now, but 20-22 slowed down
+        + [1, 1, 2, 2] + [1] * 10  # 23-26: one thread wins; every 10 steps a probe
+        + [2, 2, 1, 1] + [1] * 10 + [2, 2, 1, 1] + [1] * 10  # busy until 59: one thread kept
+        + [2, 2, 1, 1] + [2] * 10  # 65-68: quiet again, all threads win; 10 steps at 2
+        + [1, 1, 2, 2] + [2] * 17  # 79-82: all threads kept, so the wait doubles to 20
     )  # fmt: skip
     assert counts == expected
 
