@@ -118,7 +118,7 @@ class Trainer:
         with agreement(self.world):  # every rank fails together, or none does
             self._setup(config, resume)
         self.parallel = TrainParallel.join(self)  # the same config, text and model everywhere
-        self._adaptive_default: bool | None = None  # see _adapts_threads
+        self._adaptive_default: bool | None = None  # adapt threads to the load? (train_step)
         # Last, once nothing can fail: out_dir, and the default generator (for layers given no rng)
         self.out_dir.mkdir(parents=True, exist_ok=True)
         glassllm.manual_seed(config.seed)
@@ -289,16 +289,10 @@ class Trainer:
             self._diverged(f"the learning rate is {lr}")
         for group in self.optimizer.param_groups:
             group["lr"] = lr
-        # its time picks the thread count under set_adaptive(True), or by default where moving
-        # OpenBLAS's pool changes no bit of this run's step (thread_check)
-        with threads.adaptive_step(default=self._adapts_threads(), blas=True):
-            return self._step(lr)
-
-    def _adapts_threads(self) -> bool:
-        """Whether the steps adapt the thread count by default (decided once: thread_check)."""
-        if self._adaptive_default is None:
+        if self._adaptive_default is None:  # once, before the first step: see thread_check
             self._adaptive_default = adapts_by_default(self)
-        return self._adaptive_default
+        with threads.adaptive_step(default=self._adaptive_default, blas=True):  # time -> threads
+            return self._step(lr)
 
     def _step(self, lr: float) -> float:
         cfg = self.config
