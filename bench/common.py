@@ -352,8 +352,20 @@ def machine_info() -> dict[str, Any]:
         load_average=[round(x, 2) for x in os.getloadavg()], python=platform.python_version(),
         numpy=np.__version__, blas=blas_text, torch=torch_version,
         glassllm_commit=os.environ.get("BENCH_COMMIT") or commit or "unknown",
+        idle=idle_settings(),
         date=_dt.datetime.now().isoformat(timespec="seconds"),
     )  # fmt: skip
+
+
+def idle_settings() -> str:
+    """The kernel's idle driver, with its guest halt polling when it is ``haltpoll`` (a virtual
+    machine's: 0 ns means an idle vCPU halts at once, and waking it is an exit to the host)."""
+    cpuidle = Path("/sys/devices/system/cpu/cpuidle/current_driver")
+    driver = cpuidle.read_text().strip() if cpuidle.is_file() else "unknown"
+    poll = Path("/sys/module/haltpoll/parameters/guest_halt_poll_ns")
+    if driver == "haltpoll" and poll.is_file():
+        driver += f" (guest_halt_poll_ns={poll.read_text().strip()})"
+    return driver
 
 
 def openblas_core() -> str | None:
@@ -382,7 +394,7 @@ def machine_line(m: dict[str, Any]) -> str:
         f"{'/'.join(m.get('simd', []))}), load average {m['load_average']} when written; Python "
         f"{m['python']}, NumPy {m['numpy']} with {m['blas']}, PyTorch {m['torch']}; glassllm "
         f"{m['glassllm_commit']}; {m['date']}."
-    )
+    ) + (f" Idle: {m['idle']}." if m.get("idle") else "")
 
 
 def fmt(value: Any, spec: str = "") -> str:

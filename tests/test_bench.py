@@ -42,6 +42,7 @@ TINY = {
     + ["--warmup", "0", "--matmul-n", "32"],
     "view": ["--sizes", "micro", "--repeat", "1", "--generate", "2"],
     "prepare": ["--corpus-mb", "0.3", "--tokens", "2000"],
+    "handoff": ["--elements", "64", "--budget", "0", "--rounds", "1"],
     "hooks": [
         "--size",
         "micro",
@@ -69,6 +70,7 @@ SIDES = {
     "view": ("api", None),
     "prepare": ("glassllm-1,glassllm-2,rss", "glassllm-1,datasets"),
     "hooks": ("glassllm,glassllm-nohooks", None),
+    "handoff": ("glassllm", "glassllm,torch"),
 }
 OPTIONAL = {"sample_hf": ["torch", "transformers"], "prepare": ["datasets", "tokenizers"]}
 OPTIONAL |= {
@@ -125,7 +127,7 @@ def test_benchmark_runs_and_its_results_render(
     block = bench("common").render(runs)
     assert block.count("\n|") >= 3, block  # a table with a header, a rule and rows
     mode = {"train_step_stats": "| glassllm-stats |", "train_step_memory": "peak"}
-    mode |= {"hooks": "| patching sweep | glassllm |"}
+    mode |= {"hooks": "| patching sweep | glassllm |", "handoff": "| empty region | glassllm |"}
     assert mode.get(name, "") in block, block  # the mode's own figure
     assert "| " in capsys.readouterr().out  # the parent printed its table too
 
