@@ -273,12 +273,17 @@ def summarise_groups(rounds: dict[str, list[dict]], **options: Any) -> dict[str,
     return {group: summarise(sides_of(group), **options) for group in groups}
 
 
-def time_calls(fn: Callable[[], Any], repeats: int, warmup: int = 0) -> list[float]:
-    """Wall-clock seconds of each of ``repeats`` calls of fn, after ``warmup`` untimed calls."""
+def time_calls(
+    fn: Callable[[], Any], repeats: int, warmup: int = 0, before: Callable[[], Any] | None = None
+) -> list[float]:
+    """Wall-clock seconds of each of ``repeats`` calls of fn, after ``warmup`` untimed calls;
+    ``before()``, when given, runs untimed ahead of each timed call."""
     for _ in range(warmup):
         fn()
     times = []
     for _ in range(repeats):
+        if before is not None:
+            before()
         start = time.perf_counter()
         fn()
         times.append(time.perf_counter() - start)

@@ -38,18 +38,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def timed(fn: Callable[[], Any], budget: float, before: Callable[[], Any] | None = None) -> float:
-    """Median microseconds of ``fn()`` over about ``budget`` seconds (``before()`` untimed ahead of
-    each call)."""
-    fn()
-    times = []
-    end = time.perf_counter() + budget
-    while time.perf_counter() < end or len(times) < 20:
-        if before is not None:
-            before()
-        start = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - start)
-    return C.median(times) * 1e6
+    """Median microseconds of ``fn()`` over about ``budget`` seconds, at least 20 calls
+    (``before()`` untimed ahead of each)."""
+    one = C.time_calls(fn, repeats=1, warmup=1)[0]
+    return C.median(C.time_calls(fn, max(20, int(budget / one)), before=before)) * 1e6
 
 
 def busy(seconds: float) -> None:
