@@ -47,6 +47,7 @@ class GGUFContents:
     tokenizer: BPETokenizer
     chat_template: ChatTemplate | None
     metadata: dict[str, Any]
+    header: GGUFHeader | None = None  # the file's parsed header (its raw blocks: header.raw)
 
 
 def is_gguf_path(path: str | os.PathLike[str]) -> bool:
@@ -107,7 +108,7 @@ def read_gguf(path: str | os.PathLike[str], *, deferred: bool = False) -> GGUFCo
         for theirs, ours in names.items()
     }
     return GGUFContents(
-        header.path, config, tensors, tokenizer, chat_template_of(header), header.metadata
+        header.path, config, tensors, tokenizer, chat_template_of(header), header.metadata, header
     )
 
 

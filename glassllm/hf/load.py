@@ -84,12 +84,16 @@ def load_pretrained(
     return _build_from_files(path, config, tensor_plan, headers, dtype), tokenizer
 
 
-def load_model(path: str | os.PathLike[str], dtype: Any = np.float32) -> GPT:
+def load_model(
+    path: str | os.PathLike[str], dtype: Any = np.float32, *, keep_quantized: bool = False
+) -> GPT:
     """The GPT of a Hugging Face directory, ``model.safetensors`` or GGUF file; see
-    `load_pretrained`."""
+    `load_pretrained` (and `load_gguf` for ``keep_quantized``, GGUF files only)."""
     path = Path(path)
     if _is_gguf(path):
-        return load_gguf(path, dtype)[0]
+        return load_gguf(path, dtype, keep_quantized=keep_quantized)[0]
+    if keep_quantized:
+        raise ValueError(f"{str(path)!r}: keep_quantized=True is for GGUF files only")
     config, tensor_plan, headers = _check(path)
     model = _build_from_files(path, config, tensor_plan, headers, dtype)
     release_free_memory()  # the widened copies read from the files
@@ -97,20 +101,44 @@ def load_model(path: str | os.PathLike[str], dtype: Any = np.float32) -> GPT:
 
 
 def load_gguf(
-    path: str | os.PathLike[str], dtype: Any = np.float32
+    path: str | os.PathLike[str], dtype: Any = np.float32, *, keep_quantized: bool = False
 ) -> tuple[GPT, BPETokenizer, ChatTemplate | None]:
     """``(model, tokenizer, chat template or None)`` of a GGUF file: the file read and checked by
     `glassllm.gguf.read_gguf` (its errors: GGUFFormatError, a ValueError naming the file and the
     field; MissingDependencyError without the ``gguf`` extra), the model built by `model_from_hf`,
-    in eval mode, its parameters ``dtype``."""
+    in eval mode, its parameters ``dtype``.
+
+    ``keep_quantized=True`` (float32 only; needs the ``fast`` extra): the projections the file
+    holds as Q4_0 / Q4_1 blocks stay as those blocks, each a `glassllm.nn.QuantizedLinear`
+    checked bit for bit against its float32 weight (`glassllm.gguf.blocks`). Their weights are
+    then not parameters (nothing trains them); decoding reads a fifth of the memory.
+    """
     from glassllm.gguf import read_gguf
 
+    if keep_quantized:
+        _check_can_keep_quantized(dtype)
     contents = read_gguf(path, deferred=True)  # dequantized one by one as the model is built
     model = model_from_hf(contents.config, contents.tensors, str(contents.path), dtype)
+    if keep_quantized:
+        from glassllm.gguf.blocks import keep_quantized as keep_blocks
+
+        keep_blocks(model, contents.header, contents.config)
     tokenizer, chat_template = contents.tokenizer, contents.chat_template
     del contents  # the dequantized tensors, copied into the model: their pages go back now
     release_free_memory()
     return model, tokenizer, chat_template
+
+
+def _check_can_keep_quantized(dtype: Any) -> None:
+    from glassllm._install import install_hint
+    from glassllm.kernels import compiled
+
+    if np.dtype(dtype) != np.float32:
+        raise ValueError(f"keep_quantized=True computes in float32, not {np.dtype(dtype)}")
+    if not compiled.enabled():  # without the row kernel every token would dequantize the model
+        raise MissingDependencyError(
+            f"keep_quantized=True needs the compiled kernels: {install_hint('fast')}"
+        )
 
 
 def _is_gguf(path: Path) -> bool:

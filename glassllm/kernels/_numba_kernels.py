@@ -172,3 +172,47 @@ def rotate_pairs(x, cos, sin, inverse, interleaved, out):
                         out[n, m, t, second] = b * c + a * s
                 for j in range(2 * half, x.shape[3]):
                     out[n, m, t, j] = x[n, m, t, j]
+
+
+@_exact
+def q4_row_product(scales, offsets, nibbles, x, out):
+    """`glassllm.functional.quantized`'s ``x W`` for one row ``x (in,)`` into ``out (out,)``: lane
+    ``r`` of group ``g`` sums output ``16 g + r`` over blocks ``b`` and positions ``j`` in order,
+    the low-nibble terms and the high-nibble terms in two sums added at the end. Each lane is its
+    own sum, so LLVM vectorises across lanes without reordering one (nothing relaxed)."""
+    groups, blocks, half, lanes = nibbles.shape
+    low = np.empty(lanes, np.float32)
+    high = np.empty(lanes, np.float32)
+    for g in range(groups):
+        low[:] = 0
+        high[:] = 0
+        for b in range(blocks):
+            d = scales[g, b]
+            m = offsets[g, b]
+            for j in range(half):
+                x_low = x[b * 2 * half + j]
+                x_high = x[b * 2 * half + half + j]
+                q = nibbles[g, b, j]
+                for r in range(lanes):
+                    low[r] += (np.float32(q[r] & 15) * d[r] + m[r]) * x_low
+                    high[r] += (np.float32(q[r] >> 4) * d[r] + m[r]) * x_high
+        for r in range(lanes):
+            out[g * lanes + r] = low[r] + high[r]
+
+
+@_exact
+def dequantize_q4(scales, offsets, nibbles, out):
+    """`glassllm.functional.quantized.dequantize_q4` into ``out (in, out)``: the same ``q d + m``
+    for every weight, so the same bits."""
+    groups, blocks, half, lanes = nibbles.shape
+    for b in range(blocks):
+        for j in range(half):
+            row_low = out[b * 2 * half + j]
+            row_high = out[b * 2 * half + half + j]
+            for g in range(groups):
+                q = nibbles[g, b, j]
+                d = scales[g, b]
+                m = offsets[g, b]
+                for r in range(lanes):
+                    row_low[g * lanes + r] = np.float32(q[r] & 15) * d[r] + m[r]
+                    row_high[g * lanes + r] = np.float32(q[r] >> 4) * d[r] + m[r]

@@ -47,6 +47,7 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from glassllm.autograd import module_calls
+from glassllm.nn._state_checks import describe_unexpected, value_problems
 from glassllm.tensor import Tensor
 
 
@@ -322,7 +323,14 @@ class Module:
                     continue
                 seen.add(id(array))
                 targets[f"{module_name}.{name}" if module_name else name] = array
+            for name, array in module._computed_state().items():
+                targets[f"{module_name}.{name}" if module_name else name] = array
         return targets
+
+    def _computed_state(self) -> dict[str, np.ndarray]:
+        """Arrays a layer computes when read instead of holding them, read-only: `state_dict`
+        saves them, `load_state_dict` refuses them (`QuantizedLinear`'s weight); none here."""
+        return {}
 
     def _aliases(self) -> dict[str, str]:
         """Map each later name of a shared parameter to the name it is stored under."""
@@ -366,14 +374,14 @@ class Module:
         problems: list[str] = []
         for key, value in state_dict.items():
             if key in targets:
-                problems += _value_problems(key, value, targets[key])
+                problems += value_problems(key, value, targets[key])
         if strict:
             missing = [name for name in targets if name not in state_dict]
             unexpected = [key for key in state_dict if key not in targets]
             if missing:
                 problems.append("missing keys: " + ", ".join(missing))
             if unexpected:
-                described = _describe_unexpected(unexpected, self._aliases())
+                described = describe_unexpected(unexpected, self._aliases())
                 problems.append("unexpected keys: " + ", ".join(described))
         return problems
 
@@ -451,29 +459,6 @@ def _check_registered_name(name: str) -> None:
     # ambiguous.
     if not name or "." in name:
         raise KeyError(f"invalid attribute name {name!r} for a parameter, buffer or submodule")
-
-
-def _value_problems(key: str, value: Any, target: np.ndarray) -> list[str]:
-    """Why ``value`` cannot be copied into ``target`` (the array stored under ``key``)."""
-    if not isinstance(value, np.ndarray):
-        return [f"{key}: expected a numpy ndarray, got {type(value).__name__}"]
-    problems = []
-    if value.shape != target.shape:
-        problems.append(f"{key}: shape mismatch, checkpoint {value.shape} vs model {target.shape}")
-    if value.dtype != target.dtype:
-        problems.append(f"{key}: dtype mismatch, checkpoint {value.dtype} vs model {target.dtype}")
-    if not target.flags.writeable:
-        problems.append(f"{key}: the model's array is read-only and cannot be loaded into")
-    return problems
-
-
-def _describe_unexpected(keys: list[str], aliases: dict[str, str]) -> list[str]:
-    return [
-        f"{key} (tied to {aliases[key]}; a shared parameter is stored once, under its first name)"
-        if key in aliases
-        else (key if isinstance(key, str) else repr(key))
-        for key in keys
-    ]
 
 
 @contextmanager

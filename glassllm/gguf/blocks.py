@@ -1,0 +1,99 @@
+"""A GGUF model's Q4_0 / Q4_1 projections kept as their 4-bit blocks (`keep_quantized`).
+
+`glassllm.hf.load_gguf(path, keep_quantized=True)` builds the model in float32 as always, then
+asks `keep_quantized` to put a `glassllm.nn.QuantizedLinear` in place of each projection whose
+file tensors are all Q4_0 or Q4_1: ``attn.qkv`` (the file's q, k and v rows stacked, q and k
+unpermuted as `glassllm.gguf.convert.unpermute` does to the float32 rows), ``attn.proj``,
+``mlp.gate``, ``mlp.up`` and ``mlp.proj``. The embedding and the tied head stay float32 (SmolLM2's
+are Q8_0), as does every projection of another type (Q4_K, Q8_0, F16, ...).
+
+Each replacement is checked before it is made: its blocks dequantized must equal the float32
+layer's weight bit for bit (what llama.cpp's ``gguf`` package made of the same bytes), so a wrong
+offset or row order is refused here, not seen later as a worse sample. A layer that fails the
+check keeps its float32 weight.
+
+A Q4_0 block (``d``, 16 bytes) means ``(q - 8) d``, a Q4_1 block (``d``, ``m``, 16 bytes) ``q d +
+m``; both are the `Q4Weight` form ``q d + m`` (Q4_0's ``m = -8 d``, exact: ``q d`` and ``8 d`` are
+exact in float32 and so is their difference).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from glassllm.functional.quantized import BLOCK, LANES, Q4Weight
+from glassllm.gguf.convert import unpermute
+from glassllm.gguf.header import GGUFHeader
+from glassllm.nn.module import Module
+from glassllm.nn.quantized import QuantizedLinear
+
+# ggml type id -> (name, bytes a block, offset of the 16 bytes of nibbles)
+Q4_TYPES = {2: ("Q4_0", 18, 2), 3: ("Q4_1", 20, 4)}
+# glassllm layer (in block i) -> the file's tensors whose rows it holds, in order
+LAYERS = {
+    "attn.qkv": ("attn_q", "attn_k", "attn_v"),
+    "attn.proj": ("attn_output",),
+    "mlp.gate": ("ffn_gate",),
+    "mlp.up": ("ffn_up",),
+    "mlp.proj": ("ffn_down",),
+}
+
+
+def q4_blocks(
+    header: GGUFHeader, names: tuple[str, ...], config: dict[str, Any]
+) -> Q4Weight | None:
+    """The file tensors ``names`` (matrices ``(out, in)`` of one input width) with their rows
+    stacked, as a `Q4Weight` ``(in, sum of outs)``; None unless every one is Q4_0 or Q4_1 and the
+    rows fit the layout (a multiple of 16)."""
+    infos = [header.tensors.get(name) for name in names]
+    if any(
+        info is None or info.ggml_type not in Q4_TYPES or len(info.shape) != 2 for info in infos
+    ):
+        return None
+    if len({info.shape[1] for info in infos}) != 1 or infos[0].shape[1] % BLOCK:
+        return None
+    scales, offsets, quants = [], [], []
+    for name, info in zip(names, infos, strict=True):
+        _, block_bytes, first_nibble = Q4_TYPES[info.ggml_type]
+        rows, width = info.shape
+        blocks = header.raw(info).reshape(rows, width // BLOCK, block_bytes)  # (out, nb, bytes)
+        if config["model_type"] == "llama" and name.split(".")[-2] in ("attn_q", "attn_k"):
+            heads = config["num_attention_heads" if ".attn_q." in name else "num_key_value_heads"]
+            blocks = unpermute(blocks, heads)  # the rows moved as the float32 rows are
+        d = np.ascontiguousarray(blocks[:, :, 0:2]).view(np.float16)[..., 0].astype(np.float32)
+        if first_nibble == 4:  # Q4_1: its own offset
+            m = np.ascontiguousarray(blocks[:, :, 2:4]).view(np.float16)[..., 0].astype(np.float32)
+        else:  # Q4_0: (q - 8) d
+            m = d * np.float32(-8)
+        scales.append(d)
+        offsets.append(m)
+        quants.append(blocks[:, :, first_nibble : first_nibble + BLOCK // 2])
+    if sum(len(d) for d in scales) % LANES:
+        return None
+    return Q4Weight.from_blocks(
+        np.concatenate(scales), np.concatenate(offsets), np.concatenate(quants)
+    )
+
+
+def keep_quantized(model: Module, header: GGUFHeader, config: dict[str, Any]) -> list[str]:
+    """Put a `QuantizedLinear` in place of each float32 projection of ``model`` (built from the
+    file ``header`` with the transformers ``config``) that the file holds in Q4_0 / Q4_1 blocks
+    whose values are its weight's, bit for bit; returns the names of the layers replaced."""
+    replaced = []
+    for i, block in enumerate(model.blocks):
+        for path, parts in LAYERS.items():
+            owner_name, layer_name = path.split(".")
+            owner = getattr(block, owner_name)
+            layer = getattr(owner, layer_name)
+            blocks = q4_blocks(header, tuple(f"blk.{i}.{part}.weight" for part in parts), config)
+            if blocks is None or layer.weight.dtype != np.float32:
+                continue
+            if blocks.shape != layer.weight.shape:
+                continue
+            if not np.array_equal(blocks.dequantize(), layer.weight.data):
+                continue
+            setattr(owner, layer_name, QuantizedLinear(blocks, layer.bias))
+            replaced.append(f"blocks.{i}.{path}")
+    return replaced
