@@ -277,3 +277,44 @@ def test_an_answer_ends_at_the_end_token_as_transformers_does(gguf_file, glass_m
         np.random.default_rng(0),
     )
     assert chat.answer(question, io.StringIO()) == expected
+
+
+@pytest.fixture(scope="session")
+def kept_model(gguf_file):
+    optional("gguf")
+    optional("tokenizers")
+    optional("numba")
+    from glassllm.hf import load_gguf
+    from glassllm.kernels import compiled
+
+    if not compiled.enabled():
+        pytest.skip("the compiled kernels are turned off (GLASSLLM_NUMBA=0)")
+    return load_gguf(gguf_file, keep_quantized=True)[0]
+
+
+def test_the_blocks_kept_quantized_agree_with_transformers(kept_model, glass_model, theirs):
+    """``keep_quantized=True``: every projection (Q4_1 in this file) on its blocks, the weights
+    the float32 model's bit for bit, and the logits transformers', on the blocks for one row
+    (a decoding step) and dequantized for a prompt; then the same greedy tokens with the cache."""
+    torch = optional("torch")
+    import glassllm.nn as nn
+    from glassllm.autograd import no_grad
+
+    layers = [m for m in kept_model.modules() if isinstance(m, nn.QuantizedLinear)]
+    assert len(layers) == 5 * 30
+    plain = glass_model[0]
+    kept_state = kept_model.state_dict()
+    for name, value in plain.state_dict().items():
+        assert np.array_equal(kept_state[name], value), name
+    del kept_state
+    ids = theirs[0]("The capital of France is", add_special_tokens=False)["input_ids"]
+    for prompt in (ids[:1], ids):
+        with torch.no_grad():
+            expected = theirs[1](torch.tensor([prompt])).logits[0].numpy()
+        with no_grad():
+            logits = kept_model(np.asarray([prompt]))[0].data[0]
+        np.testing.assert_allclose(logits, expected, rtol=0, atol=1e-3)
+    with torch.no_grad():
+        greedy = theirs[1].generate(torch.tensor([ids]), max_new_tokens=12, do_sample=False)
+    ours = kept_model.generate(np.asarray([ids]), 12, top_k=1)
+    assert ours[0].tolist() == greedy[0].tolist()

@@ -1,0 +1,134 @@
+"""``quantized_linear`` and `Q4Weight`: the dequantization against llama.cpp's ``gguf`` package
+(Q4_1 blocks byte for byte), the kernels against the definition (the same bits where they do
+the same operations, the row product against a sequential sum in its order), the VJP against
+finite differences in float64, the shape rules by hypothesis, and `QuantizedLinear`'s state."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from conftest import optional
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import glassllm.functional as F
+import glassllm.nn as nn
+from glassllm import Tensor, gradcheck, kernels
+from glassllm.functional.quantized import Q4Weight
+from glassllm.kernels import compiled
+
+
+def random_blocks(rng, outputs, inputs):
+    """Float16-valued scales and offsets and random bytes: a Q4_1 file's blocks."""
+    blocks = inputs // 32
+    d = rng.normal(0, 0.1, (outputs, blocks)).astype(np.float16)
+    m = rng.normal(0, 0.1, (outputs, blocks)).astype(np.float16)
+    q = rng.integers(0, 256, (outputs, blocks, 16), dtype=np.uint8)
+    return d, m, q
+
+
+def needs_kernels():
+    optional("numba")
+    if not compiled.enabled():
+        pytest.skip("the compiled kernels are turned off (GLASSLLM_NUMBA=0)")
+
+
+def weight_of(d, m, q):
+    return Q4Weight.from_blocks(d.astype(np.float32), m.astype(np.float32), q)
+
+
+def test_dequantize_is_the_gguf_packages():
+    gguf = optional("gguf")
+    d, m, q = random_blocks(np.random.default_rng(0), 48, 96)
+    raw = np.concatenate([d[..., None].view(np.uint8), m[..., None].view(np.uint8), q], axis=2)
+    theirs = gguf.quants.dequantize(raw.reshape(48, -1), gguf.GGMLQuantizationType.Q4_1)
+    w = weight_of(d, m, q)
+    with kernels.use("reference"):
+        assert np.array_equal(w.dequantize(), theirs.T)  # (in, out): their rows are our columns
+    assert np.array_equal(w.dequantize(), theirs.T)  # the kernel's, the same bits
+
+
+@pytest.mark.parametrize("rows", [1, 2, 3, 7])
+def test_the_kernels_against_the_definition(rows):
+    optional("numba")
+    rng = np.random.default_rng(rows)
+    w = weight_of(*random_blocks(rng, 64, 128))
+    x = rng.standard_normal((rows, 128), dtype=np.float32)
+    fast = F.quantized_linear(Tensor(x), w).data
+    with kernels.use("reference"):
+        reference = F.quantized_linear(Tensor(x), w).data
+    assert fast.dtype == np.float32
+    exact = x.astype(np.float64) @ w.dequantize().astype(np.float64)
+    scale = np.abs(x).astype(np.float64) @ np.abs(w.dequantize()).astype(np.float64)
+    assert np.all(np.abs(fast - exact) <= 128 * 2**-24 * scale * 2)
+    assert np.all(np.abs(reference - exact) <= 128 * 2**-24 * scale * 2)
+
+
+def test_one_row_is_summed_in_the_kernels_order():
+    """Each output: the low-nibble terms j = 0..15 of block 0, block 1, ... in one float32 sum,
+    the high-nibble terms in another, then the two added: the kernel's bits exactly."""
+    needs_kernels()
+    rng = np.random.default_rng(3)
+    w = weight_of(*random_blocks(rng, 32, 96))
+    dense = w.dequantize()
+    x = rng.standard_normal(96, dtype=np.float32)
+    low, high = np.zeros(32, np.float32), np.zeros(32, np.float32)
+    for b in range(3):
+        for j in range(16):
+            low += dense[32 * b + j] * x[32 * b + j]
+            high += dense[32 * b + 16 + j] * x[32 * b + 16 + j]
+    out = np.empty(32, np.float32)
+    compiled.kernels().q4_row_product(w.scales, w.offsets, w.nibbles, x, out)
+    assert np.array_equal(out, low + high)
+    assert np.array_equal(F.quantized_linear(Tensor(x[None]), w).data[0], low + high)
+
+
+def test_gradcheck_quantized_linear():
+    rng = np.random.default_rng(4)
+    w = weight_of(*random_blocks(rng, 16, 64))
+    x = Tensor(rng.standard_normal((2, 3, 64)), requires_grad=True)
+    b = Tensor(rng.standard_normal(16), requires_grad=True)
+    assert gradcheck(lambda x, b: F.quantized_linear(x, w, b), [x, b])
+    y = F.quantized_linear(x, w, b)
+    assert y.dtype == np.float64 and y.shape == (2, 3, 16)
+
+
+@settings(max_examples=25, deadline=None)
+@given(
+    lead=st.lists(st.integers(1, 3), max_size=2),
+    groups=st.integers(1, 3),
+    blocks=st.integers(1, 3),
+)
+def test_shapes(lead, groups, blocks):
+    w = weight_of(*random_blocks(np.random.default_rng(0), 16 * groups, 32 * blocks))
+    assert w.shape == (32 * blocks, 16 * groups)
+    x = np.ones((*lead, 32 * blocks), np.float32)
+    y = F.quantized_linear(Tensor(x), w)
+    assert y.shape == (*lead, 16 * groups) and y.dtype == np.float32
+
+
+def test_bad_input_is_refused():
+    w = weight_of(*random_blocks(np.random.default_rng(0), 16, 32))
+    with pytest.raises(ValueError, match="last axis"):
+        F.quantized_linear(Tensor(np.ones((2, 31), np.float32)), w)
+    with pytest.raises(ValueError, match="bias shape"):
+        F.quantized_linear(Tensor(np.ones((2, 32), np.float32)), w, Tensor(np.ones(15)))
+    with pytest.raises(TypeError, match="Q4Weight"):
+        F.quantized_linear(Tensor(np.ones((2, 32), np.float32)), np.ones((32, 16)))
+    with pytest.raises(ValueError, match="multiple of 16"):
+        Q4Weight.from_blocks(np.ones((8, 1)), np.ones((8, 1)), np.ones((8, 1, 16), np.uint8))
+    assert not w.nibbles.flags.writeable and not w.scales.flags.writeable
+
+
+def test_the_layer_reads_as_a_linear_and_saves_its_weight():
+    rng = np.random.default_rng(5)
+    w = weight_of(*random_blocks(rng, 32, 64))
+    layer = nn.QuantizedLinear(w, Tensor(np.zeros(32, np.float32), requires_grad=True))
+    assert [name for name, _ in layer.named_parameters()] == ["bias"]
+    state = layer.state_dict()
+    assert np.array_equal(state["weight"], w.dequantize()) and list(state) == ["bias", "weight"]
+    x = rng.standard_normal((4, 64), dtype=np.float32)
+    assert np.allclose(layer(Tensor(x)).data, x @ layer.weight.data, rtol=1e-5, atol=1e-5)
+    with pytest.raises(ValueError, match="weight: the model's array is read-only"):
+        layer.load_state_dict(state)
+    assert layer.load_state_dict({"bias": state["bias"]}, strict=False).missing_keys == ["weight"]

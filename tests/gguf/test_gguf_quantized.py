@@ -1,0 +1,166 @@
+"""``load_gguf(path, keep_quantized=True)``: tiny Llama and Qwen2 GGUF files whose projections are
+Q4_0 and Q4_1 blocks (made by llama.cpp's ``gguf`` package), against the same files loaded in
+float32 (the path tested against transformers in test_gguf_tiny.py): the layers replaced, their
+weights bit for bit, the logits to float32 rounding, the state dict, and what is refused."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from conftest import optional
+from gguf_files import Tensor, f32_tensor, tiny_llama, write_gguf
+
+import glassllm.nn as nn
+from glassllm import Tensor as GTensor
+from glassllm import no_grad
+
+Q4_0, Q4_1, Q8_0 = 2, 3, 8
+PROJECTIONS = ("attn_q", "attn_k", "attn_v", "attn_output", "ffn_gate", "ffn_up", "ffn_down")
+
+
+@pytest.fixture(autouse=True)
+def _needs_the_extras():
+    optional("gguf")
+    optional("tokenizers")
+    optional("numba")
+    from glassllm.kernels import compiled
+
+    if not compiled.enabled():
+        pytest.skip("the compiled kernels are turned off (GLASSLLM_NUMBA=0)")
+
+
+def quantized(tensor: Tensor, ggml_type: int) -> Tensor:
+    """``tensor`` (F32) re-encoded as ``ggml_type`` blocks by the gguf package."""
+    import gguf
+
+    values = np.frombuffer(tensor.data, "<f4").reshape(list(reversed(tensor.dims)))
+    blocks = gguf.quants.quantize(values, gguf.GGMLQuantizationType(ggml_type))
+    return Tensor(tensor.name, tensor.dims, ggml_type, blocks.tobytes())
+
+
+def write_file(tmp_path, arch="llama", types=None, name="tiny.gguf"):
+    """A 2-block model (E 64, 4 heads of 16, 2 key/value heads, M 96); ``types`` maps a
+    projection (``attn_q``...) to its ggml type, Q4_1 for those not named."""
+    types = types or {}
+    meta, tensors = tiny_llama(np.random.default_rng(0), layers=2, embed=64, heads=4, ffn=96)
+    meta["llama.attention.head_count_kv"] = 2
+    tensors = [t for t in tensors if not t.name.endswith(("attn_k.weight", "attn_v.weight"))]
+    rng = np.random.default_rng(1)
+    for i in range(2):
+        for part in ("attn_k", "attn_v"):
+            tensors.append(f32_tensor(f"blk.{i}.{part}.weight", rng.normal(0, 0.5, (32, 64))))
+    if arch == "qwen2":
+        meta = {k.replace("llama.", "qwen2."): v for k, v in meta.items()}
+        meta["general.architecture"] = "qwen2"
+        for i in range(2):
+            for part, rows in (("attn_q", 64), ("attn_k", 32), ("attn_v", 32)):
+                tensors.append(f32_tensor(f"blk.{i}.{part}.bias", rng.normal(0, 0.5, rows)))
+    out = []
+    for t in tensors:
+        part = t.name.split(".")[-2]
+        if part in PROJECTIONS and t.name.endswith(".weight"):
+            t = quantized(t, types.get(part, Q4_1))
+        out.append(t)
+    return write_gguf(tmp_path / name, meta, out)
+
+
+def load(path, **kw):
+    from glassllm.hf import load_gguf
+
+    return load_gguf(path, **kw)[0]
+
+
+def logits(model, ids):
+    with no_grad():
+        return model(np.array([ids]))[0].data[0]
+
+
+@pytest.mark.parametrize("arch", ["llama", "qwen2"])
+@pytest.mark.parametrize("ggml_type", [Q4_0, Q4_1])
+def test_the_blocks_compute_what_the_float32_model_computes(tmp_path, arch, ggml_type):
+    path = write_file(tmp_path, arch, dict.fromkeys(PROJECTIONS, ggml_type))
+    plain, kept = load(path), load(path, keep_quantized=True)
+    layers = {n for n, m in kept.named_modules() if isinstance(m, nn.QuantizedLinear)}
+    expected = {f"blocks.{i}.{p}" for i in range(2) for p in ("attn.qkv", "attn.proj")}
+    expected |= {f"blocks.{i}.mlp.{p}" for i in range(2) for p in ("gate", "up", "proj")}
+    assert layers == expected
+    ours, theirs = kept.state_dict(), plain.state_dict()
+    assert ours.keys() == theirs.keys()
+    for name, value in theirs.items():  # the file's values, bit for bit (and the biases kept)
+        assert np.array_equal(ours[name], value), name
+    # the blocks are not parameters; everything else (biases included) still is
+    expected_parameters = {n for n, _ in plain.named_parameters()} - {f"{n}.weight" for n in layers}
+    assert {n for n, _ in kept.named_parameters()} == expected_parameters
+    ids = [1, 2, 3, 4, 5, 1, 2]
+    for steps in (ids[:1], ids[:2], ids):  # one row on the blocks, two, and dequantized
+        a, b = logits(kept, steps), logits(plain, steps)
+        assert np.allclose(a, b, rtol=1e-5, atol=1e-5 * np.abs(b).max()), steps
+    greedy = kept.generate(np.array([ids[:2]]), 8, top_k=1)
+    assert np.array_equal(greedy, plain.generate(np.array([ids[:2]]), 8, top_k=1))
+
+
+def test_other_block_types_stay_float32(tmp_path):
+    path = write_file(tmp_path, types={"ffn_down": Q8_0, "attn_k": Q8_0})
+    kept, plain = load(path, keep_quantized=True), load(path)
+    layers = {n for n, m in kept.named_modules() if isinstance(m, nn.QuantizedLinear)}
+    # q, k and v share one layer: a Q8_0 k keeps it float32, as it does the Q8_0 down projection
+    assert layers == {
+        f"blocks.{i}.{p}" for i in range(2) for p in ("attn.proj", "mlp.gate", "mlp.up")
+    }
+    assert isinstance(kept.blocks[0].attn.qkv, nn.Linear)
+    ids = [1, 2, 3]
+    assert np.allclose(logits(kept, ids), logits(plain, ids), rtol=1e-5, atol=1e-4)
+
+
+def test_a_state_dict_cannot_be_loaded_into_the_blocks(tmp_path):
+    kept = load(write_file(tmp_path), keep_quantized=True)
+    state = kept.state_dict()
+    before = kept.blocks[0].mlp.gate.weight.data
+    state["blocks.0.mlp.gate.weight"] = np.zeros_like(state["blocks.0.mlp.gate.weight"])
+    with pytest.raises(
+        ValueError,
+        match=r"blocks\.0\.mlp\.gate\.weight: the model's array is "
+        r"read-only.*nothing was changed|nothing was changed",
+    ):
+        kept.load_state_dict(state)
+    assert np.array_equal(kept.blocks[0].mlp.gate.weight.data, before)
+    kept.blocks[0].mlp.gate.weight.data[:] = 0  # a copy: the layer is unchanged
+    assert np.array_equal(kept.blocks[0].mlp.gate.weight.data, before)
+
+
+def test_gradients_reach_the_input_and_the_biases(tmp_path):
+    kept = load(write_file(tmp_path, "qwen2"), keep_quantized=True)
+    kept.train()
+    loss = kept(np.array([[1, 2, 3, 4]]), np.array([[2, 3, 4, 5]]))[1]
+    loss.backward()
+    bias = kept.blocks[0].attn.qkv.bias
+    assert bias.grad is not None and np.abs(bias.grad).max() > 0
+    assert kept.wte.weight.grad is not None
+
+
+def test_what_is_refused(tmp_path):
+    from glassllm.hf import load_model
+
+    path = write_file(tmp_path)
+    with pytest.raises(ValueError, match="float32"):
+        load(path, dtype=np.float64, keep_quantized=True)
+    directory = tmp_path / "hf"
+    directory.mkdir()
+    with pytest.raises(ValueError, match="GGUF files only"):
+        load_model(directory, keep_quantized=True)
+    layer = load(path, keep_quantized=True).blocks[0].mlp.up
+    with pytest.raises(ValueError, match="last axis"):
+        layer(GTensor(np.ones((1, 63), np.float32)))
+
+
+def test_without_the_compiled_kernels_it_says_which_extra(tmp_path):
+    from glassllm.data.bpe import MissingDependencyError
+    from glassllm.kernels import compiled
+
+    path = write_file(tmp_path)
+    compiled.set_enabled(False)
+    try:
+        with pytest.raises(MissingDependencyError, match=r"glassllm\[fast\] extra"):
+            load(path, keep_quantized=True)
+    finally:
+        compiled.set_enabled(True)
