@@ -19,6 +19,9 @@ and whether both produced the same ids; the order flips every round. Side ``llam
 (``--shape smollm2 --sides glassllm,transformers,llama.cpp``; llama-cpp-python built from source):
 the ceiling to know, computing on the file's quantized blocks (so its ids may differ);
 ``--shape smollm2-f32`` gives every side an F32 conversion of the same file (`write_f32_copy`).
+Side ``glassllm-q4`` (GGUF files): ``load_model(path, keep_quantized=True)``, the Q4_0 / Q4_1
+projections kept as their blocks (`glassllm.nn.QuantizedLinear`; its sums in another order, so
+its ids may differ where two logits are close).
 """
 
 from __future__ import annotations
@@ -34,7 +37,8 @@ import common as C
 import numpy as np
 
 SIDES = ("glassllm-cache", "glassllm-nocache", "torch", "glassllm", "transformers", "llama.cpp")
-MODEL_SIDES = {"nanogpt": SIDES[:3], "hf": SIDES[3:]}  # llama.cpp: GGUF files only
+SIDES += ("glassllm-q4",)
+MODEL_SIDES = {"nanogpt": SIDES[:3], "hf": SIDES[3:]}  # llama.cpp, glassllm-q4: GGUF files only
 DEFAULT_SIDES = SIDES[:3]
 SHAPES = {
     "gpt2": dict(vocab_size=50257, block_size=1024, n_layer=12, n_head=12, n_embd=768),
@@ -93,10 +97,10 @@ def hf_worker(args: argparse.Namespace) -> dict[str, Any]:
     prompt = np.random.default_rng(SEED).integers(0, 512, size=(1, args.prompt_tokens))
     path = Path(args.model_dir)
     before, start = C.rss_bytes(), time.perf_counter()
-    if args.worker == "glassllm":
+    if args.worker in ("glassllm", "glassllm-q4"):
         from glassllm.hf import load_model
 
-        model = load_model(path)
+        model = load_model(path, keep_quantized=args.worker == "glassllm-q4")
 
         def generate(new_tokens: int) -> list[int]:
             return model.generate(prompt, new_tokens, top_k=1)[0].tolist()
@@ -195,7 +199,7 @@ def hf_parent(args: argparse.Namespace) -> dict[str, dict[str, Any]]:
             groups[str(threads)] = sides = C.summarise(results, ratios=HF_RATIOS)
             for side, runs in results.items():
                 side_ids = {tuple(sides[side].pop("ids"))} | {tuple(r["ids"]) for r in runs}
-                ids |= set() if side == "llama.cpp" else side_ids
+                ids |= set() if side in ("llama.cpp", "glassllm-q4") else side_ids
     config = shape | dict(prompt_tokens=args.prompt_tokens, new_tokens=args.new_tokens)
     note = f"{args.shape}: greedy; the same ids across float32 engines and runs: {len(ids) == 1}."
     return {f"hf {args.shape}": dict(config=config, group="threads", groups=groups, notes=[note])}
