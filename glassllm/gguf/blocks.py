@@ -24,13 +24,14 @@ from typing import Any
 import numpy as np
 
 from glassllm.functional.quantized import BLOCK, LANES, Q4Weight
-from glassllm.gguf.convert import unpermute
+from glassllm.gguf.convert import permuted_heads, unpermute
 from glassllm.gguf.header import GGUFHeader
+from glassllm.gguf.types import GGML_TYPES
 from glassllm.nn.module import Module
 from glassllm.nn.quantized import QuantizedLinear
 
-# ggml type id -> (name, bytes a block, offset of the 16 bytes of nibbles)
-Q4_TYPES = {2: ("Q4_0", 18, 2), 3: ("Q4_1", 20, 4)}
+# ggml type id (Q4_0, Q4_1) -> where a block's 16 bytes of nibbles start (after d, and Q4_1's m)
+Q4_TYPES = {2: 2, 3: 4}
 # glassllm layer (in block i) -> the file's tensors whose rows it holds, in order
 LAYERS = {
     "attn.qkv": ("attn_q", "attn_k", "attn_v"),
@@ -56,11 +57,11 @@ def q4_blocks(
         return None
     scales, offsets, quants = [], [], []
     for name, info in zip(names, infos, strict=True):
-        _, block_bytes, first_nibble = Q4_TYPES[info.ggml_type]
+        block_bytes, first_nibble = GGML_TYPES[info.ggml_type].block_bytes, Q4_TYPES[info.ggml_type]
         rows, width = info.shape
         blocks = header.raw(info).reshape(rows, width // BLOCK, block_bytes)  # (out, nb, bytes)
-        if config["model_type"] == "llama" and name.split(".")[-2] in ("attn_q", "attn_k"):
-            heads = config["num_attention_heads" if ".attn_q." in name else "num_key_value_heads"]
+        heads = permuted_heads(name, config)
+        if heads is not None:
             blocks = unpermute(blocks, heads)  # the rows moved as the float32 rows are
         d = np.ascontiguousarray(blocks[:, :, 0:2]).view(np.float16)[..., 0].astype(np.float32)
         if first_nibble == 4:  # Q4_1: its own offset

@@ -204,6 +204,14 @@ def tensor_names(header: GGUFHeader, config: Mapping[str, Any]) -> dict[str, str
     return names
 
 
+def permuted_heads(name: str, config: Mapping[str, Any]) -> int | None:
+    """The heads whose rows llama.cpp permuted in the tensor ``name`` (a Llama q or k
+    projection), None for any other tensor."""
+    if config["model_type"] != "llama" or name.split(".")[-2] not in ("attn_q", "attn_k"):
+        return None
+    return config["num_attention_heads" if ".attn_q." in name else "num_key_value_heads"]
+
+
 def unpermute(weights: np.ndarray, n_head: int) -> np.ndarray:
     """Undo llama.cpp's row permutation of a Llama q or k projection (out, ...) with ``n_head``
     heads: within each head, rows ``(0, d/2, 1, d/2+1, ...)`` back to ``(0, 1, ..., d-1)``."""

@@ -26,7 +26,7 @@ import numpy as np
 
 from glassllm.chat_template import ChatTemplate
 from glassllm.data.bpe import BPETokenizer
-from glassllm.gguf.convert import hf_config, tensor_names, unpermute
+from glassllm.gguf.convert import hf_config, permuted_heads, tensor_names, unpermute
 from glassllm.gguf.dequantize import dequantize, import_gguf
 from glassllm.gguf.header import GGUFFormatError, GGUFHeader, read_header
 from glassllm.gguf.tokenizer import special_tokens, tokenizer_from_metadata
@@ -163,7 +163,5 @@ def _check_shapes(header: GGUFHeader, names: dict[str, str], config: dict[str, A
 
 def _tensor(header: GGUFHeader, name: str, config: dict[str, Any]) -> np.ndarray:
     values = dequantize(header, header.tensors[name])
-    if config["model_type"] == "llama" and name.split(".")[-2] in ("attn_q", "attn_k"):
-        heads = config["num_attention_heads" if ".attn_q." in name else "num_key_value_heads"]
-        values = unpermute(values, heads)
-    return values
+    heads = permuted_heads(name, config)
+    return values if heads is None else unpermute(values, heads)
