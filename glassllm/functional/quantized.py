@@ -10,21 +10,22 @@ the memory.
 4, so ``q d`` is exact in float32 and ``q d + m`` rounds once: the float32 a dequantizer writes
 (llama.cpp's ``gguf`` package: ``d * q + m``), with or without a fused multiply-add.
 
-**Layout.** ``nibbles (G, nb, 16, R)`` (uint8): byte ``j`` of block ``b`` of output ``g R + r``,
-its low four bits weight ``32 b + j``, its high four bits weight ``32 b + 16 + j`` (GGUF's order
-within a block); ``scales``, ``offsets (G, nb, R)`` float32. ``R = 16`` outputs lie side by side
-so that one vector register holds the same input's weight for 16 outputs, and each output's sum
-runs in its own lane (`glassllm.kernels.quantized`).
+**Layout.** The file's blocks transposed, so that a row of the input meets every output in
+order: ``nibbles (nb, 16, out)`` (uint8), byte ``j`` of block ``b`` of each output, its low four
+bits weight ``32 b + j``, its high four bits weight ``32 b + 16 + j`` (GGUF's order within a
+block); ``scales``, ``offsets (nb, out)`` float32. One vector register then holds the same
+input's weights for 16 or so outputs, each output's sum in its own lane
+(`glassllm.kernels.quantized`).
 
 The maths is ``linear``'s with ``W`` the dequantized matrix ``(in, out)``: ``Y = X W + b``; VJP
 ``dX = G W^T``, ``db = 1^T G``. ``W`` is a constant (no gradient: nothing trains 4-bit blocks).
 
 >>> weight = Q4Weight.from_blocks(
-...     np.full((16, 1), 0.5, np.float32), np.full((16, 1), -1.0, np.float32),
-...     np.full((16, 1, 16), 0x21, np.uint8))   # q = 1 low, 2 high: w = -0.5, then 0.0
+...     np.full((3, 1), 0.5, np.float32), np.full((3, 1), -1.0, np.float32),
+...     np.full((3, 1, 16), 0x21, np.uint8))   # q = 1 low, 2 high: w = -0.5, then 0.0
 >>> w = weight.dequantize()
 >>> w.shape, w[0, 0].item(), w[16, 0].item()
-((32, 16), -0.5, 0.0)
+((32, 3), -0.5, 0.0)
 >>> quantized_linear(Tensor(np.ones((1, 32), np.float32)), weight).data[0, :2].tolist()
 [-8.0, -8.0]
 """
@@ -41,45 +42,45 @@ from glassllm.kernels import compiled
 from glassllm.tensor import Tensor
 
 BLOCK = 32  # weights per block, along the input axis
-LANES = 16  # outputs side by side (R)
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
 class Q4Weight:
     """A matrix ``(in, out)`` kept as 4-bit blocks (the module docstring's layout); read-only."""
 
-    scales: np.ndarray  # (G, nb, R) float32
-    offsets: np.ndarray  # (G, nb, R) float32
-    nibbles: np.ndarray  # (G, nb, 16, R) uint8
+    scales: np.ndarray  # (nb, out) float32
+    offsets: np.ndarray  # (nb, out) float32
+    nibbles: np.ndarray  # (nb, 16, out) uint8
 
     @classmethod
     def from_blocks(cls, scales: np.ndarray, offsets: np.ndarray, quants: np.ndarray) -> Q4Weight:
         """From a file's order: ``scales``, ``offsets (out, nb)``, ``quants (out, nb, 16)`` (the
-        block's 16 bytes); ``out`` must be a multiple of 16."""
+        block's 16 bytes)."""
         rows, blocks = scales.shape
-        if rows % LANES or offsets.shape != scales.shape or quants.shape != (rows, blocks, 16):
+        if offsets.shape != scales.shape or quants.shape != (rows, blocks, BLOCK // 2):
             raise ValueError(
-                f"Q4Weight: {rows} outputs in {blocks} blocks do not fit the layout "
-                f"(outputs a multiple of {LANES}, quants {quants.shape}, offsets {offsets.shape})"
+                f"Q4Weight: scales {scales.shape}, offsets {offsets.shape} and quants "
+                f"{quants.shape} do not describe one matrix: (out, nb), (out, nb), (out, nb, 16)"
             )
-        groups = rows // LANES
 
-        def lanes(a: np.ndarray, dtype: type) -> np.ndarray:  # (out, nb, ...) -> (G, nb, ..., R)
-            grouped = a.reshape(groups, LANES, *a.shape[1:])
-            order = (0, *range(2, grouped.ndim), 1)
-            result = np.ascontiguousarray(grouped.transpose(order), dtype=dtype)
+        def transposed(a: np.ndarray, dtype: type) -> np.ndarray:  # (out, nb, ..) -> (nb, .., out)
+            result = np.ascontiguousarray(np.moveaxis(a, 0, -1), dtype=dtype)
             result.flags.writeable = False
             return result
 
-        return cls(lanes(scales, np.float32), lanes(offsets, np.float32), lanes(quants, np.uint8))
+        return cls(
+            transposed(scales, np.float32),
+            transposed(offsets, np.float32),
+            transposed(quants, np.uint8),
+        )
 
     @property
     def in_features(self) -> int:
-        return self.nibbles.shape[1] * BLOCK
+        return self.nibbles.shape[0] * BLOCK
 
     @property
     def out_features(self) -> int:
-        return self.nibbles.shape[0] * LANES
+        return self.nibbles.shape[2]
 
     @property
     def shape(self) -> tuple[int, int]:
@@ -96,14 +97,13 @@ class Q4Weight:
 
 
 def dequantize_q4(scales: np.ndarray, offsets: np.ndarray, nibbles: np.ndarray) -> np.ndarray:
-    """``W[32 b + j, 16 g + r] = q d + m`` with ``q`` the low (``j < 16``) or high four bits of
-    ``nibbles[g, b, j mod 16, r]``, ``d, m = scales, offsets[g, b, r]``: ``(in, out)`` float32."""
-    groups, blocks, half, lanes = nibbles.shape
-    low = (nibbles & 15).astype(np.float32)  # (G, nb, 16, R)
-    high = (nibbles >> 4).astype(np.float32)
-    d, m = scales[:, :, None, :], offsets[:, :, None, :]  # (G, nb, 1, R)
-    w = np.concatenate([low * d + m, high * d + m], axis=2)  # (G, nb, 32, R)
-    return np.ascontiguousarray(w.transpose(1, 2, 0, 3)).reshape(blocks * 2 * half, groups * lanes)
+    """``W[32 b + j, o] = q d + m`` with ``q`` the low (``j < 16``) or high four bits of
+    ``nibbles[b, j mod 16, o]``, ``d, m = scales, offsets[b, o]``: ``(in, out)`` float32."""
+    blocks, half, outputs = nibbles.shape
+    d, m = scales[:, None, :], offsets[:, None, :]  # (nb, 1, out)
+    low = (nibbles & 15).astype(np.float32) * d + m  # (nb, 16, out): weights 32 b + j
+    high = (nibbles >> 4).astype(np.float32) * d + m  # weights 32 b + 16 + j
+    return np.concatenate([low, high], axis=1).reshape(blocks * 2 * half, outputs)
 
 
 def _matmul_definition(

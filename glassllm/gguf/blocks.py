@@ -23,7 +23,7 @@ from typing import Any
 
 import numpy as np
 
-from glassllm.functional.quantized import BLOCK, LANES, Q4Weight
+from glassllm.functional.quantized import BLOCK, Q4Weight
 from glassllm.gguf.convert import permuted_heads, unpermute
 from glassllm.gguf.header import GGUFHeader
 from glassllm.gguf.types import GGML_TYPES
@@ -46,8 +46,7 @@ def q4_blocks(
     header: GGUFHeader, names: tuple[str, ...], config: dict[str, Any]
 ) -> Q4Weight | None:
     """The file tensors ``names`` (matrices ``(out, in)`` of one input width) with their rows
-    stacked, as a `Q4Weight` ``(in, sum of outs)``; None unless every one is Q4_0 or Q4_1 and the
-    rows fit the layout (a multiple of 16)."""
+    stacked, as a `Q4Weight` ``(in, sum of outs)``; None unless every one is Q4_0 or Q4_1."""
     infos = [header.tensors.get(name) for name in names]
     if any(
         info is None or info.ggml_type not in Q4_TYPES or len(info.shape) != 2 for info in infos
@@ -71,8 +70,6 @@ def q4_blocks(
         scales.append(d)
         offsets.append(m)
         quants.append(blocks[:, :, first_nibble : first_nibble + BLOCK // 2])
-    if sum(len(d) for d in scales) % LANES:
-        return None
     return Q4Weight.from_blocks(
         np.concatenate(scales), np.concatenate(offsets), np.concatenate(quants)
     )

@@ -176,43 +176,47 @@ def rotate_pairs(x, cos, sin, inverse, interleaved, out):
 
 @_exact
 def q4_row_product(scales, offsets, nibbles, x, out):
-    """`glassllm.functional.quantized`'s ``x W`` for one row ``x (in,)`` into ``out (out,)``: lane
-    ``r`` of group ``g`` sums output ``16 g + r`` over blocks ``b`` and positions ``j`` in order,
-    the low-nibble terms and the high-nibble terms in two sums added at the end. Each lane is its
-    own sum, so LLVM vectorises across lanes without reordering one (nothing relaxed)."""
-    groups, blocks, half, lanes = nibbles.shape
-    low = np.empty(lanes, np.float32)
-    high = np.empty(lanes, np.float32)
-    for g in range(groups):
+    """`glassllm.kernels.quantized.q4_matmul`'s ``x W`` for one row ``x (in,)`` into ``out
+    (out,)``, as ``sum over blocks b of d (sum q_low x + sum q_high x) + m sum x``: per block, the
+    low-nibble terms ``j = 0..15`` in order in one float32 sum per output, the high-nibble terms
+    in another, the block's 32 inputs summed in order; the blocks added in order. The inner loop
+    runs along the outputs, every output its own lane and its own sum, so LLVM vectorises it
+    without reordering one (nothing relaxed)."""
+    blocks, half, outputs = nibbles.shape
+    low = np.empty(outputs, np.float32)
+    high = np.empty(outputs, np.float32)
+    out[:] = 0
+    for b in range(blocks):
         low[:] = 0
         high[:] = 0
-        for b in range(blocks):
-            d = scales[g, b]
-            m = offsets[g, b]
-            for j in range(half):
-                x_low = x[b * 2 * half + j]
-                x_high = x[b * 2 * half + half + j]
-                q = nibbles[g, b, j]
-                for r in range(lanes):
-                    low[r] += (np.float32(q[r] & 15) * d[r] + m[r]) * x_low
-                    high[r] += (np.float32(q[r] >> 4) * d[r] + m[r]) * x_high
-        for r in range(lanes):
-            out[g * lanes + r] = low[r] + high[r]
+        x_sum = np.float32(0)
+        for j in range(2 * half):
+            x_sum += x[b * 2 * half + j]
+        for j in range(half):
+            x_low = x[b * 2 * half + j]
+            x_high = x[b * 2 * half + half + j]
+            q = nibbles[b, j]
+            for o in range(outputs):
+                low[o] += np.float32(q[o] & 15) * x_low
+                high[o] += np.float32(q[o] >> 4) * x_high
+        d = scales[b]
+        m = offsets[b]
+        for o in range(outputs):
+            out[o] += d[o] * (low[o] + high[o]) + m[o] * x_sum
 
 
 @_exact
 def dequantize_q4(scales, offsets, nibbles, out):
     """`glassllm.functional.quantized.dequantize_q4` into ``out (in, out)``: the same ``q d + m``
     for every weight, so the same bits."""
-    groups, blocks, half, lanes = nibbles.shape
+    blocks, half, outputs = nibbles.shape
     for b in range(blocks):
+        d = scales[b]
+        m = offsets[b]
         for j in range(half):
+            q = nibbles[b, j]
             row_low = out[b * 2 * half + j]
             row_high = out[b * 2 * half + half + j]
-            for g in range(groups):
-                q = nibbles[g, b, j]
-                d = scales[g, b]
-                m = offsets[g, b]
-                for r in range(lanes):
-                    row_low[g * lanes + r] = np.float32(q[r] & 15) * d[r] + m[r]
-                    row_high[g * lanes + r] = np.float32(q[r] >> 4) * d[r] + m[r]
+            for o in range(outputs):
+                row_low[o] = np.float32(q[o] & 15) * d[o] + m[o]
+                row_high[o] = np.float32(q[o] >> 4) * d[o] + m[o]

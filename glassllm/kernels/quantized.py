@@ -30,7 +30,7 @@ def q4_matmul(
     """``x2 @ W`` for rows ``x2 (N, in)`` and the blocks of ``W (in, out)``: ``(N, out)``."""
     fused = compiled.kernels()
     if x2.dtype == np.float32 and len(x2) <= ROWS_ON_BLOCKS:
-        out = np.empty((len(x2), nibbles.shape[0] * nibbles.shape[3]), np.float32)
+        out = np.empty((len(x2), nibbles.shape[2]), np.float32)
         for row, result in zip(x2, out, strict=True):
             fused.q4_row_product(scales, offsets, nibbles, np.ascontiguousarray(row), result)
         return out
@@ -40,7 +40,7 @@ def q4_matmul(
 
 def dequantize_q4(scales: np.ndarray, offsets: np.ndarray, nibbles: np.ndarray) -> np.ndarray:
     """The float32 matrix ``(in, out)`` of the blocks, a new array (the definition's bits)."""
-    groups, blocks, half, lanes = nibbles.shape
-    out = np.empty((blocks * 2 * half, groups * lanes), np.float32)
+    blocks, half, outputs = nibbles.shape
+    out = np.empty((blocks * 2 * half, outputs), np.float32)
     compiled.kernels().dequantize_q4(scales, offsets, nibbles, out)
     return out

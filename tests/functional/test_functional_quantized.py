@@ -65,22 +65,27 @@ def test_the_kernels_against_the_definition(rows):
 
 
 def test_one_row_is_summed_in_the_kernels_order():
-    """Each output: the low-nibble terms j = 0..15 of block 0, block 1, ... in one float32 sum,
-    the high-nibble terms in another, then the two added: the kernel's bits exactly."""
+    """Each output: per block, the low-nibble terms q x (j = 0..15) in one float32 sum, the
+    high-nibble terms in another, the block's inputs summed in order, then d (low + high) + m sum
+    x added to the total, block after block: the kernel's bits exactly."""
     needs_kernels()
     rng = np.random.default_rng(3)
-    w = weight_of(*random_blocks(rng, 32, 96))
-    dense = w.dequantize()
+    d, m, q = random_blocks(rng, 37, 96)  # any number of outputs
+    d, m, w = d.astype(np.float32), m.astype(np.float32), weight_of(d, m, q)
     x = rng.standard_normal(96, dtype=np.float32)
-    low, high = np.zeros(32, np.float32), np.zeros(32, np.float32)
+    total = np.zeros(37, np.float32)
     for b in range(3):
+        low, high, x_sum = np.zeros(37, np.float32), np.zeros(37, np.float32), np.float32(0)
+        for j in range(32):
+            x_sum = np.float32(x_sum + x[32 * b + j])
         for j in range(16):
-            low += dense[32 * b + j] * x[32 * b + j]
-            high += dense[32 * b + 16 + j] * x[32 * b + 16 + j]
-    out = np.empty(32, np.float32)
+            low += (q[:, b, j] & 15).astype(np.float32) * x[32 * b + j]
+            high += (q[:, b, j] >> 4).astype(np.float32) * x[32 * b + 16 + j]
+        total += d[:, b] * (low + high) + m[:, b] * x_sum
+    out = np.empty(37, np.float32)
     compiled.kernels().q4_row_product(w.scales, w.offsets, w.nibbles, x, out)
-    assert np.array_equal(out, low + high)
-    assert np.array_equal(F.quantized_linear(Tensor(x[None]), w).data[0], low + high)
+    assert np.array_equal(out, total)
+    assert np.array_equal(F.quantized_linear(Tensor(x[None]), w).data[0], total)
 
 
 def test_gradcheck_quantized_linear():
@@ -96,15 +101,15 @@ def test_gradcheck_quantized_linear():
 @settings(max_examples=25, deadline=None)
 @given(
     lead=st.lists(st.integers(1, 3), max_size=2),
-    groups=st.integers(1, 3),
+    outputs=st.integers(1, 40),
     blocks=st.integers(1, 3),
 )
-def test_shapes(lead, groups, blocks):
-    w = weight_of(*random_blocks(np.random.default_rng(0), 16 * groups, 32 * blocks))
-    assert w.shape == (32 * blocks, 16 * groups)
+def test_shapes(lead, outputs, blocks):
+    w = weight_of(*random_blocks(np.random.default_rng(0), outputs, 32 * blocks))
+    assert w.shape == (32 * blocks, outputs)
     x = np.ones((*lead, 32 * blocks), np.float32)
     y = F.quantized_linear(Tensor(x), w)
-    assert y.shape == (*lead, 16 * groups) and y.dtype == np.float32
+    assert y.shape == (*lead, outputs) and y.dtype == np.float32
 
 
 def test_bad_input_is_refused():
@@ -115,8 +120,10 @@ def test_bad_input_is_refused():
         F.quantized_linear(Tensor(np.ones((2, 32), np.float32)), w, Tensor(np.ones(15)))
     with pytest.raises(TypeError, match="Q4Weight"):
         F.quantized_linear(Tensor(np.ones((2, 32), np.float32)), np.ones((32, 16)))
-    with pytest.raises(ValueError, match="multiple of 16"):
-        Q4Weight.from_blocks(np.ones((8, 1)), np.ones((8, 1)), np.ones((8, 1, 16), np.uint8))
+    with pytest.raises(ValueError, match="do not describe one matrix"):
+        Q4Weight.from_blocks(np.ones((8, 1)), np.ones((8, 1)), np.ones((8, 1, 8), np.uint8))
+    with pytest.raises(ValueError, match="do not describe one matrix"):
+        Q4Weight.from_blocks(np.ones((8, 1)), np.ones((8, 2)), np.ones((8, 1, 16), np.uint8))
     assert not w.nibbles.flags.writeable and not w.scales.flags.writeable
 
 
