@@ -86,27 +86,33 @@ class Opened:
     chat_template: ChatTemplate | None = None  # a GGUF file's (a directory's: ChatTemplate's)
 
 
-def open_checkpoint(path: str | Path) -> Opened:
+def open_checkpoint(path: str | Path, keep_quantized: bool = False) -> Opened:
     """Open any model the program accepts: a glassllm checkpoint, a Hugging Face directory (or
     its ``model.safetensors`` beside a ``config.json``: see `glassllm.hf.is_pretrained_path`),
-    or a GGUF file (``.gguf``, or a file starting with the GGUF magic). Raises ValueError (or
-    OSError) with a message for the user; a Hugging Face model without tokenizer files is one.
-    The loading's freed temporaries go back to the system (`release_free_memory`)."""
+    or a GGUF file (``.gguf``, or a file starting with the GGUF magic); ``keep_quantized``: a
+    GGUF file's blocks kept (`glassllm.hf.load_gguf`), refused for anything else. Raises
+    ValueError (or OSError) with a message for the user; a Hugging Face model without tokenizer
+    files is one. The loading's freed temporaries go back to the system
+    (`release_free_memory`)."""
     try:
-        return _open_checkpoint(path)
+        return _open_checkpoint(path, keep_quantized)
     finally:
         release_free_memory()
 
 
-def _open_checkpoint(path: str | Path) -> Opened:
+def _open_checkpoint(path: str | Path, keep_quantized: bool) -> Opened:
     from glassllm.gguf import is_gguf_path
     from glassllm.hf import is_pretrained_path, load_gguf, load_pretrained
 
     if is_gguf_path(path):
-        model, tokenizer, chat_template = load_gguf(path)
+        model, tokenizer, chat_template = load_gguf(path, keep_quantized=keep_quantized)
         source = ModelSource("gguf", Path(path), model.config, tokenizer.kind)
         return Opened(model, tokenizer, source, chat_template=chat_template)
-
+    if keep_quantized:
+        raise ValueError(
+            f"--keep-quantized is for GGUF files; {str(path)!r} is not one (its weights are "
+            "float, not blocks)"
+        )
     if Path(path).is_dir() and not (Path(path) / "config.json").is_file():
         raise ValueError(
             f"checkpoint {str(path)!r} is a directory, but not a Hugging Face model directory "
@@ -157,7 +163,7 @@ class SampleJob:
         """Check ``config``, read the checkpoint (once) and encode the prompt; every failure is a
         ValueError (or OSError) with a message for the user, raised before any output."""
         config.validate()
-        opened = open_checkpoint(config.checkpoint)
+        opened = open_checkpoint(config.checkpoint, config.keep_quantized)
         model, tokenizer, state = opened.model, opened.tokenizer, opened.state
         try:
             prompt_ids = tokenizer.encode(config.prompt)

@@ -16,10 +16,10 @@ Modules, by concept: ``shape`` (concatenate, stack, where), ``probability`` (log
 softmax, log_softmax), ``losses`` (cross_entropy), ``activations`` (relu, gelu, silu,
 swiglu), ``normalization`` (layer_norm, rms_norm), ``regularization`` (dropout), ``rotary``
 (rotary_frequencies, rotary_cos_sin, rotary, and, on ndarrays, rotary_array), ``affine``
-(linear, embedding), ``quantized`` (quantized_linear on a Q4Weight, 4-bit blocks),
-``attention`` (scaled_dot_product_attention, and, on ndarrays, attention_probabilities and
-split_packed_heads), ``packed_attention`` (split, attend, merge in one op), ``special`` (erf,
-erfc on ndarrays).
+(linear, embedding), ``quantized`` (quantized_linear and quantized_embedding on a Q4Weight or
+Q8Weight, GGUF blocks), ``attention`` (scaled_dot_product_attention, and, on ndarrays,
+attention_probabilities and split_packed_heads), ``packed_attention`` (split, attend, merge in
+one op), ``special`` (erf, erfc on ndarrays).
 """
 
 from glassllm.functional.activations import gelu, relu, silu, swiglu
@@ -33,7 +33,7 @@ from glassllm.functional.losses import cross_entropy
 from glassllm.functional.normalization import layer_norm, rms_norm
 from glassllm.functional.packed_attention import packed_attention
 from glassllm.functional.probability import log_softmax, logsumexp, softmax
-from glassllm.functional.quantized import Q4Weight, quantized_linear
+from glassllm.functional.quantized import Q4Weight, Q8Weight, quantized_embedding, quantized_linear
 from glassllm.functional.regularization import dropout
 from glassllm.functional.rotary import rotary, rotary_array, rotary_cos_sin, rotary_frequencies
 from glassllm.functional.shape import concatenate, stack, where
@@ -60,8 +60,10 @@ __all__ = [
     "rotary_frequencies",
     "embedding",
     "linear",
+    "quantized_embedding",
     "quantized_linear",
     "Q4Weight",
+    "Q8Weight",
     "scaled_dot_product_attention",
     "packed_attention",
     "attention_probabilities",

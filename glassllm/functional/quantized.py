@@ -1,4 +1,4 @@
-"""A linear map on weights kept in 4-bit blocks: `Q4Weight` and ``quantized_linear``.
+"""A linear map on weights kept in GGUF's blocks: `Q4Weight`, `Q8Weight`, ``quantized_linear``.
 
 GGUF's Q4_0 and Q4_1 store a matrix's rows in blocks of 32 weights, each block a scale ``d``, an
 offset ``m`` (Q4_0: ``m = -8 d``) and 32 four-bit integers ``q``, so that ``w = q d + m``. Kept
@@ -17,8 +17,15 @@ block); ``scales``, ``offsets (nb, out)`` float32. One vector register then hold
 input's weights for 16 or so outputs, each output's sum in its own lane
 (`glassllm.kernels.quantized`).
 
+GGUF's Q8_0 stores blocks of 32 signed bytes ``q`` and a float16 scale ``d``: ``w = q d``, exact in
+float32 (8 + 11 significant bits), 8 bits a weight kept (``d`` widened) against 32. `Q8Weight`
+holds them in the same transposed layout: ``quants (nb, 32, out)`` (int8), ``scales (nb, out)``.
+
+Both also give the dequantized rows of ``W^T`` for a few ids (``lookup``): a tied embedding is
+``W^T``, its head ``W``, so one set of blocks serves both (`glassllm.nn.QuantizedEmbedding`).
+
 The maths is ``linear``'s with ``W`` the dequantized matrix ``(in, out)``: ``Y = X W + b``; VJP
-``dX = G W^T``, ``db = 1^T G``. ``W`` is a constant (no gradient: nothing trains 4-bit blocks).
+``dX = G W^T``, ``db = 1^T G``. ``W`` is a constant (no gradient: nothing trains the blocks).
 
 >>> weight = Q4Weight.from_blocks(
 ...     np.full((3, 1), 0.5, np.float32), np.full((3, 1), -1.0, np.float32),
@@ -37,7 +44,7 @@ import dataclasses
 import numpy as np
 
 from glassllm import kernels
-from glassllm.functional._common import as_dtype, float_tensor, sum_over
+from glassllm.functional._common import as_dtype, float_tensor, integer_array, sum_over
 from glassllm.kernels import compiled
 from glassllm.tensor import Tensor
 
@@ -62,16 +69,10 @@ class Q4Weight:
                 f"Q4Weight: scales {scales.shape}, offsets {offsets.shape} and quants "
                 f"{quants.shape} do not describe one matrix: (out, nb), (out, nb), (out, nb, 16)"
             )
-
-        def transposed(a: np.ndarray, dtype: type) -> np.ndarray:  # (out, nb, ..) -> (nb, .., out)
-            result = np.ascontiguousarray(np.moveaxis(a, 0, -1), dtype=dtype)
-            result.flags.writeable = False
-            return result
-
         return cls(
-            transposed(scales, np.float32),
-            transposed(offsets, np.float32),
-            transposed(quants, np.uint8),
+            _transposed(scales, np.float32),
+            _transposed(offsets, np.float32),
+            _transposed(quants, np.uint8),
         )
 
     @property
@@ -95,6 +96,54 @@ class Q4Weight:
         kernel = kernels.dequantize_q4 if compiled.enabled() else dequantize_q4
         return kernels.select(dequantize_q4, kernel)(self.scales, self.offsets, self.nibbles)
 
+    def lookup(self, ids: np.ndarray) -> np.ndarray:
+        """Rows ``ids`` of ``W^T`` (the columns ``ids`` of ``W``): ``(len(ids), in)`` float32."""
+        picked = [a[..., ids] for a in (self.scales, self.offsets, self.nibbles)]
+        return np.ascontiguousarray(dequantize_q4(*picked).T)
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class Q8Weight:
+    """A matrix ``(in, out)`` kept as 8-bit blocks (the module docstring's layout); read-only."""
+
+    scales: np.ndarray  # (nb, out) float32
+    quants: np.ndarray  # (nb, 32, out) int8
+
+    @classmethod
+    def from_blocks(cls, scales: np.ndarray, quants: np.ndarray) -> Q8Weight:
+        """From a file's order: ``scales (out, nb)``, ``quants (out, nb, 32)`` (signed bytes)."""
+        rows, blocks = scales.shape
+        if quants.shape != (rows, blocks, BLOCK):
+            raise ValueError(
+                f"Q8Weight: scales {scales.shape} and quants {quants.shape} do not describe one "
+                "matrix: (out, nb), (out, nb, 32)"
+            )
+        return cls(_transposed(scales, np.float32), _transposed(quants, np.int8))
+
+    @property
+    def shape(self) -> tuple[int, int]:
+        return (self.quants.shape[0] * BLOCK, self.quants.shape[2])
+
+    @property
+    def nbytes(self) -> int:
+        return self.scales.nbytes + self.quants.nbytes
+
+    def dequantize(self) -> np.ndarray:
+        """The float32 matrix ``(in, out)``, a new array."""
+        kernel = kernels.dequantize_q8 if compiled.enabled() else dequantize_q8
+        return kernels.select(dequantize_q8, kernel)(self.scales, self.quants)
+
+    def lookup(self, ids: np.ndarray) -> np.ndarray:
+        """Rows ``ids`` of ``W^T`` (the columns ``ids`` of ``W``): ``(len(ids), in)`` float32."""
+        return np.ascontiguousarray(dequantize_q8(self.scales[:, ids], self.quants[..., ids]).T)
+
+
+def _transposed(a: np.ndarray, dtype: type) -> np.ndarray:
+    """A file's ``(out, nb, ...)`` as ``(nb, ..., out)``, contiguous and read-only."""
+    result = np.ascontiguousarray(np.moveaxis(a, 0, -1), dtype=dtype)
+    result.flags.writeable = False
+    return result
+
 
 def dequantize_q4(scales: np.ndarray, offsets: np.ndarray, nibbles: np.ndarray) -> np.ndarray:
     """``W[32 b + j, o] = q d + m`` with ``q`` the low (``j < 16``) or high four bits of
@@ -106,24 +155,46 @@ def dequantize_q4(scales: np.ndarray, offsets: np.ndarray, nibbles: np.ndarray) 
     return np.concatenate([low, high], axis=1).reshape(blocks * 2 * half, outputs)
 
 
-def _matmul_definition(
+def dequantize_q8(scales: np.ndarray, quants: np.ndarray) -> np.ndarray:
+    """``W[32 b + j, o] = q d`` with ``q = quants[b, j, o]``, ``d = scales[b, o]``: ``(in, out)``
+    float32."""
+    blocks, size, outputs = quants.shape
+    return (quants.astype(np.float32) * scales[:, None, :]).reshape(blocks * size, outputs)
+
+
+def _q4_matmul_definition(
     x2: np.ndarray, scales: np.ndarray, offsets: np.ndarray, nibbles: np.ndarray
 ) -> np.ndarray:
     """``X W`` for rows ``X (N, in)``: the matrix dequantized, then one BLAS product."""
     return x2 @ as_dtype(dequantize_q4(scales, offsets, nibbles), x2.dtype)
 
 
-def quantized_linear(x: Tensor, weight: Q4Weight, bias: Tensor | None = None) -> Tensor:
-    """``y = x @ W + b`` over the last axis of ``x``, ``W`` the `Q4Weight` ``(in, out)``.
+def _q8_matmul_definition(x2: np.ndarray, scales: np.ndarray, quants: np.ndarray) -> np.ndarray:
+    """``X W`` for rows ``X (N, in)``: the matrix dequantized, then one BLAS product."""
+    return x2 @ as_dtype(dequantize_q8(scales, quants), x2.dtype)
+
+
+def quantized_linear(x: Tensor, weight: Q4Weight | Q8Weight, bias: Tensor | None = None) -> Tensor:
+    """``y = x @ W + b`` over the last axis of ``x``, ``W`` the `Q4Weight` or `Q8Weight`
+    ``(in, out)``.
 
     Forward: ``x (..., in)`` viewed as ``X (N, in)``; one row (a decoding step) is summed on
-    the blocks themselves (`glassllm.kernels.q4_matmul`), more rows dequantize ``W`` and take
-    one BLAS product. VJP with ``G = dL/dY (N, out)``: ``dX = G W^T``, ``db = 1^T G``; ``W``
-    has no gradient.
+    the blocks themselves (`glassllm.kernels.q4_matmul`, `glassllm.kernels.q8_matmul`), more
+    rows dequantize ``W`` and take one BLAS product. VJP with ``G = dL/dY (N, out)``: ``dX = G
+    W^T``, ``db = 1^T G``; ``W`` has no gradient.
     """
     x = float_tensor(x, "quantized_linear: x")
-    if not isinstance(weight, Q4Weight):
-        raise TypeError(f"quantized_linear: weight must be a Q4Weight, got {type(weight).__name__}")
+    if isinstance(weight, Q4Weight):
+        definition, kernel = _q4_matmul_definition, kernels.q4_matmul
+        blocks = (weight.scales, weight.offsets, weight.nibbles)
+    elif isinstance(weight, Q8Weight):
+        definition, kernel = _q8_matmul_definition, kernels.q8_matmul
+        blocks = (weight.scales, weight.quants)
+    else:
+        raise TypeError(
+            "quantized_linear: weight must be a Q4Weight or a Q8Weight, got "
+            f"{type(weight).__name__}"
+        )
     fan_in, fan_out = weight.shape
     if x.ndim == 0 or x.shape[-1] != fan_in:
         raise ValueError(
@@ -134,9 +205,8 @@ def quantized_linear(x: Tensor, weight: Q4Weight, bias: Tensor | None = None) ->
         if bias.shape != (fan_out,):
             raise ValueError(f"quantized_linear: bias shape {bias.shape} must be ({fan_out},)")
     x2 = x.data.reshape(-1, fan_in)  # (N, in)
-    kernel = kernels.q4_matmul if compiled.enabled() else _matmul_definition  # numba's, or none
-    product = kernels.select(_matmul_definition, kernel)
-    out = product(x2, weight.scales, weight.offsets, weight.nibbles)  # (N, out)
+    product = kernels.select(definition, kernel if compiled.enabled() else definition)
+    out = product(x2, *blocks)  # (N, out)
     if bias is not None:
         out += bias.data
     out_shape = x.shape[:-1] + (fan_out,)
@@ -154,3 +224,21 @@ def quantized_linear(x: Tensor, weight: Q4Weight, bias: Tensor | None = None) ->
 
     parents = (x,) if bias is None else (x, bias)
     return Tensor.from_op(out.reshape(out_shape), parents, backward).named("quantized_linear")
+
+
+def quantized_embedding(ids: object, weight: Q4Weight | Q8Weight) -> Tensor:
+    """Rows ``ids`` of ``W^T`` (``W (dim, V)`` the blocks of a tied head), dequantized: ``y[...] =
+    W^T[ids[...]]``, ``(*ids.shape, dim)`` float32, `embedding`'s rows for the dequantized table.
+    A constant: the blocks have no gradient. ``ids`` must lie in ``[0, V)``."""
+    if not isinstance(weight, Q4Weight | Q8Weight):
+        raise TypeError(
+            f"quantized_embedding: weight must be a Q4Weight or a Q8Weight, got "
+            f"{type(weight).__name__}"
+        )
+    index = np.asarray(integer_array(ids, "quantized_embedding: ids"))
+    dim, num_rows = weight.shape
+    if index.size and (index.min() < 0 or index.max() >= num_rows):
+        bad = index[(index < 0) | (index >= num_rows)].flat[0]
+        raise IndexError(f"quantized_embedding: id {bad} is outside [0, {num_rows})")
+    rows = weight.lookup(index.reshape(-1))  # (n, dim)
+    return Tensor(rows.reshape(*index.shape, dim)).named("quantized_embedding")

@@ -1,11 +1,12 @@
-"""A GGUF model's Q4_0 / Q4_1 projections kept as their 4-bit blocks (`keep_quantized`).
+"""A GGUF model's Q4_0 / Q4_1 / Q8_0 tensors kept as their blocks (`keep_quantized`).
 
 `glassllm.hf.load_gguf(path, keep_quantized=True)` builds the model in float32 as always, then
 asks `keep_quantized` to put a `glassllm.nn.QuantizedLinear` in place of each projection whose
-file tensors are all Q4_0 or Q4_1: ``attn.qkv`` (the file's q, k and v rows stacked, q and k
-unpermuted as `glassllm.gguf.convert.unpermute` does to the float32 rows), ``attn.proj``,
-``mlp.gate``, ``mlp.up`` and ``mlp.proj``. The embedding and the tied head stay float32 (SmolLM2's
-are Q8_0), as does every projection of another type (Q4_K, Q8_0, F16, ...).
+file tensors are all Q4_0 / Q4_1 (a `Q4Weight`) or all Q8_0 (a `Q8Weight`): ``attn.qkv`` (the
+file's q, k and v rows stacked, q and k unpermuted as `glassllm.gguf.convert.unpermute` does to
+the float32 rows), ``attn.proj``, ``mlp.gate``, ``mlp.up``, ``mlp.proj`` and an untied
+``lm_head``; and a `glassllm.nn.QuantizedEmbedding` in place of ``wte`` (``token_embd``, also
+the tied head: SmolLM2's is Q8_0). Every tensor of another type (Q4_K, F16, ...) stays float32.
 
 Each replacement is checked before it is made: its blocks dequantized must equal the float32
 layer's weight bit for bit (what llama.cpp's ``gguf`` package made of the same bytes), so a wrong
@@ -14,7 +15,7 @@ check keeps its float32 weight.
 
 A Q4_0 block (``d``, 16 bytes) means ``(q - 8) d``, a Q4_1 block (``d``, ``m``, 16 bytes) ``q d +
 m``; both are the `Q4Weight` form ``q d + m`` (Q4_0's ``m = -8 d``, exact: ``q d`` and ``8 d`` are
-exact in float32 and so is their difference).
+exact in float32 and so is their difference). A Q8_0 block (``d``, 32 signed bytes) is ``q d``.
 """
 
 from __future__ import annotations
@@ -23,15 +24,16 @@ from typing import Any
 
 import numpy as np
 
-from glassllm.functional.quantized import BLOCK, Q4Weight
+from glassllm.functional.quantized import BLOCK, Q4Weight, Q8Weight
 from glassllm.gguf.convert import permuted_heads, unpermute
 from glassllm.gguf.header import GGUFHeader
 from glassllm.gguf.types import GGML_TYPES
 from glassllm.nn.module import Module
-from glassllm.nn.quantized import QuantizedLinear
+from glassllm.nn.quantized import QuantizedEmbedding, QuantizedLinear
 
 # ggml type id (Q4_0, Q4_1) -> where a block's 16 bytes of nibbles start (after d, and Q4_1's m)
 Q4_TYPES = {2: 2, 3: 4}
+Q8_0 = 8
 # glassllm layer (in block i) -> the file's tensors whose rows it holds, in order
 LAYERS = {
     "attn.qkv": ("attn_q", "attn_k", "attn_v"),
@@ -42,34 +44,42 @@ LAYERS = {
 }
 
 
-def q4_blocks(
+def file_blocks(
     header: GGUFHeader, names: tuple[str, ...], config: dict[str, Any]
-) -> Q4Weight | None:
+) -> Q4Weight | Q8Weight | None:
     """The file tensors ``names`` (matrices ``(out, in)`` of one input width) with their rows
-    stacked, as a `Q4Weight` ``(in, sum of outs)``; None unless every one is Q4_0 or Q4_1."""
+    stacked, as a `Q4Weight` or `Q8Weight` ``(in, sum of outs)``; None unless every one is Q4_0 or
+    Q4_1, or every one Q8_0."""
     infos = [header.tensors.get(name) for name in names]
-    if any(
-        info is None or info.ggml_type not in Q4_TYPES or len(info.shape) != 2 for info in infos
-    ):
+    if any(info is None or len(info.shape) != 2 for info in infos):
+        return None
+    kinds = {8 if i.ggml_type == Q8_0 else 4 if i.ggml_type in Q4_TYPES else 0 for i in infos}
+    if kinds not in ({4}, {8}):  # one kind of block for all, so one weight type
         return None
     if len({info.shape[1] for info in infos}) != 1 or infos[0].shape[1] % BLOCK:
         return None
     scales, offsets, quants = [], [], []
     for name, info in zip(names, infos, strict=True):
-        block_bytes, first_nibble = GGML_TYPES[info.ggml_type].block_bytes, Q4_TYPES[info.ggml_type]
+        block_bytes = GGML_TYPES[info.ggml_type].block_bytes
         rows, width = info.shape
         blocks = header.raw(info).reshape(rows, width // BLOCK, block_bytes)  # (out, nb, bytes)
         heads = permuted_heads(name, config)
         if heads is not None:
             blocks = unpermute(blocks, heads)  # the rows moved as the float32 rows are
         d = np.ascontiguousarray(blocks[:, :, 0:2]).view(np.float16)[..., 0].astype(np.float32)
+        scales.append(d)
+        if info.ggml_type == Q8_0:
+            quants.append(blocks[:, :, 2:].view(np.int8))
+            continue
+        first_nibble = Q4_TYPES[info.ggml_type]
         if first_nibble == 4:  # Q4_1: its own offset
             m = np.ascontiguousarray(blocks[:, :, 2:4]).view(np.float16)[..., 0].astype(np.float32)
         else:  # Q4_0: (q - 8) d
             m = d * np.float32(-8)
-        scales.append(d)
         offsets.append(m)
         quants.append(blocks[:, :, first_nibble : first_nibble + BLOCK // 2])
+    if kinds == {8}:
+        return Q8Weight.from_blocks(np.concatenate(scales), np.concatenate(quants))
     return Q4Weight.from_blocks(
         np.concatenate(scales), np.concatenate(offsets), np.concatenate(quants)
     )
@@ -77,21 +87,38 @@ def q4_blocks(
 
 def keep_quantized(model: Module, header: GGUFHeader, config: dict[str, Any]) -> list[str]:
     """Put a `QuantizedLinear` in place of each float32 projection of ``model`` (built from the
-    file ``header`` with the transformers ``config``) that the file holds in Q4_0 / Q4_1 blocks
-    whose values are its weight's, bit for bit; returns the names of the layers replaced."""
+    file ``header`` with the transformers ``config``), and a `QuantizedEmbedding` in place of its
+    embedding, that the file holds in Q4_0 / Q4_1 / Q8_0 blocks whose values are the weight's, bit
+    for bit; returns the names of the layers replaced."""
     replaced = []
     for i, block in enumerate(model.blocks):
         for path, parts in LAYERS.items():
             owner_name, layer_name = path.split(".")
-            owner = getattr(block, owner_name)
-            layer = getattr(owner, layer_name)
-            blocks = q4_blocks(header, tuple(f"blk.{i}.{part}.weight" for part in parts), config)
-            if blocks is None or layer.weight.dtype != np.float32:
-                continue
-            if blocks.shape != layer.weight.shape:
-                continue
-            if not np.array_equal(blocks.dequantize(), layer.weight.data):
-                continue
-            setattr(owner, layer_name, QuantizedLinear(blocks, layer.bias))
-            replaced.append(f"blocks.{i}.{path}")
+            names = tuple(f"blk.{i}.{part}.weight" for part in parts)
+            if _replace_linear(getattr(block, owner_name), layer_name, header, names, config):
+                replaced.append(f"blocks.{i}.{path}")
+    if model.lm_head is not None:
+        if _replace_linear(model, "lm_head", header, ("output.weight",), config):
+            replaced.append("lm_head")
+    blocks = file_blocks(header, ("token_embd.weight",), config)
+    if blocks is not None and model.wte.weight.dtype == np.float32:
+        table = model.wte.weight.data  # (V, E): the blocks' W (E, V) transposed
+        if blocks.shape == table.shape[::-1] and np.array_equal(blocks.dequantize().T, table):
+            model.wte = QuantizedEmbedding(blocks)
+            replaced.append("wte")
     return replaced
+
+
+def _replace_linear(
+    owner: Module, name: str, header: GGUFHeader, names: tuple[str, ...], config: dict[str, Any]
+) -> bool:
+    """``owner.name`` (a float32 `Linear`) replaced by a `QuantizedLinear` on the file's blocks
+    ``names`` when they hold its weight bit for bit; whether it was."""
+    layer = getattr(owner, name)
+    blocks = file_blocks(header, names, config)
+    if blocks is None or layer.weight.dtype != np.float32 or blocks.shape != layer.weight.shape:
+        return False
+    if not np.array_equal(blocks.dequantize(), layer.weight.data):
+        return False
+    setattr(owner, name, QuantizedLinear(blocks, layer.bias))
+    return True

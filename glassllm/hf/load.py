@@ -108,10 +108,11 @@ def load_gguf(
     field; MissingDependencyError without the ``gguf`` extra), the model built by `model_from_hf`,
     in eval mode, its parameters ``dtype``.
 
-    ``keep_quantized=True`` (float32 only; needs the ``fast`` extra): the projections the file
-    holds as Q4_0 / Q4_1 blocks stay as those blocks, each a `glassllm.nn.QuantizedLinear`
-    checked bit for bit against its float32 weight (`glassllm.gguf.blocks`). Their weights are
-    then not parameters (nothing trains them); decoding reads a fifth of the memory.
+    ``keep_quantized=True`` (float32 only; needs the ``fast`` extra): the projections and the
+    embedding the file holds as Q4_0 / Q4_1 / Q8_0 blocks stay as those blocks, each a
+    `glassllm.nn.QuantizedLinear` or `glassllm.nn.QuantizedEmbedding` checked bit for bit
+    against its float32 weight (`glassllm.gguf.blocks`). Their weights are then not parameters
+    (nothing trains them); decoding reads a fifth to a quarter of the memory.
     """
     from glassllm.gguf import read_gguf
 

@@ -30,7 +30,7 @@ from glassllm.kernels.embedding import scatter_add_rows
 from glassllm.kernels.gelu import gelu_tanh
 from glassllm.kernels.layer_norm import layer_norm
 from glassllm.kernels.linear import matmul_rows
-from glassllm.kernels.quantized import dequantize_q4, q4_matmul
+from glassllm.kernels.quantized import dequantize_q4, dequantize_q8, q4_matmul, q8_matmul
 from glassllm.kernels.rms_norm import rms_norm
 from glassllm.kernels.rotary import rotary
 from glassllm.kernels.sums import sum_axes
@@ -39,10 +39,12 @@ from glassllm.kernels.swiglu import swiglu
 __all__ = [
     "adam_in_blocks",
     "dequantize_q4",
+    "dequantize_q8",
     "gelu_tanh",
     "layer_norm",
     "matmul_rows",
     "q4_matmul",
+    "q8_matmul",
     "reference",
     "rms_norm",
     "rotary",

@@ -220,3 +220,51 @@ def dequantize_q4(scales, offsets, nibbles, out):
             for o in range(outputs):
                 row_low[o] = np.float32(q[o] & 15) * d[o] + m[o]
                 row_high[o] = np.float32(q[o] >> 4) * d[o] + m[o]
+
+
+@_exact
+def q8_row_product(scales, quants, x, out, first, last):
+    """`glassllm.kernels.quantized.q8_matmul`'s ``x W`` for one row ``x (in,)``, outputs
+    ``first:last`` into ``out (out,)``, as ``sum over blocks b of d (sum_j q x)``: per block and
+    output, ``q x`` for ``j = 0..31`` added in order into one float32 sum, then ``d`` times it
+    added to the total, the blocks in order. Four ``j`` a pass (the block's 32 is a multiple of
+    4), written as four additions in order so each pass loads and stores the sums once: the same
+    bits as one ``j`` a pass, half the time. Slices, not ``o + first`` indices, keep numba's
+    negative-index check out of the loop, which would stop LLVM vectorising it."""
+    blocks, size, outputs = quants.shape
+    count = last - first
+    block_sum = np.empty(count, np.float32)
+    total = out[first:last]
+    total[:] = 0
+    for b in range(blocks):
+        block_sum[:] = 0
+        for j in range(0, size, 4):
+            x0 = x[b * size + j]
+            x1 = x[b * size + j + 1]
+            x2 = x[b * size + j + 2]
+            x3 = x[b * size + j + 3]
+            q0 = quants[b, j, first:last]
+            q1 = quants[b, j + 1, first:last]
+            q2 = quants[b, j + 2, first:last]
+            q3 = quants[b, j + 3, first:last]
+            for o in range(count):
+                partial = block_sum[o] + np.float32(q0[o]) * x0
+                partial = partial + np.float32(q1[o]) * x1
+                partial = partial + np.float32(q2[o]) * x2
+                block_sum[o] = partial + np.float32(q3[o]) * x3
+        d = scales[b, first:last]
+        for o in range(count):
+            total[o] += d[o] * block_sum[o]
+
+
+@_exact
+def dequantize_q8(scales, quants, out):
+    """`glassllm.functional.quantized.dequantize_q8` into ``out (in, out)``: the same ``q d``."""
+    blocks, size, outputs = quants.shape
+    for b in range(blocks):
+        d = scales[b]
+        for j in range(size):
+            q = quants[b, j]
+            row = out[b * size + j]
+            for o in range(outputs):
+                row[o] = np.float32(q[o]) * d[o]

@@ -1,22 +1,31 @@
-"""``quantized_linear``'s kernels: one row summed on the 4-bit blocks, more rows by BLAS.
+"""``quantized_linear``'s kernels: one row summed on the blocks, more rows by BLAS.
 
 A decoding step multiplies one row by each matrix, so it is bound by reading the weights: 425 MB
-of float32 for SmolLM2-135M a token, 80 MB as blocks. `q4_matmul` sums one row on the blocks
-(`_numba_kernels.q4_row_product`, the ``fast`` extra): on a Xeon guest, at 1536 x 576 with the
-weights coming from memory, 131-147 us on one thread against 284-310 for OpenBLAS's gemv on the
-float32 matrix (bench/LOG.md). A few rows run it per row; more dequantize the matrix and take
-one BLAS product, where the arithmetic, not the memory, is what costs.
+of float32 for SmolLM2-135M's projections a token, 80 MB as 4-bit blocks, and 113 MB for its tied
+head, 32 MB as 8-bit blocks. `q4_matmul` and `q8_matmul` sum one row on the blocks
+(`_numba_kernels.q4_row_product`, ``q8_row_product``, the ``fast`` extra), along the outputs: the
+blocks are stored transposed (``(nb, 16 or 32, out)``), so the inner loop runs over the outputs,
+each its own vector lane and its own sum, with one block's scale and offset applied once to the
+block's sum (``d sum(q x) + m sum(x)``) instead of to every weight. On an EPYC guest at 1536 x
+576 with the weights coming from memory: 63 us on one thread, against 127 for the same kernel
+summing ``(q d + m) x`` per weight in lanes of 16 outputs, and ~140 (two threads) to ~300 (one)
+for OpenBLAS's gemv on the float32 matrix (bench/LOG.md). The 49,152 x 576 head: 1.8 ms on one
+thread, 0.94 on two, against 4.0 for BLAS on the float32 table. A few rows run the row kernel
+per row; more dequantize the matrix and take one BLAS product, where the arithmetic, not the
+memory, is what costs.
 
-The bits: each output is one lane's sum in a fixed order, on one thread, so they do not depend on
-the thread count; they differ from BLAS's (another order of the same sum) by float32 rounding.
-Both need numba (the ``fast`` extra); without it `glassllm.functional.quantized` runs its
-definition (dequantize in NumPy, then BLAS).
+The bits: each output is one sum in a fixed order, so they do not depend on the thread count
+(`q8_matmul` splits a wide matrix's outputs over the workers; `q4_matmul`'s products, ~20-70 us,
+are too short to pay a hand-off); they differ from BLAS's (another order of the same sum) by
+float32 rounding. Both need numba (the ``fast`` extra); without it
+`glassllm.functional.quantized` runs its definition (dequantize in NumPy, then BLAS).
 """
 
 from __future__ import annotations
 
 import numpy as np
 
+from glassllm import threads
 from glassllm.kernels import compiled
 
 # Rows up to which the row kernel runs per row; above, dequantize + BLAS. At 1536 x 576 one row
@@ -43,4 +52,42 @@ def dequantize_q4(scales: np.ndarray, offsets: np.ndarray, nibbles: np.ndarray) 
     blocks, half, outputs = nibbles.shape
     out = np.empty((blocks * 2 * half, outputs), np.float32)
     compiled.kernels().dequantize_q4(scales, offsets, nibbles, out)
+    return out
+
+
+# Outputs a thread's share of a Q8 row product must reach before the product is split: a hand-off
+# to a worker costs up to ~65 us on a 2-vCPU guest (bench/LOG.md), 4096 outputs of 576 ~100 us.
+Q8_OUTPUTS_PER_THREAD = 4096
+
+
+def q8_matmul(x2: np.ndarray, scales: np.ndarray, quants: np.ndarray) -> np.ndarray:
+    """``x2 @ W`` for rows ``x2 (N, in)`` and the 8-bit blocks of ``W (in, out)``: ``(N, out)``.
+    One row against a wide matrix (a tied head: 49,152 outputs) is split by outputs over the
+    worker threads; each output is still one sum in a fixed order, so the bits do not depend on
+    the thread count."""
+    fused = compiled.kernels()
+    if x2.dtype == np.float32 and len(x2) <= ROWS_ON_BLOCKS:
+        outputs = quants.shape[2]
+        out = np.empty((len(x2), outputs), np.float32)
+        parts = threads.row_blocks(outputs, min_rows=Q8_OUTPUTS_PER_THREAD, align=64)
+        for row, result in zip(x2, out, strict=True):
+            row = np.ascontiguousarray(row)
+            threads.run_blocks(
+                [
+                    lambda part=part, row=row, result=result: fused.q8_row_product(
+                        scales, quants, row, result, part.start, part.stop
+                    )
+                    for part in parts
+                ]
+            )
+        return out
+    w = dequantize_q8(scales, quants)
+    return x2 @ (w if x2.dtype == w.dtype else w.astype(x2.dtype))
+
+
+def dequantize_q8(scales: np.ndarray, quants: np.ndarray) -> np.ndarray:
+    """The float32 matrix ``(in, out)`` of the 8-bit blocks, a new array (the definition's bits)."""
+    blocks, size, outputs = quants.shape
+    out = np.empty((blocks * size, outputs), np.float32)
+    compiled.kernels().dequantize_q8(scales, quants, out)
     return out

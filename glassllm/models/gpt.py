@@ -299,7 +299,7 @@ class GPT(nn.Module):
         """Output head: logits (..., V) = x @ wte.weightᵀ when tied, else ``lm_head(x)``."""
         if self.lm_head is not None:
             return self.lm_head(x)  # (B, T, V)
-        return F.linear(x, self.wte.weight.transpose(1, 0))  # (B, T, V)
+        return self.wte.attend(x)  # (B, T, V): x @ wte.weight^T
 
     def check_idx(self, idx: Any, crop_to_block: bool = False) -> np.ndarray:
         """``idx`` as an int64 (B, T) array of in-vocabulary ids, T >= 1; longer than block_size

@@ -20,7 +20,7 @@ from glassllm.nn.linear import Linear
 from glassllm.nn.mlp import SwiGLU
 from glassllm.nn.module import IncompatibleKeys, Module, eval_mode
 from glassllm.nn.normalization import LayerNorm, RMSNorm
-from glassllm.nn.quantized import QuantizedLinear
+from glassllm.nn.quantized import QuantizedEmbedding, QuantizedLinear
 from glassllm.nn.rotary import RotaryEmbedding
 
 __all__ = [
@@ -36,6 +36,7 @@ __all__ = [
     "Module",
     "ModuleList",
     "MultiHeadAttention",
+    "QuantizedEmbedding",
     "QuantizedLinear",
     "ReLU",
     "RMSNorm",

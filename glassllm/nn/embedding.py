@@ -3,6 +3,9 @@
 ``weight`` has shape ``(num_embeddings, embedding_dim)`` (the same layout as PyTorch) and starts
 from N(0, 1). The backward adds the gradient of every occurrence of an id into that id's row, so an
 id that repeats in a batch gets the sum of its contributions (`glassllm.functional.embedding`).
+``attend(x)`` is the same table used as a tied output head, ``x @ weight^T`` (Flax's
+``Embed.attend``), so a model asks its embedding for logits without knowing how it is stored
+(`QuantizedEmbedding` keeps the table as blocks).
 
 >>> import numpy as np
 >>> table = Embedding(10, 4, rng=np.random.default_rng(0))
@@ -48,6 +51,10 @@ class Embedding(Module):
 
     def forward(self, ids: np.ndarray | Tensor) -> Tensor:
         return F.embedding(ids, self.weight)  # (...) -> (..., embedding_dim)
+
+    def attend(self, x: Tensor) -> Tensor:
+        """The table as a tied head: ``x (..., dim) @ weight^T``, ``(..., num_embeddings)``."""
+        return F.linear(x, self.weight.transpose(1, 0))
 
     def extra_repr(self) -> str:
         return f"{self.num_embeddings}, {self.embedding_dim}, dtype={self.weight.dtype}"

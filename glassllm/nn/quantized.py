@@ -1,8 +1,11 @@
-"""`QuantizedLinear`: `Linear`'s map with its weight kept as 4-bit blocks (a `Q4Weight`).
+"""`QuantizedLinear` and `QuantizedEmbedding`: `Linear` and `Embedding` with their weights kept as
+a GGUF file's blocks (a `Q4Weight` or a `Q8Weight`).
 
 What `glassllm.hf.load_gguf(path, keep_quantized=True)` puts in place of a model's projections
-whose file blocks are Q4_0 or Q4_1: the weights stay as the file's blocks (6 bits a weight here
-against 32), and a decoding step sums on them (`glassllm.functional.quantized_linear`).
+and embedding whose file blocks are Q4_0, Q4_1 or Q8_0: the weights stay as the file's blocks (6
+or 8 bits a weight here against 32), and a decoding step sums on them
+(`glassllm.functional.quantized_linear`). A `QuantizedEmbedding` keeps the table as the blocks of
+its tied head ``W = table^T``: looking a row up dequantizes that row, ``attend(x)`` sums on them.
 
 It reads as a `Linear` does where the library reads layers: ``weight`` is the dequantized matrix
 ``(in, out)`` (a new constant Tensor each read, the exact float32 values the file's blocks mean),
@@ -28,19 +31,21 @@ from __future__ import annotations
 import numpy as np
 
 import glassllm.functional as F
-from glassllm.functional.quantized import Q4Weight
+from glassllm.functional.quantized import Q4Weight, Q8Weight
 from glassllm.nn.module import Module
 from glassllm.tensor import Tensor
 
 
 class QuantizedLinear(Module):
-    """``y = x @ W + bias`` with ``W`` the `Q4Weight` ``blocks (in, out)``; ``bias`` a Tensor
-    ``(out,)`` (registered as a parameter) or None."""
+    """``y = x @ W + bias`` with ``W`` the `Q4Weight` or `Q8Weight` ``blocks (in, out)``; ``bias``
+    a Tensor ``(out,)`` (registered as a parameter) or None."""
 
-    def __init__(self, blocks: Q4Weight, bias: Tensor | None = None) -> None:
+    def __init__(self, blocks: Q4Weight | Q8Weight, bias: Tensor | None = None) -> None:
         super().__init__()
-        if not isinstance(blocks, Q4Weight):
-            raise TypeError(f"QuantizedLinear: blocks must be a Q4Weight, got {type(blocks)}")
+        if not isinstance(blocks, Q4Weight | Q8Weight):
+            raise TypeError(
+                f"QuantizedLinear: blocks must be a Q4Weight or a Q8Weight, got {type(blocks)}"
+            )
         self.blocks = blocks
         self.in_features, self.out_features = blocks.shape
         if bias is not None and tuple(bias.shape) != (self.out_features,):
@@ -64,5 +69,50 @@ class QuantizedLinear(Module):
     def extra_repr(self) -> str:
         return (
             f"in_features={self.in_features}, out_features={self.out_features}, "
-            f"bias={self.bias is not None}, 4-bit blocks {self.blocks.nbytes:,} bytes"
+            f"bias={self.bias is not None}, {_kind(self.blocks)} {self.blocks.nbytes:,} bytes"
         )
+
+
+class QuantizedEmbedding(Module):
+    """Rows of ``table = W^T (num_embeddings, embedding_dim)`` by id, ``W`` the `Q4Weight` or
+    `Q8Weight` ``blocks (embedding_dim, num_embeddings)`` of the tied head; ``attend(x) = x @ W``.
+
+    ``weight`` is the dequantized table (a new constant Tensor each read), saved by
+    ``state_dict`` under that name and refused by ``load_state_dict``, as `QuantizedLinear`'s.
+    """
+
+    def __init__(self, blocks: Q4Weight | Q8Weight) -> None:
+        super().__init__()
+        if not isinstance(blocks, Q4Weight | Q8Weight):
+            raise TypeError(
+                f"QuantizedEmbedding: blocks must be a Q4Weight or a Q8Weight, got {type(blocks)}"
+            )
+        self.blocks = blocks
+        self.embedding_dim, self.num_embeddings = blocks.shape
+
+    @property
+    def weight(self) -> Tensor:
+        """The dequantized table ``(num_embeddings, embedding_dim)`` float32, a new constant."""
+        return Tensor(np.ascontiguousarray(self.blocks.dequantize().T))
+
+    def forward(self, ids: np.ndarray | Tensor) -> Tensor:
+        return F.quantized_embedding(ids, self.blocks)  # (...) -> (..., embedding_dim)
+
+    def attend(self, x: Tensor) -> Tensor:
+        """The table as a tied head: ``x (..., dim) @ W``, ``(..., num_embeddings)``."""
+        return F.quantized_linear(x, self.blocks)
+
+    def _computed_state(self) -> dict[str, np.ndarray]:
+        weight = self.weight.data
+        weight.flags.writeable = False  # load_state_dict: "read-only and cannot be loaded into"
+        return {"weight": weight}
+
+    def extra_repr(self) -> str:
+        return (
+            f"{self.num_embeddings}, {self.embedding_dim}, "
+            f"{_kind(self.blocks)} {self.blocks.nbytes:,} bytes"
+        )
+
+
+def _kind(blocks: Q4Weight | Q8Weight) -> str:
+    return "4-bit blocks" if isinstance(blocks, Q4Weight) else "8-bit blocks"

@@ -184,3 +184,20 @@ def test_python_dash_m_chat_through_a_pipe(tmp_path, run_python):
     )  # fmt: skip
     assert done.returncode == 0, done.stderr
     assert done.stdout == "aaa\naaa\n" and "Traceback" not in done.stderr
+
+
+def test_keep_quantized_reaches_the_loader(tmp_path, capsys, monkeypatch):
+    import glassllm.hf
+
+    path = chat_gguf(tmp_path / "talks.gguf", ends=False)
+    asked, load = [], glassllm.hf.load_gguf
+
+    def recording(*args, keep_quantized=False, **kwargs):
+        asked.append(keep_quantized)
+        return load(*args, **kwargs)  # this file's F32 tensors have no blocks to keep
+
+    monkeypatch.setattr(glassllm.hf, "load_gguf", recording)
+    argv = ["--checkpoint", path, "--top-k", "1", "--max-new-tokens", "2", "--keep-quantized"]
+    status, out, err = chat(argv, capsys, monkeypatch, "hi\n")
+    assert status == 0, err
+    assert asked == [True] and out == "aa\n"

@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 import glassllm.functional as F
 import glassllm.nn as nn
 from glassllm import Tensor, gradcheck, kernels
-from glassllm.functional.quantized import Q4Weight
+from glassllm.functional.quantized import Q4Weight, Q8Weight
 from glassllm.kernels import compiled
 
 
@@ -139,3 +139,110 @@ def test_the_layer_reads_as_a_linear_and_saves_its_weight():
     with pytest.raises(ValueError, match="weight: the model's array is read-only"):
         layer.load_state_dict(state)
     assert layer.load_state_dict({"bias": state["bias"]}, strict=False).missing_keys == ["weight"]
+
+
+def random_q8_blocks(rng, outputs, inputs):
+    """Float16-valued scales of both signs and random signed bytes: a Q8_0 file's blocks."""
+    d = rng.normal(0, 0.1, (outputs, inputs // 32)).astype(np.float16)
+    q = rng.integers(-128, 128, (outputs, inputs // 32, 32), dtype=np.int8)
+    return d, q
+
+
+def q8_weight_of(d, q):
+    return Q8Weight.from_blocks(d.astype(np.float32), q)
+
+
+def test_q8_dequantize_is_the_gguf_packages():
+    gguf = optional("gguf")
+    d, q = random_q8_blocks(np.random.default_rng(10), 40, 96)
+    raw = np.concatenate([d[..., None].view(np.uint8), q.view(np.uint8)], axis=2)
+    theirs = gguf.quants.dequantize(raw.reshape(40, -1), gguf.GGMLQuantizationType.Q8_0)
+    w = q8_weight_of(d, q)
+    with kernels.use("reference"):
+        assert np.array_equal(w.dequantize(), theirs.T)
+    assert np.array_equal(w.dequantize(), theirs.T)
+    ids = np.array([3, 0, 39, 3])
+    assert np.array_equal(w.lookup(ids), theirs[ids])  # rows of W^T: the file's rows
+
+
+def test_q4_lookup_is_the_dequantized_columns():
+    w = weight_of(*random_blocks(np.random.default_rng(11), 24, 64))
+    ids = np.array([23, 0, 5, 5])
+    assert np.array_equal(w.lookup(ids), w.dequantize()[:, ids].T)
+
+
+@pytest.mark.parametrize("rows", [1, 2, 3])
+def test_the_q8_kernels_against_the_definition(rows):
+    optional("numba")
+    rng = np.random.default_rng(20 + rows)
+    w = q8_weight_of(*random_q8_blocks(rng, 72, 128))
+    x = rng.standard_normal((rows, 128), dtype=np.float32)
+    fast = F.quantized_linear(Tensor(x), w).data
+    with kernels.use("reference"):
+        reference = F.quantized_linear(Tensor(x), w).data
+    exact = x.astype(np.float64) @ w.dequantize().astype(np.float64)
+    scale = np.abs(x).astype(np.float64) @ np.abs(w.dequantize()).astype(np.float64)
+    assert fast.dtype == np.float32
+    assert np.all(np.abs(fast - exact) <= 128 * 2**-24 * scale * 2)
+    assert np.all(np.abs(reference - exact) <= 128 * 2**-24 * scale * 2)
+
+
+def test_one_q8_row_is_summed_in_the_kernels_order_on_any_thread_count():
+    """Each output: per block, q x for j = 0..31 added in order into one float32 sum, then d
+    times it added to the total, block after block: the kernel's bits exactly, whether the
+    outputs are split over threads or not."""
+    needs_kernels()
+    from glassllm import threads
+    from glassllm.kernels import quantized as kq
+
+    rng = np.random.default_rng(12)
+    outputs = 2 * kq.Q8_OUTPUTS_PER_THREAD + 37  # wide enough to be split over two threads
+    d, q = random_q8_blocks(rng, outputs, 64)
+    w = q8_weight_of(d, q)
+    x = rng.standard_normal(64, dtype=np.float32)
+    total = np.zeros(outputs, np.float32)
+    for b in range(2):
+        block_sum = np.zeros(outputs, np.float32)
+        for j in range(32):
+            block_sum += q[:, b, j].astype(np.float32) * x[32 * b + j]
+        total += d[:, b].astype(np.float32) * block_sum
+    before = threads.get_num_threads()
+    try:
+        for count in (1, 2):
+            threads.set_num_threads(count)
+            assert np.array_equal(F.quantized_linear(Tensor(x[None]), w).data[0], total), count
+    finally:
+        threads.set_num_threads(before)
+
+
+def test_gradcheck_quantized_linear_on_8_bit_blocks():
+    rng = np.random.default_rng(13)
+    w = q8_weight_of(*random_q8_blocks(rng, 12, 64))
+    x = Tensor(rng.standard_normal((2, 64)), requires_grad=True)
+    assert gradcheck(lambda x: F.quantized_linear(x, w), [x])
+
+
+def test_quantized_embedding_is_the_tables_rows():
+    rng = np.random.default_rng(14)
+    w = q8_weight_of(*random_q8_blocks(rng, 10, 32))  # the head W (32, 10): a table of 10 rows
+    table = nn.QuantizedEmbedding(w)
+    ids = np.array([[9, 0], [3, 3]])
+    assert np.array_equal(table(ids).data, w.dequantize().T[ids])
+    assert table(ids).shape == (2, 2, 32) and not table(ids).requires_grad
+    x = rng.standard_normal((1, 32), dtype=np.float32)
+    assert np.allclose(table.attend(Tensor(x)).data, x @ w.dequantize(), rtol=1e-5, atol=1e-5)
+    assert list(table.state_dict()) == ["weight"] and not list(table.parameters())
+    assert np.array_equal(table.state_dict()["weight"], w.dequantize().T)
+    with pytest.raises(ValueError, match="read-only"):
+        table.load_state_dict(table.state_dict())
+    with pytest.raises(IndexError, match=r"id -1 is outside \[0, 10\)"):
+        table(np.array([0, -1]))
+    with pytest.raises(TypeError, match="must hold integers"):
+        table(np.array([0.5]))
+    with pytest.raises(ValueError, match="do not describe one matrix"):
+        Q8Weight.from_blocks(np.ones((4, 1)), np.ones((4, 1, 16), np.int8))
+    with pytest.raises(TypeError, match="Q4Weight or a Q8Weight"):
+        nn.QuantizedEmbedding(np.ones((32, 10)))
+    assert (
+        repr(table) == "QuantizedEmbedding(10, 32, 8-bit blocks 360 bytes)"
+    )  # 320 bytes + 10 scales

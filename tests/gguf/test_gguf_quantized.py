@@ -1,5 +1,6 @@
-"""``load_gguf(path, keep_quantized=True)``: tiny Llama and Qwen2 GGUF files whose projections are
-Q4_0 and Q4_1 blocks (made by llama.cpp's ``gguf`` package), against the same files loaded in
+"""``load_gguf(path, keep_quantized=True)``: tiny Llama and Qwen2 GGUF files whose projections and
+embeddings are Q4_0, Q4_1 and Q8_0 blocks (made by llama.cpp's ``gguf`` package), against the same
+files loaded in
 float32 (the path tested against transformers in test_gguf_tiny.py): the layers replaced, their
 weights bit for bit, the logits to float32 rounding, the state dict, and what is refused."""
 
@@ -13,8 +14,9 @@ from gguf_files import Tensor, f32_tensor, tiny_llama, write_gguf
 import glassllm.nn as nn
 from glassllm import Tensor as GTensor
 from glassllm import no_grad
+from glassllm.functional import Q4Weight, Q8Weight
 
-Q4_0, Q4_1, Q8_0 = 2, 3, 8
+F16, Q4_0, Q4_1, Q8_0 = 1, 2, 3, 8
 PROJECTIONS = ("attn_q", "attn_k", "attn_v", "attn_output", "ffn_gate", "ffn_up", "ffn_down")
 
 
@@ -38,11 +40,14 @@ def quantized(tensor: Tensor, ggml_type: int) -> Tensor:
     return Tensor(tensor.name, tensor.dims, ggml_type, blocks.tobytes())
 
 
-def write_file(tmp_path, arch="llama", types=None, name="tiny.gguf"):
+def write_file(tmp_path, arch="llama", types=None, name="tiny.gguf", tied=True):
     """A 2-block model (E 64, 4 heads of 16, 2 key/value heads, M 96); ``types`` maps a
-    projection (``attn_q``...) to its ggml type, Q4_1 for those not named."""
+    projection (``attn_q``...) to its ggml type, Q4_1 for those not named, and ``token_embd`` or
+    ``output`` (with ``tied=False``) to theirs, F32 when not named."""
     types = types or {}
-    meta, tensors = tiny_llama(np.random.default_rng(0), layers=2, embed=64, heads=4, ffn=96)
+    meta, tensors = tiny_llama(
+        np.random.default_rng(0), layers=2, embed=64, heads=4, ffn=96, tied=tied
+    )
     meta["llama.attention.head_count_kv"] = 2
     tensors = [t for t in tensors if not t.name.endswith(("attn_k.weight", "attn_v.weight"))]
     rng = np.random.default_rng(1)
@@ -60,6 +65,8 @@ def write_file(tmp_path, arch="llama", types=None, name="tiny.gguf"):
         part = t.name.split(".")[-2]
         if part in PROJECTIONS and t.name.endswith(".weight"):
             t = quantized(t, types.get(part, Q4_1))
+        elif part in ("token_embd", "output") and part in types:
+            t = quantized(t, types[part])
         out.append(t)
     return write_gguf(tmp_path / name, meta, out)
 
@@ -76,7 +83,7 @@ def logits(model, ids):
 
 
 @pytest.mark.parametrize("arch", ["llama", "qwen2"])
-@pytest.mark.parametrize("ggml_type", [Q4_0, Q4_1])
+@pytest.mark.parametrize("ggml_type", [Q4_0, Q4_1, Q8_0])
 def test_the_blocks_compute_what_the_float32_model_computes(tmp_path, arch, ggml_type):
     path = write_file(tmp_path, arch, dict.fromkeys(PROJECTIONS, ggml_type))
     plain, kept = load(path), load(path, keep_quantized=True)
@@ -99,17 +106,55 @@ def test_the_blocks_compute_what_the_float32_model_computes(tmp_path, arch, ggml
     assert np.array_equal(greedy, plain.generate(np.array([ids[:2]]), 8, top_k=1))
 
 
-def test_other_block_types_stay_float32(tmp_path):
-    path = write_file(tmp_path, types={"ffn_down": Q8_0, "attn_k": Q8_0})
+def test_mixed_and_other_block_types_stay_float32(tmp_path):
+    path = write_file(tmp_path, types={"ffn_down": Q8_0, "attn_k": Q8_0, "ffn_up": F16})
     kept, plain = load(path, keep_quantized=True), load(path)
-    layers = {n for n, m in kept.named_modules() if isinstance(m, nn.QuantizedLinear)}
-    # q, k and v share one layer: a Q8_0 k keeps it float32, as it does the Q8_0 down projection
-    assert layers == {
-        f"blocks.{i}.{p}" for i in range(2) for p in ("attn.proj", "mlp.gate", "mlp.up")
+    layers = {n: m for n, m in kept.named_modules() if isinstance(m, nn.QuantizedLinear)}
+    # q, k and v share one layer: a Q8_0 k beside Q4_1 q and v keeps it float32; F16 stays F16's
+    # float32; the Q8_0 down projection is kept as 8-bit blocks
+    assert set(layers) == {
+        f"blocks.{i}.{p}" for i in range(2) for p in ("attn.proj", "mlp.gate", "mlp.proj")
     }
+    assert isinstance(layers["blocks.0.mlp.proj"].blocks, Q8Weight)
+    assert isinstance(layers["blocks.0.mlp.gate"].blocks, Q4Weight)
     assert isinstance(kept.blocks[0].attn.qkv, nn.Linear)
+    assert isinstance(kept.blocks[0].mlp.up, nn.Linear)
+    assert isinstance(kept.wte, nn.Embedding)  # the file's F32 table
     ids = [1, 2, 3]
     assert np.allclose(logits(kept, ids), logits(plain, ids), rtol=1e-5, atol=1e-4)
+
+
+@pytest.mark.parametrize(
+    "tied, types",
+    [
+        (True, {"token_embd": Q8_0}),
+        (True, {"token_embd": Q4_0}),
+        (False, {"token_embd": Q4_1, "output": Q8_0}),
+    ],
+)
+def test_the_embedding_and_the_head_keep_their_blocks(tmp_path, tied, types):
+    path = write_file(tmp_path, types=types, tied=tied)
+    plain, kept = load(path), load(path, keep_quantized=True)
+    assert isinstance(kept.wte, nn.QuantizedEmbedding)
+    assert isinstance(kept.wte.blocks, Q8Weight if types["token_embd"] == Q8_0 else Q4Weight)
+    assert (kept.lm_head is None) == tied
+    if not tied:
+        assert isinstance(kept.lm_head, nn.QuantizedLinear)
+        assert isinstance(kept.lm_head.blocks, Q8Weight)
+    assert np.array_equal(kept.wte.weight.data, plain.wte.weight.data)  # the file's values
+    ours, theirs = kept.state_dict(), plain.state_dict()
+    assert ours.keys() == theirs.keys()
+    for name, value in theirs.items():
+        assert np.array_equal(ours[name], value), name
+    assert "wte.weight" not in {n for n, _ in kept.named_parameters()}
+    ids = [1, 2, 3, 4, 5, 1, 2]
+    for steps in (ids[:1], ids[:2], ids):  # one row on the blocks, two, and dequantized
+        a, b = logits(kept, steps), logits(plain, steps)
+        assert np.allclose(a, b, rtol=1e-5, atol=1e-5 * np.abs(b).max()), steps
+    greedy = kept.generate(np.array([ids[:2]]), 8, top_k=1)
+    assert np.array_equal(greedy, plain.generate(np.array([ids[:2]]), 8, top_k=1))
+    with pytest.raises(IndexError, match=r"id 6 is outside \[0, 6\)"):
+        kept.wte(np.array([[1, 6]]))
 
 
 def test_a_state_dict_cannot_be_loaded_into_the_blocks(tmp_path):

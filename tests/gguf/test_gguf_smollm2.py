@@ -293,15 +293,17 @@ def kept_model(gguf_file):
 
 
 def test_the_blocks_kept_quantized_agree_with_transformers(kept_model, glass_model, theirs):
-    """``keep_quantized=True``: every projection (Q4_1 in this file) on its blocks, the weights
-    the float32 model's bit for bit, and the logits transformers', on the blocks for one row
-    (a decoding step) and dequantized for a prompt; then the same greedy tokens with the cache."""
+    """``keep_quantized=True``: every projection (Q4_1 in this file) and the tied embedding (Q8_0)
+    on its blocks, the weights the float32 model's bit for bit, and the logits transformers', on
+    the blocks for one row (a decoding step) and dequantized for a prompt; then the same greedy
+    tokens with the cache."""
     torch = optional("torch")
     import glassllm.nn as nn
     from glassllm.autograd import no_grad
 
     layers = [m for m in kept_model.modules() if isinstance(m, nn.QuantizedLinear)]
     assert len(layers) == 5 * 30
+    assert isinstance(kept_model.wte, nn.QuantizedEmbedding) and kept_model.lm_head is None
     plain = glass_model[0]
     kept_state = kept_model.state_dict()
     for name, value in plain.state_dict().items():
