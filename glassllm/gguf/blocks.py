@@ -28,6 +28,7 @@ from glassllm.functional.quantized import BLOCK, Q4Weight, Q8Weight
 from glassllm.gguf.convert import permuted_heads, unpermute
 from glassllm.gguf.header import GGUFHeader
 from glassllm.gguf.types import GGML_TYPES
+from glassllm.kernels import compiled
 from glassllm.nn.module import Module
 from glassllm.nn.quantized import QuantizedEmbedding, QuantizedLinear
 
@@ -101,12 +102,20 @@ def keep_quantized(model: Module, header: GGUFHeader, config: dict[str, Any]) ->
         if _replace_linear(model, "lm_head", header, ("output.weight",), config):
             replaced.append("lm_head")
     blocks = file_blocks(header, ("token_embd.weight",), config)
-    if blocks is not None and model.wte.weight.dtype == np.float32:
-        table = model.wte.weight.data  # (V, E): the blocks' W (E, V) transposed
-        if blocks.shape == table.shape[::-1] and np.array_equal(blocks.dequantize().T, table):
+    table = model.wte.weight.data  # (V, E): the blocks' W (E, V) transposed
+    if blocks is not None and table.dtype == np.float32 and blocks.shape == table.shape[::-1]:
+        if _is_table(blocks, table):
             model.wte = QuantizedEmbedding(blocks)
             replaced.append("wte")
     return replaced
+
+
+def _is_table(blocks: Q4Weight | Q8Weight, table: np.ndarray) -> bool:
+    """Whether ``table (V, E)`` is ``blocks``' ``W^T`` bit for bit; 8-bit blocks compared in
+    place (0.09 against 0.27 s for SmolLM2's 49,152 x 576: no dequantized, transposed copy)."""
+    if isinstance(blocks, Q8Weight):
+        return bool(compiled.kernels().q8_is_table(blocks.scales, blocks.quants, table))
+    return np.array_equal(blocks.dequantize().T, table)
 
 
 def _replace_linear(

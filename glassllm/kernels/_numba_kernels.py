@@ -268,3 +268,20 @@ def dequantize_q8(scales, quants, out):
             row = out[b * size + j]
             for o in range(outputs):
                 row[o] = np.float32(q[o]) * d[o]
+
+
+@_exact
+def q8_is_table(scales, quants, table):
+    """Whether ``table (out, in)`` is the 8-bit blocks' ``W^T``, value for value (``==``, as
+    `numpy.array_equal`: a load's check of a tied embedding, without the 4-byte-a-weight
+    dequantized copy). Row by row of ``table``: the 32 x nb bytes a row reads lie on as many cache
+    lines, which serve the next 63 rows too."""
+    blocks, size, outputs = quants.shape
+    for o in range(outputs):
+        row = table[o]
+        for b in range(blocks):
+            d = scales[b, o]
+            for j in range(size):
+                if np.float32(quants[b, j, o]) * d != row[b * size + j]:
+                    return False
+    return True

@@ -209,3 +209,24 @@ def test_without_the_compiled_kernels_it_says_which_extra(tmp_path):
             load(path, keep_quantized=True)
     finally:
         compiled.set_enabled(True)
+
+
+@pytest.mark.parametrize("kind", ["q8", "q4"])
+def test_a_table_that_is_not_the_blocks_is_refused(kind):
+    """The load's check of a tied embedding: the table ``W^T`` bit for bit, one changed value
+    (the last, or the first) and it is not."""
+    from glassllm.gguf.blocks import _is_table
+
+    rng = np.random.default_rng(7)
+    d = rng.normal(0, 0.1, (40, 2)).astype(np.float16).astype(np.float32)
+    if kind == "q8":
+        blocks = Q8Weight.from_blocks(d, rng.integers(-128, 128, (40, 2, 32), dtype=np.int8))
+    else:
+        q = rng.integers(0, 256, (40, 2, 16), dtype=np.uint8)
+        blocks = Q4Weight.from_blocks(d, -8 * d, q)
+    table = np.ascontiguousarray(blocks.dequantize().T)  # (40, 64)
+    assert _is_table(blocks, table)
+    for where in ((39, 63), (0, 0)):
+        changed = table.copy()
+        changed[where] = np.nextafter(changed[where], np.float32(np.inf))
+        assert not _is_table(blocks, changed), where
