@@ -19,9 +19,10 @@ and whether both produced the same ids; the order flips every round. Side ``llam
 (``--shape smollm2 --sides glassllm,transformers,llama.cpp``; llama-cpp-python built from source):
 the ceiling to know, computing on the file's quantized blocks (so its ids may differ);
 ``--shape smollm2-f32`` gives every side an F32 conversion of the same file (`write_f32_copy`).
-Side ``glassllm-q4`` (GGUF files): ``load_model(path, keep_quantized=True)``, the Q4_0 / Q4_1
-projections kept as their blocks (`glassllm.nn.QuantizedLinear`; its sums in another order, so
-its ids may differ where two logits are close).
+Side ``glassllm-q4`` (GGUF files): ``load_model(path, keep_quantized=True)``, the Q4_0 / Q4_1 /
+Q8_0 projections and embedding kept as their blocks (`glassllm.nn.QuantizedLinear`,
+`glassllm.nn.QuantizedEmbedding`; their sums in another order, so its ids may differ where two
+logits are close).
 """
 
 from __future__ import annotations
