@@ -121,8 +121,16 @@ class Q8Weight:
         return cls(_transposed(scales, np.float32), _transposed(quants, np.int8))
 
     @property
+    def in_features(self) -> int:
+        return self.quants.shape[0] * BLOCK
+
+    @property
+    def out_features(self) -> int:
+        return self.quants.shape[2]
+
+    @property
     def shape(self) -> tuple[int, int]:
-        return (self.quants.shape[0] * BLOCK, self.quants.shape[2])
+        return (self.in_features, self.out_features)
 
     @property
     def nbytes(self) -> int:

@@ -8,8 +8,8 @@ blocks are stored transposed (``(nb, 16 or 32, out)``), so the inner loop runs o
 each its own vector lane and its own sum, with one block's scale and offset applied once to the
 block's sum (``d sum(q x) + m sum(x)``) instead of to every weight. On an EPYC guest at 1536 x
 576 with the weights coming from memory: 63 us on one thread, against 127 for the same kernel
-summing ``(q d + m) x`` per weight in lanes of 16 outputs, and ~140 (two threads) to ~300 (one)
-for OpenBLAS's gemv on the float32 matrix (bench/LOG.md). The 49,152 x 576 head: 1.8 ms on one
+summing ``(q d + m) x`` per weight in lanes of 16 outputs, and 164 (one thread) / 120 (two) for
+OpenBLAS's gemv on the float32 matrix (bench/LOG.md). The 49,152 x 576 head: 1.8 ms on one
 thread, 0.94 on two, against 4.0 for BLAS on the float32 table. A few rows run the row kernel
 per row; more dequantize the matrix and take one BLAS product, where the arithmetic, not the
 memory, is what costs.
