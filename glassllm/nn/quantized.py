@@ -42,11 +42,7 @@ class QuantizedLinear(Module):
 
     def __init__(self, blocks: Q4Weight | Q8Weight, bias: Tensor | None = None) -> None:
         super().__init__()
-        if not isinstance(blocks, Q4Weight | Q8Weight):
-            raise TypeError(
-                f"QuantizedLinear: blocks must be a Q4Weight or a Q8Weight, got {type(blocks)}"
-            )
-        self.blocks = blocks
+        self.blocks = _checked(blocks, "QuantizedLinear")
         self.in_features, self.out_features = blocks.shape
         if bias is not None and tuple(bias.shape) != (self.out_features,):
             raise ValueError(f"QuantizedLinear: bias {bias.shape} must be ({self.out_features},)")
@@ -83,11 +79,7 @@ class QuantizedEmbedding(Module):
 
     def __init__(self, blocks: Q4Weight | Q8Weight) -> None:
         super().__init__()
-        if not isinstance(blocks, Q4Weight | Q8Weight):
-            raise TypeError(
-                f"QuantizedEmbedding: blocks must be a Q4Weight or a Q8Weight, got {type(blocks)}"
-            )
-        self.blocks = blocks
+        self.blocks = _checked(blocks, "QuantizedEmbedding")
         self.embedding_dim, self.num_embeddings = blocks.shape
 
     @property
@@ -112,6 +104,12 @@ class QuantizedEmbedding(Module):
             f"{self.num_embeddings}, {self.embedding_dim}, "
             f"{_kind(self.blocks)} {self.blocks.nbytes:,} bytes"
         )
+
+
+def _checked(blocks: Q4Weight | Q8Weight, layer: str) -> Q4Weight | Q8Weight:
+    if not isinstance(blocks, Q4Weight | Q8Weight):
+        raise TypeError(f"{layer}: blocks must be a Q4Weight or a Q8Weight, got {type(blocks)}")
+    return blocks
 
 
 def _kind(blocks: Q4Weight | Q8Weight) -> str:

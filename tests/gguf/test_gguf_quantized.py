@@ -82,6 +82,17 @@ def logits(model, ids):
         return model(np.array([ids]))[0].data[0]
 
 
+def assert_computes_the_same(kept, plain):
+    """Logits to float32 rounding for one row on the blocks, two, and seven dequantized; then
+    the same greedy tokens with the cache."""
+    ids = [1, 2, 3, 4, 5, 1, 2]
+    for steps in (ids[:1], ids[:2], ids):
+        a, b = logits(kept, steps), logits(plain, steps)
+        assert np.allclose(a, b, rtol=1e-5, atol=1e-5 * np.abs(b).max()), steps
+    greedy = kept.generate(np.array([ids[:2]]), 8, top_k=1)
+    assert np.array_equal(greedy, plain.generate(np.array([ids[:2]]), 8, top_k=1))
+
+
 @pytest.mark.parametrize("arch", ["llama", "qwen2"])
 @pytest.mark.parametrize("ggml_type", [Q4_0, Q4_1, Q8_0])
 def test_the_blocks_compute_what_the_float32_model_computes(tmp_path, arch, ggml_type):
@@ -98,12 +109,7 @@ def test_the_blocks_compute_what_the_float32_model_computes(tmp_path, arch, ggml
     # the blocks are not parameters; everything else (biases included) still is
     expected_parameters = {n for n, _ in plain.named_parameters()} - {f"{n}.weight" for n in layers}
     assert {n for n, _ in kept.named_parameters()} == expected_parameters
-    ids = [1, 2, 3, 4, 5, 1, 2]
-    for steps in (ids[:1], ids[:2], ids):  # one row on the blocks, two, and dequantized
-        a, b = logits(kept, steps), logits(plain, steps)
-        assert np.allclose(a, b, rtol=1e-5, atol=1e-5 * np.abs(b).max()), steps
-    greedy = kept.generate(np.array([ids[:2]]), 8, top_k=1)
-    assert np.array_equal(greedy, plain.generate(np.array([ids[:2]]), 8, top_k=1))
+    assert_computes_the_same(kept, plain)
 
 
 def test_mixed_and_other_block_types_stay_float32(tmp_path):
@@ -147,12 +153,7 @@ def test_the_embedding_and_the_head_keep_their_blocks(tmp_path, tied, types):
     for name, value in theirs.items():
         assert np.array_equal(ours[name], value), name
     assert "wte.weight" not in {n for n, _ in kept.named_parameters()}
-    ids = [1, 2, 3, 4, 5, 1, 2]
-    for steps in (ids[:1], ids[:2], ids):  # one row on the blocks, two, and dequantized
-        a, b = logits(kept, steps), logits(plain, steps)
-        assert np.allclose(a, b, rtol=1e-5, atol=1e-5 * np.abs(b).max()), steps
-    greedy = kept.generate(np.array([ids[:2]]), 8, top_k=1)
-    assert np.array_equal(greedy, plain.generate(np.array([ids[:2]]), 8, top_k=1))
+    assert_computes_the_same(kept, plain)
     with pytest.raises(IndexError, match=r"id 6 is outside \[0, 6\)"):
         kept.wte(np.array([[1, 6]]))
 
