@@ -382,7 +382,7 @@ class SampleConfig:
     )
     keep_quantized: bool = option(
         False,
-        "a GGUF file: keep its Q4_0 / Q4_1 / Q8_0 weights as their blocks (a third of the "
+        "a GGUF file: keep its Q4_0 / Q4_1 / Q8_0 weights as their blocks (half the "
         "memory, faster tokens; needs the fast extra)",
     )
 
