@@ -16,7 +16,9 @@ small's shape (or --shape tiny), or the real SmolLM2-135M-Instruct GGUF of the l
 from a random prompt: load time, RSS after loading and peak, time to the first token (the
 prompt's forward and one token; prompt tok/s from it), generation tok/s after the first token,
 and whether both produced the same ids; the order flips every round. Side ``llama.cpp``
-(``--shape smollm2 --sides glassllm,transformers,llama.cpp``; llama-cpp-python built from source):
+(``--shape smollm2 --sides glassllm,transformers,llama.cpp``; llama-cpp-python built from source:
+``pip install scikit-build-core`` then ``pip install --no-build-isolation llama-cpp-python``, 18
+minutes on two cores):
 the ceiling to know, computing on the file's quantized blocks (so its ids may differ);
 ``--shape smollm2-f32`` gives every side an F32 conversion of the same file (`write_f32_copy`).
 Side ``glassllm-q4`` (GGUF files): ``load_model(path, keep_quantized=True)``, the Q4_0 / Q4_1 /
