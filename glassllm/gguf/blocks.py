@@ -1,8 +1,9 @@
 """A GGUF model's Q4_0 / Q4_1 / Q8_0 tensors kept as their blocks (`keep_quantized`).
 
-`glassllm.hf.load_gguf(path, keep_quantized=True)` builds the model in float32 as always, then
-asks `keep_quantized` to put a `glassllm.nn.QuantizedLinear` in place of each projection whose
-file tensors are all Q4_0 / Q4_1 (a `Q4Weight`) or all Q8_0 (a `Q8Weight`): ``attn.qkv`` (the
+`glassllm.hf.load_gguf(path, keep_quantized=True)` builds the model in float32 as always, and a
+`Keeper` puts, as soon as each weight is filled, a `glassllm.nn.QuantizedLinear` in place of each
+projection whose file tensors are all Q4_0 / Q4_1 (a `Q4Weight`) or all Q8_0 (a `Q8Weight`),
+so the float32 weights of the kept layers are freed one by one: ``attn.qkv`` (the
 file's q, k and v rows stacked, q and k unpermuted as `glassllm.gguf.convert.unpermute` does to
 the float32 rows), ``attn.proj``, ``mlp.gate``, ``mlp.up``, ``mlp.proj`` and an untied
 ``lm_head``; and a `glassllm.nn.QuantizedEmbedding` in place of ``wte`` (``token_embd``, also
@@ -24,6 +25,7 @@ from typing import Any
 
 import numpy as np
 
+from glassllm._heap import release_free_memory
 from glassllm.functional.quantized import BLOCK, Q4Weight, Q8Weight
 from glassllm.gguf.convert import permuted_heads, unpermute
 from glassllm.gguf.header import GGUFHeader
@@ -35,6 +37,8 @@ from glassllm.nn.quantized import QuantizedEmbedding, QuantizedLinear
 # ggml type id (Q4_0, Q4_1) -> where a block's 16 bytes of nibbles start (after d, and Q4_1's m)
 Q4_TYPES = {2: 2, 3: 4}
 Q8_0 = 8
+# float32 weights dropped by the replacements between two trims of the heap (see `Keeper`)
+RELEASE_BYTES = 64 * 2**20
 # glassllm layer (in block i) -> the file's tensors whose rows it holds, in order
 LAYERS = {
     "attn.qkv": ("attn_q", "attn_k", "attn_v"),
@@ -86,28 +90,64 @@ def file_blocks(
     )
 
 
+class Keeper:
+    """Replaces the layers of a model being built from the file ``header`` (with the
+    transformers ``config``) by their blocks, each as soon as its weight is filled (`__call__`,
+    `glassllm.hf.load`'s ``filled``), so the float32 weights of the kept layers are never all in
+    memory at once; `finish` then keeps the embedding and returns the names replaced."""
+
+    def __init__(self, header: GGUFHeader, config: dict[str, Any]) -> None:
+        self.header, self.config = header, config
+        self.replaced: list[str] = []
+        self._freed = 0  # bytes of float32 weights dropped since the heap was last trimmed
+
+    def __call__(self, model: Module, name: str) -> None:
+        """``name``, a parameter just filled: its layer replaced if it is a kept one's weight."""
+        path, _, leaf = name.rpartition(".")
+        if leaf != "weight":
+            return
+        if path == "lm_head" and model.lm_head is not None:
+            owner, layer_name, names = model, "lm_head", ("output.weight",)
+        else:
+            head, _, layer_path = path.partition(".")
+            index, _, layer_path = layer_path.partition(".")
+            if head != "blocks" or not index.isdigit() or layer_path not in LAYERS:
+                return
+            owner_name, layer_name = layer_path.split(".")
+            owner = getattr(model.blocks[int(index)], owner_name)
+            names = tuple(f"blk.{index}.{part}.weight" for part in LAYERS[layer_path])
+        weight_bytes = getattr(owner, layer_name).weight.data.nbytes
+        if _replace_linear(owner, layer_name, self.header, names, self.config):
+            self.replaced.append(path)
+            # why: a tuned heap (glassllm.app.allocator) keeps the freed float32 pages, and then
+            # the load's peak is the whole float32 model's (SmolLM2: 806 MB); handed back every
+            # RELEASE_BYTES (a trim costs ~5 ms: after every layer, the load took 0.8 s longer)
+            self._freed += weight_bytes
+            if self._freed >= RELEASE_BYTES:
+                release_free_memory()
+                self._freed = 0
+
+    def finish(self, model: Module) -> list[str]:
+        """The embedding kept too (after the build: a tied head's check reads its float32 table);
+        the names of every layer replaced."""
+        blocks = file_blocks(self.header, ("token_embd.weight",), self.config)
+        table = model.wte.weight.data  # (V, E): the blocks' W (E, V) transposed
+        if blocks is not None and table.dtype == np.float32 and blocks.shape == table.shape[::-1]:
+            if _is_table(blocks, table):
+                model.wte = QuantizedEmbedding(blocks)
+                self.replaced.append("wte")
+        return self.replaced
+
+
 def keep_quantized(model: Module, header: GGUFHeader, config: dict[str, Any]) -> list[str]:
     """Put a `QuantizedLinear` in place of each float32 projection of ``model`` (built from the
     file ``header`` with the transformers ``config``), and a `QuantizedEmbedding` in place of its
     embedding, that the file holds in Q4_0 / Q4_1 / Q8_0 blocks whose values are the weight's, bit
-    for bit; returns the names of the layers replaced."""
-    replaced = []
-    for i, block in enumerate(model.blocks):
-        for path, parts in LAYERS.items():
-            owner_name, layer_name = path.split(".")
-            names = tuple(f"blk.{i}.{part}.weight" for part in parts)
-            if _replace_linear(getattr(block, owner_name), layer_name, header, names, config):
-                replaced.append(f"blocks.{i}.{path}")
-    if model.lm_head is not None:
-        if _replace_linear(model, "lm_head", header, ("output.weight",), config):
-            replaced.append("lm_head")
-    blocks = file_blocks(header, ("token_embd.weight",), config)
-    table = model.wte.weight.data  # (V, E): the blocks' W (E, V) transposed
-    if blocks is not None and table.dtype == np.float32 and blocks.shape == table.shape[::-1]:
-        if _is_table(blocks, table):
-            model.wte = QuantizedEmbedding(blocks)
-            replaced.append("wte")
-    return replaced
+    for bit; returns the names of the layers replaced. (`Keeper` does it during the build.)"""
+    keeper = Keeper(header, config)
+    for name, _ in list(model.named_parameters()):
+        keeper(model, name)
+    return keeper.finish(model)
 
 
 def _is_table(blocks: Q4Weight | Q8Weight, table: np.ndarray) -> bool:

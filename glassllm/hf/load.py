@@ -111,19 +111,23 @@ def load_gguf(
     ``keep_quantized=True`` (float32 only; needs the ``fast`` extra): the projections and the
     embedding the file holds as Q4_0 / Q4_1 / Q8_0 blocks stay as those blocks, each a
     `glassllm.nn.QuantizedLinear` or `glassllm.nn.QuantizedEmbedding` checked bit for bit
-    against its float32 weight (`glassllm.gguf.blocks`). Their weights are then not parameters
-    (nothing trains them); decoding reads a fifth to a quarter of the memory.
+    against its float32 weight (`glassllm.gguf.blocks`) as soon as that weight is made, which is
+    then freed, so the load's peak is not the float32 model's. Their weights are then not
+    parameters (nothing trains them); decoding reads a fifth to a quarter of the memory.
     """
     from glassllm.gguf import read_gguf
 
     if keep_quantized:
         _check_can_keep_quantized(dtype)
     contents = read_gguf(path, deferred=True)  # dequantized one by one as the model is built
-    model = model_from_hf(contents.config, contents.tensors, str(contents.path), dtype)
+    keeper = None
     if keep_quantized:
-        from glassllm.gguf.blocks import keep_quantized as keep_blocks
+        from glassllm.gguf.blocks import Keeper
 
-        keep_blocks(model, contents.header, contents.config)
+        keeper = Keeper(contents.header, contents.config)  # each layer as soon as it is filled
+    model = model_from_hf(contents.config, contents.tensors, str(contents.path), dtype, keeper)
+    if keeper is not None:
+        keeper.finish(model)  # the embedding, once the tied head's check has read it
     tokenizer, chat_template = contents.tokenizer, contents.chat_template
     del contents  # the dequantized tensors, copied into the model: their pages go back now
     release_free_memory()
@@ -336,29 +340,37 @@ def _build(
     read: Callable[[str, np.ndarray], None],
     shape_of: Callable[[str], tuple[int, ...]],
     dtype: Any,
+    filled: Callable[[GPT, str], None] | None = None,
 ) -> GPT:
     """A GPT of ``config`` whose every parameter is made from file tensors by ``tensor_plan``
-    (``read(name, out)`` fills ``out``, of the tensor's shape, with its values), in eval mode."""
+    (``read(name, out)`` fills ``out``, of the tensor's shape, with its values), in eval mode.
+    ``filled(model, name)`` runs after each parameter is filled (a GGUF load replaces a layer by
+    its blocks there, so its float32 weight is freed before the next is made)."""
     model = GPT(config, dtype=dtype, init=False)  # no draws: every array is read from the file
     params = dict(model.named_parameters())
     if set(params) != set(tensor_plan.sources):  # matched to parameter_shapes, GPT's own table
         unmapped = sorted(set(params) ^ set(tensor_plan.sources))
         raise RuntimeError(f"GPT's parameters {unmapped} are not mapped")
+    table = params["wte.weight"]  # the head check's, at the end
     for ours, (how, names) in tensor_plan.sources.items():
-        target = params[ours].data
+        target = params.pop(ours).data  # held by the model alone once filled
         if how == COPY:
             read(names[0], target)  # straight into place
-            continue
-        arrays = []
-        for name in names:
-            arrays.append(np.empty(shape_of(name), dtype=target.dtype))
-            read(name, arrays[-1])
-        target[...] = from_hf(how, arrays, config)
+        else:
+            arrays = []
+            for name in names:
+                arrays.append(np.empty(shape_of(name), dtype=target.dtype))
+                read(name, arrays[-1])
+            target[...] = from_hf(how, arrays, config)
+            del arrays
+        del target
+        if filled is not None:
+            filled(model, ours)
     if tensor_plan.head is not None:  # a stored copy of the tied head must be exactly wte.weight
-        values = np.empty(params["wte.weight"].shape, dtype=params["wte.weight"].dtype)
+        values = np.empty(table.shape, dtype=table.dtype)
         read(tensor_plan.head, values)
         embedding = tensor_plan.sources["wte.weight"][1][0]
-        problems = head_problems(values, params["wte.weight"].data, tensor_plan.head, embedding)
+        problems = head_problems(values, table.data, tensor_plan.head, embedding)
         if problems:
             raise HFFormatError(subject, problems)
     return model.eval()
@@ -373,12 +385,13 @@ def model_from_hf(
     tensors: Mapping[str, np.ndarray],
     source: str,
     dtype: Any = np.float32,
+    filled: Callable[[GPT, str], None] | None = None,
 ) -> GPT:
     """The GPT of a transformers-style ``config.json`` dict and its tensors under transformers'
     names in torch's layout (as ``model.state_dict()`` holds them): the checks and conversion of
     a directory load (`load_model`), on values already in memory (a GGUF file's, say). Float
     arrays only (float16, float32, float64); ``source`` names the model in errors. Raises
-    HFFormatError listing every problem."""
+    HFFormatError listing every problem. ``filled(model, name)``: as `_build`'s."""
     family = family_of(hf_config, source)
     try:
         config = config_from_hf(hf_config)
@@ -404,4 +417,4 @@ def model_from_hf(
     def read(name: str, out: np.ndarray) -> None:
         np.copyto(out, np.asarray(arrays[name]), casting="unsafe")
 
-    return _build(source, config, tensor_plan, read, lambda name: shapes[name], dtype)
+    return _build(source, config, tensor_plan, read, lambda name: shapes[name], dtype, filled)

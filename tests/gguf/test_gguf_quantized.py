@@ -231,3 +231,32 @@ def test_a_table_that_is_not_the_blocks_is_refused(kind):
         changed = table.copy()
         changed[where] = np.nextafter(changed[where], np.float32(np.inf))
         assert not _is_table(blocks, changed), where
+
+
+def test_each_kept_layers_float32_weight_is_freed_before_the_next_is_made(tmp_path, monkeypatch):
+    """The float32 weights of the kept layers are never all in memory at once: when a weight is
+    filled, every weight replaced before it is already gone (so the load's peak is one layer's
+    float32 more than the blocks, not the whole float32 model's)."""
+    import weakref
+
+    from glassllm.gguf import blocks
+
+    path = write_file(tmp_path, "qwen2")  # Q4_1 projections, with q, k, v biases
+    replaced, alive_at_fill = [], []
+    keep = blocks.Keeper.__call__
+
+    def spy(self, model, name):
+        alive_at_fill.append(sum(ref() is not None for ref in replaced))
+        path_, _, leaf = name.rpartition(".")
+        modules = dict(model.named_modules())
+        layer = modules.get(path_) if leaf == "weight" else None
+        before = isinstance(layer, nn.Linear) and weakref.ref(layer.weight.data)
+        keep(self, model, name)
+        if before and not isinstance(dict(model.named_modules())[path_], nn.Linear):
+            replaced.append(before)
+
+    monkeypatch.setattr(blocks.Keeper, "__call__", spy)
+    kept = load(path, keep_quantized=True)
+    assert len(replaced) == 10  # 2 blocks x (qkv, proj, gate, up, proj)
+    assert max(alive_at_fill) == 0 and all(ref() is None for ref in replaced)
+    assert_computes_the_same(kept, load(path))
