@@ -158,6 +158,16 @@ def _is_table(blocks: Q4Weight | Q8Weight, table: np.ndarray) -> bool:
     return np.array_equal(blocks.dequantize().T, table)
 
 
+def _is_matrix(blocks: Q4Weight | Q8Weight, w: np.ndarray) -> bool:
+    """Whether ``w (in, out)`` is ``blocks``' matrix bit for bit, compared in place (SmolLM2's
+    150 projections: ~0.6 s through a dequantized copy of each, most of it the copies' fresh
+    pages)."""
+    fused = compiled.kernels()
+    if isinstance(blocks, Q8Weight):
+        return bool(fused.q8_is_matrix(blocks.scales, blocks.quants, w))
+    return bool(fused.q4_is_matrix(blocks.scales, blocks.offsets, blocks.nibbles, w))
+
+
 def _replace_linear(
     owner: Module, name: str, header: GGUFHeader, names: tuple[str, ...], config: dict[str, Any]
 ) -> bool:
@@ -167,7 +177,7 @@ def _replace_linear(
     blocks = file_blocks(header, names, config)
     if blocks is None or layer.weight.dtype != np.float32 or blocks.shape != layer.weight.shape:
         return False
-    if not np.array_equal(blocks.dequantize(), layer.weight.data):
+    if not _is_matrix(blocks, layer.weight.data):
         return False
     setattr(owner, name, QuantizedLinear(blocks, layer.bias))
     return True

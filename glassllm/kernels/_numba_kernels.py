@@ -285,3 +285,44 @@ def q8_is_table(scales, quants, table):
                 if np.float32(quants[b, j, o]) * d != row[b * size + j]:
                     return False
     return True
+
+
+@_exact
+def q4_is_matrix(scales, offsets, nibbles, w):
+    """Whether ``w (in, out)`` is the 4-bit blocks' matrix, value for value (``==``, as
+    `numpy.array_equal` of `dequantize_q4`'s ``q d + m``, the same bits): a load's check of a
+    kept projection without the dequantized copy (whose fresh pages cost more than the sums).
+    A row's comparisons are counted, not left at the first miss, so the loop vectorises."""
+    blocks, half, outputs = nibbles.shape
+    for b in range(blocks):
+        d = scales[b]
+        m = offsets[b]
+        for j in range(half):
+            q = nibbles[b, j]
+            row_low = w[b * 2 * half + j]
+            row_high = w[b * 2 * half + half + j]
+            misses = 0
+            for o in range(outputs):
+                misses += np.float32(q[o] & 15) * d[o] + m[o] != row_low[o]
+                misses += np.float32(q[o] >> 4) * d[o] + m[o] != row_high[o]
+            if misses:
+                return False
+    return True
+
+
+@_exact
+def q8_is_matrix(scales, quants, w):
+    """Whether ``w (in, out)`` is the 8-bit blocks' matrix, value for value (`dequantize_q8`'s
+    ``q d``, compared as `q4_is_matrix` compares)."""
+    blocks, size, outputs = quants.shape
+    for b in range(blocks):
+        d = scales[b]
+        for j in range(size):
+            q = quants[b, j]
+            row = w[b * size + j]
+            misses = 0
+            for o in range(outputs):
+                misses += np.float32(q[o]) * d[o] != row[o]
+            if misses:
+                return False
+    return True

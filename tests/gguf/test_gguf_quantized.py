@@ -233,6 +233,35 @@ def test_a_table_that_is_not_the_blocks_is_refused(kind):
         assert not _is_table(blocks, changed), where
 
 
+@pytest.mark.parametrize("kind", ["q8", "q4"])
+def test_a_projection_that_is_not_the_blocks_is_refused(kind):
+    """The load's check of a projection, compared in place: it agrees with ``np.array_equal``
+    against the dequantized matrix for the matrix itself, one value one step off anywhere (a low
+    and a high nibble's row, the first and the last output), a NaN, and -0.0 for 0.0."""
+    from glassllm.gguf.blocks import _is_matrix
+
+    rng = np.random.default_rng(8)
+    d = rng.normal(0, 0.1, (37, 3)).astype(np.float16).astype(np.float32)  # 37 outputs, in 96
+    if kind == "q8":
+        blocks = Q8Weight.from_blocks(d, rng.integers(-128, 128, (37, 3, 32), dtype=np.int8))
+    else:
+        m = rng.normal(0, 0.1, (37, 3)).astype(np.float16).astype(np.float32)
+        blocks = Q4Weight.from_blocks(d, m, rng.integers(0, 256, (37, 3, 16), dtype=np.uint8))
+    matrix = blocks.dequantize()  # (96, 37)
+    assert _is_matrix(blocks, matrix)
+    changes = [((0, 0), np.inf), ((95, 36), -np.inf), ((5, 17), np.inf), ((16 + 37, 1), np.inf)]
+    for where, towards in changes:
+        changed = matrix.copy()
+        changed[where] = np.nextafter(changed[where], np.float32(towards))
+        assert not _is_matrix(blocks, changed), where
+    changed = matrix.copy()
+    changed[40, 20] = np.nan
+    assert not _is_matrix(blocks, changed)
+    zero = Q8Weight.from_blocks(np.ones((2, 1), np.float32), np.zeros((2, 1, 32), np.int8))
+    signed = -zero.dequantize()  # every value -0.0, equal to 0.0 as array_equal says
+    assert _is_matrix(zero, signed) and np.array_equal(zero.dequantize(), signed)
+
+
 def test_each_kept_layers_float32_weight_is_freed_before_the_next_is_made(tmp_path, monkeypatch):
     """The float32 weights of the kept layers are never all in memory at once: when a weight is
     filled, every weight replaced before it is already gone (so the load's peak is one layer's
