@@ -1,4 +1,4 @@
-"""A GGUF model's Q4_0 / Q4_1 / Q8_0 tensors kept as their blocks (`keep_quantized`).
+"""A GGUF model's Q4_0 / Q4_1 / Q8_0 tensors kept as their blocks (`Keeper`).
 
 `glassllm.hf.load_gguf(path, keep_quantized=True)` builds the model in float32 as always, and a
 `Keeper` puts, as soon as each weight is filled, a `glassllm.nn.QuantizedLinear` in place of each
@@ -137,17 +137,6 @@ class Keeper:
                 model.wte = QuantizedEmbedding(blocks)
                 self.replaced.append("wte")
         return self.replaced
-
-
-def keep_quantized(model: Module, header: GGUFHeader, config: dict[str, Any]) -> list[str]:
-    """Put a `QuantizedLinear` in place of each float32 projection of ``model`` (built from the
-    file ``header`` with the transformers ``config``), and a `QuantizedEmbedding` in place of its
-    embedding, that the file holds in Q4_0 / Q4_1 / Q8_0 blocks whose values are the weight's, bit
-    for bit; returns the names of the layers replaced. (`Keeper` does it during the build.)"""
-    keeper = Keeper(header, config)
-    for name, _ in list(model.named_parameters()):
-        keeper(model, name)
-    return keeper.finish(model)
 
 
 def _is_table(blocks: Q4Weight | Q8Weight, table: np.ndarray) -> bool:
