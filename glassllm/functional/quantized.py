@@ -1,14 +1,15 @@
 """A linear map on weights kept in GGUF's blocks: `Q4Weight`, `Q8Weight`, ``quantized_linear``.
 
 GGUF's Q4_0 and Q4_1 store a matrix's rows in blocks of 32 weights, each block a scale ``d``, an
-offset ``m`` (Q4_0: ``m = -8 d``) and 32 four-bit integers ``q``, so that ``w = q d + m``. Kept
-that way a weight costs 6 bits (``d`` and ``m`` widened to float32) instead of float32's 32; a
-decoding step, which reads every weight once for one row of activations, then reads a fifth of
-the memory.
+offset ``m`` (Q4_0: ``m = -8 d``) and 32 four-bit integers ``q``, so that ``w = q d + m`` (Q4_K
+gives each 32 weights of its 256 a ``d`` and an ``m`` the same way). Kept that way a weight costs
+6 bits (``d`` and ``m`` widened to float32) instead of float32's 32; a decoding step, which reads
+every weight once for one row of activations, then reads a fifth of the memory.
 
-**The values are exact.** ``d`` and ``m`` are float16 values (11 significant bits) and ``q`` has
-4, so ``q d`` is exact in float32 and ``q d + m`` rounds once: the float32 a dequantizer writes
-(llama.cpp's ``gguf`` package: ``d * q + m``), with or without a fused multiply-add.
+**The values are exact.** ``d`` and ``m`` have at most 17 significant bits (float16's 11, times
+Q4_K's 6-bit sub-scales) and ``q`` has 4, so ``q d`` is exact in float32 and ``q d + m`` rounds
+once: the float32 a dequantizer writes (llama.cpp's ``gguf`` package: ``d * q + m``), with or
+without a fused multiply-add.
 
 **Layout.** The file's blocks transposed, so that a row of the input meets every output in
 order: ``nibbles (nb, 16, out)`` (uint8), byte ``j`` of block ``b`` of each output, its low four
@@ -18,8 +19,11 @@ input's weights for 16 or so outputs, each output's sum in its own lane
 (`glassllm.kernels.quantized`).
 
 GGUF's Q8_0 stores blocks of 32 signed bytes ``q`` and a float16 scale ``d``: ``w = q d``, exact in
-float32 (8 + 11 significant bits), 8 bits a weight kept (``d`` widened) against 32. `Q8Weight`
-holds them in the same transposed layout: ``quants (nb, 32, out)`` (int8), ``scales (nb, out)``.
+float32 (8 + 11 significant bits), 8 bits a weight kept (``d`` widened) against 32; Q5_0's
+``q - 16`` and Q6_K's 6-bit ``q`` times its 19-bit scale are of that form too, also exact.
+`Q8Weight` holds them in the same transposed layout: ``quants (nb, size, out)`` (int8),
+``scales (nb, out)``, ``size`` 32, or 16 for Q6_K, whose scales cover 16 weights
+(`glassllm.gguf.unpack` says which ggml types become which weight, each exactly).
 
 Both also give the dequantized rows of ``W^T`` for a few ids (``lookup``): a tied embedding is
 ``W^T``, its head ``W``, so one set of blocks serves both (`glassllm.nn.QuantizedEmbedding`).
@@ -49,6 +53,7 @@ from glassllm.kernels import compiled
 from glassllm.tensor import Tensor
 
 BLOCK = 32  # weights per block, along the input axis
+Q8_SIZES = (16, 32)  # the weights a scale of a `Q8Weight` covers (Q6_K's 16, the others' 32)
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -107,22 +112,27 @@ class Q8Weight:
     """A matrix ``(in, out)`` kept as 8-bit blocks (the module docstring's layout); read-only."""
 
     scales: np.ndarray  # (nb, out) float32
-    quants: np.ndarray  # (nb, 32, out) int8
+    quants: np.ndarray  # (nb, size, out) int8, size 32 or 16
 
     @classmethod
     def from_blocks(cls, scales: np.ndarray, quants: np.ndarray) -> Q8Weight:
-        """From a file's order: ``scales (out, nb)``, ``quants (out, nb, 32)`` (signed bytes)."""
+        """From a file's order: ``scales (out, nb)``, ``quants (out, nb, size)`` (signed bytes;
+        ``size`` 32 or 16)."""
         rows, blocks = scales.shape
-        if quants.shape != (rows, blocks, BLOCK):
+        if (
+            quants.ndim != 3
+            or quants.shape[:2] != (rows, blocks)
+            or quants.shape[2] not in Q8_SIZES
+        ):
             raise ValueError(
                 f"Q8Weight: scales {scales.shape} and quants {quants.shape} do not describe one "
-                "matrix: (out, nb), (out, nb, 32)"
+                "matrix: (out, nb), (out, nb, 32 or 16)"
             )
         return cls(_transposed(scales, np.float32), _transposed(quants, np.int8))
 
     @property
     def in_features(self) -> int:
-        return self.quants.shape[0] * BLOCK
+        return self.quants.shape[0] * self.quants.shape[1]
 
     @property
     def out_features(self) -> int:
@@ -164,8 +174,8 @@ def dequantize_q4(scales: np.ndarray, offsets: np.ndarray, nibbles: np.ndarray) 
 
 
 def dequantize_q8(scales: np.ndarray, quants: np.ndarray) -> np.ndarray:
-    """``W[32 b + j, o] = q d`` with ``q = quants[b, j, o]``, ``d = scales[b, o]``: ``(in, out)``
-    float32."""
+    """``W[size b + j, o] = q d`` with ``q = quants[b, j, o]``, ``d = scales[b, o]``, ``size``
+    the blocks' (32 or 16): ``(in, out)`` float32."""
     blocks, size, outputs = quants.shape
     return (quants.astype(np.float32) * scales[:, None, :]).reshape(blocks * size, outputs)
 

@@ -1,22 +1,20 @@
-"""A GGUF model's Q4_0 / Q4_1 / Q8_0 tensors kept as their blocks (`Keeper`).
+"""A GGUF model's block-quantized tensors kept as their blocks (`Keeper`).
 
 `glassllm.hf.load_gguf(path, keep_quantized=True)` builds the model in float32 as always, and a
 `Keeper` puts, as soon as each weight is filled, a `glassllm.nn.QuantizedLinear` in place of each
-projection whose file tensors are all Q4_0 / Q4_1 (a `Q4Weight`) or all Q8_0 (a `Q8Weight`),
-so the float32 weights of the kept layers are freed one by one: ``attn.qkv`` (the
+projection whose file tensors are all of a 4-bit kept type (Q4_0, Q4_1, Q4_K: a `Q4Weight`) or
+all of an 8-bit one (Q8_0, Q5_0, Q6_K: a `Q8Weight`; `glassllm.gguf.unpack` says how each maps,
+exactly), so the float32 weights of the kept layers are freed one by one: ``attn.qkv`` (the
 file's q, k and v rows stacked, q and k unpermuted as `glassllm.gguf.convert.unpermute` does to
 the float32 rows), ``attn.proj``, ``mlp.gate``, ``mlp.up``, ``mlp.proj`` and an untied
 ``lm_head``; and a `glassllm.nn.QuantizedEmbedding` in place of ``wte`` (``token_embd``, also
-the tied head: SmolLM2's is Q8_0). Every tensor of another type (Q4_K, F16, ...) stays float32.
+the tied head: SmolLM2's is Q8_0). Every tensor of another type (Q5_1, Q5_K, F16, ...) stays
+float32, and so does a layer whose tensors mix 4-bit and 8-bit types.
 
 Each replacement is checked before it is made: its blocks dequantized must equal the float32
 layer's weight bit for bit (what llama.cpp's ``gguf`` package made of the same bytes), so a wrong
 offset or row order is refused here, not seen later as a worse sample. A layer that fails the
 check keeps its float32 weight.
-
-A Q4_0 block (``d``, 16 bytes) means ``(q - 8) d``, a Q4_1 block (``d``, ``m``, 16 bytes) ``q d +
-m``; both are the `Q4Weight` form ``q d + m`` (Q4_0's ``m = -8 d``, exact: ``q d`` and ``8 d`` are
-exact in float32 and so is their difference). A Q8_0 block (``d``, 32 signed bytes) is ``q d``.
 """
 
 from __future__ import annotations
@@ -30,13 +28,11 @@ from glassllm.functional.quantized import BLOCK, Q4Weight, Q8Weight
 from glassllm.gguf.convert import permuted_heads, unpermute
 from glassllm.gguf.header import GGUFHeader
 from glassllm.gguf.types import GGML_TYPES
+from glassllm.gguf.unpack import KEPT, in_blocks_of, unpack
 from glassllm.kernels import compiled
 from glassllm.nn.module import Module
 from glassllm.nn.quantized import QuantizedEmbedding, QuantizedLinear
 
-# ggml type id (Q4_0, Q4_1) -> where a block's 16 bytes of nibbles start (after d, and Q4_1's m)
-Q4_TYPES = {2: 2, 3: 4}
-Q8_0 = 8
 # float32 weights dropped by the replacements between two trims of the heap (see `Keeper`)
 RELEASE_BYTES = 64 * 2**20
 # glassllm layer (in block i) -> the file's tensors whose rows it holds, in order
@@ -53,40 +49,35 @@ def file_blocks(
     header: GGUFHeader, names: tuple[str, ...], config: dict[str, Any]
 ) -> Q4Weight | Q8Weight | None:
     """The file tensors ``names`` (matrices ``(out, in)`` of one input width) with their rows
-    stacked, as a `Q4Weight` or `Q8Weight` ``(in, sum of outs)``; None unless every one is Q4_0 or
-    Q4_1, or every one Q8_0."""
+    stacked, as a `Q4Weight` or `Q8Weight` ``(in, sum of outs)``; None unless every one is of a
+    4-bit kept type, or every one of an 8-bit one (`glassllm.gguf.unpack`; 8-bit blocks of 32
+    and of 16 weights together are all cut to 16)."""
     infos = [header.tensors.get(name) for name in names]
     if any(info is None or len(info.shape) != 2 for info in infos):
         return None
-    kinds = {8 if i.ggml_type == Q8_0 else 4 if i.ggml_type in Q4_TYPES else 0 for i in infos}
-    if kinds not in ({4}, {8}):  # one kind of block for all, so one weight type
+    if {KEPT.get(info.ggml_type) for info in infos} not in ({4}, {8}):  # one weight type for all
         return None
     if len({info.shape[1] for info in infos}) != 1 or infos[0].shape[1] % BLOCK:
         return None
-    scales, offsets, quants = [], [], []
+    parts = []
     for name, info in zip(names, infos, strict=True):
-        block_bytes = GGML_TYPES[info.ggml_type].block_bytes
+        kind = GGML_TYPES[info.ggml_type]
         rows, width = info.shape
-        blocks = header.raw(info).reshape(rows, width // BLOCK, block_bytes)  # (out, nb, bytes)
+        blocks = header.raw(info).reshape(rows, width // kind.block_elements, kind.block_bytes)
         heads = permuted_heads(name, config)
         if heads is not None:
             blocks = unpermute(blocks, heads)  # the rows moved as the float32 rows are
-        d = np.ascontiguousarray(blocks[:, :, 0:2]).view(np.float16)[..., 0].astype(np.float32)
-        scales.append(d)
-        if info.ggml_type == Q8_0:
-            quants.append(blocks[:, :, 2:].view(np.int8))
-            continue
-        first_nibble = Q4_TYPES[info.ggml_type]
-        if first_nibble == 4:  # Q4_1: its own offset
-            m = np.ascontiguousarray(blocks[:, :, 2:4]).view(np.float16)[..., 0].astype(np.float32)
-        else:  # Q4_0: (q - 8) d
-            m = d * np.float32(-8)
-        offsets.append(m)
-        quants.append(blocks[:, :, first_nibble : first_nibble + BLOCK // 2])
-    if kinds == {8}:
-        return Q8Weight.from_blocks(np.concatenate(scales), np.concatenate(quants))
+        parts.append(unpack(info.ggml_type, blocks))
+    size = min(part.quants.shape[2] for part in parts)
+    if parts[0].bits == 8:
+        parts = [in_blocks_of(part, size) for part in parts]
+        return Q8Weight.from_blocks(
+            np.concatenate([p.scales for p in parts]), np.concatenate([p.quants for p in parts])
+        )
     return Q4Weight.from_blocks(
-        np.concatenate(scales), np.concatenate(offsets), np.concatenate(quants)
+        np.concatenate([p.scales for p in parts]),
+        np.concatenate([p.offsets for p in parts]),
+        np.concatenate([p.quants for p in parts]),
     )
 
 

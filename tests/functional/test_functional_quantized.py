@@ -141,10 +141,11 @@ def test_the_layer_reads_as_a_linear_and_saves_its_weight():
     assert layer.load_state_dict({"bias": state["bias"]}, strict=False).missing_keys == ["weight"]
 
 
-def random_q8_blocks(rng, outputs, inputs):
-    """Float16-valued scales of both signs and random signed bytes: a Q8_0 file's blocks."""
-    d = rng.normal(0, 0.1, (outputs, inputs // 32)).astype(np.float16)
-    q = rng.integers(-128, 128, (outputs, inputs // 32, 32), dtype=np.int8)
+def random_q8_blocks(rng, outputs, inputs, size=32):
+    """Float16-valued scales of both signs and random signed bytes: a Q8_0 file's blocks (with
+    ``size`` 16, blocks of 16 weights, as `glassllm.gguf.unpack` makes of Q6_K's)."""
+    d = rng.normal(0, 0.1, (outputs, inputs // size)).astype(np.float16)
+    q = rng.integers(-128, 128, (outputs, inputs // size, size), dtype=np.int8)
     return d, q
 
 
@@ -171,11 +172,18 @@ def test_q4_lookup_is_the_dequantized_columns():
     assert np.array_equal(w.lookup(ids), w.dequantize()[:, ids].T)
 
 
+@pytest.mark.parametrize("size", [32, 16])
 @pytest.mark.parametrize("rows", [1, 2, 3])
-def test_the_q8_kernels_against_the_definition(rows):
+def test_the_q8_kernels_against_the_definition(rows, size):
     optional("numba")
     rng = np.random.default_rng(20 + rows)
-    w = q8_weight_of(*random_q8_blocks(rng, 72, 128))
+    d, q = random_q8_blocks(rng, 72, 128, size)
+    w = q8_weight_of(d, q)
+    assert w.shape == (128, 72)
+    dequantized = w.dequantize()  # W[size b + j, o] = q d
+    assert np.array_equal(dequantized[size + 3], q[:, 1, 3].astype(np.float32) * d[:, 1])
+    with kernels.use("reference"):
+        assert np.array_equal(w.dequantize(), dequantized)
     x = rng.standard_normal((rows, 128), dtype=np.float32)
     fast = F.quantized_linear(Tensor(x), w).data
     with kernels.use("reference"):
@@ -240,7 +248,7 @@ def test_quantized_embedding_is_the_tables_rows():
     with pytest.raises(TypeError, match="must hold integers"):
         table(np.array([0.5]))
     with pytest.raises(ValueError, match="do not describe one matrix"):
-        Q8Weight.from_blocks(np.ones((4, 1)), np.ones((4, 1, 16), np.int8))
+        Q8Weight.from_blocks(np.ones((4, 1)), np.ones((4, 1, 8), np.int8))
     with pytest.raises(TypeError, match="Q4Weight or a Q8Weight"):
         nn.QuantizedEmbedding(np.ones((32, 10)))
     assert (
