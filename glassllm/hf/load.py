@@ -109,8 +109,8 @@ def load_gguf(
     in eval mode, its parameters ``dtype``.
 
     ``keep_quantized=True`` (float32 only; needs the ``fast`` extra): the projections and the
-    embedding the file holds as Q4_0 / Q4_1 / Q4_K / Q5_0 / Q6_K / Q8_0 blocks stay as blocks
-    (`glassllm.gguf.unpack`), each a
+    embedding the file holds as blocks (Q4_0 to Q8_0, Q4_K to Q6_K: `glassllm.gguf.unpack`)
+    stay as blocks, each a
     `glassllm.nn.QuantizedLinear` or `glassllm.nn.QuantizedEmbedding` checked bit for bit
     against its float32 weight (`glassllm.gguf.blocks`) as soon as that weight is made, which is
     then freed, so the load's peak is not the float32 model's. Their weights are then not

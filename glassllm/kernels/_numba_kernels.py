@@ -223,14 +223,16 @@ def dequantize_q4(scales, offsets, nibbles, out):
 
 
 @_exact
-def q8_row_product(scales, quants, x, out, first, last):
+def q8_row_product(scales, offsets, quants, x, out, first, last):
     """`glassllm.kernels.quantized.q8_matmul`'s ``x W`` for one row ``x (in,)``, outputs
-    ``first:last`` into ``out (out,)``, as ``sum over blocks b of d (sum_j q x)``: per block and
-    output, ``q x`` for ``j = 0..31`` added in order into one float32 sum, then ``d`` times it
-    added to the total, the blocks in order. Four ``j`` a pass (the block's 32 is a multiple of
-    4), written as four additions in order so each pass loads and stores the sums once: the same
-    bits as one ``j`` a pass, half the time. Slices, not ``o + first`` indices, keep numba's
-    negative-index check out of the loop, which would stop LLVM vectorising it."""
+    ``first:last`` into ``out (out,)``, as ``sum over blocks b of d (sum_j q x) [+ m sum x]``: per
+    block and output, ``q x`` for ``j = 0..size-1`` added in order into one float32 sum, then
+    ``d`` times it (plus ``m`` times the block's inputs summed in order, where ``offsets`` has
+    rows: an empty ``offsets`` means none) added to the total, the blocks in order. Four ``j`` a
+    pass (a block's 32 or 16 is a multiple of 4), written as four additions in order so each
+    pass loads and stores the sums once: the same bits as one ``j`` a pass, half the time.
+    Slices, not ``o + first`` indices, keep numba's negative-index check out of the loop, which
+    would stop LLVM vectorising it."""
     blocks, size, outputs = quants.shape
     count = last - first
     block_sum = np.empty(count, np.float32)
@@ -253,36 +255,55 @@ def q8_row_product(scales, quants, x, out, first, last):
                 partial = partial + np.float32(q2[o]) * x2
                 block_sum[o] = partial + np.float32(q3[o]) * x3
         d = scales[b, first:last]
+        if offsets.shape[0] == 0:
+            for o in range(count):
+                total[o] += d[o] * block_sum[o]
+            continue
+        x_sum = np.float32(0)
+        for j in range(size):
+            x_sum += x[b * size + j]
+        m = offsets[b, first:last]
         for o in range(count):
-            total[o] += d[o] * block_sum[o]
+            total[o] += d[o] * block_sum[o] + m[o] * x_sum
 
 
 @_exact
-def dequantize_q8(scales, quants, out):
-    """`glassllm.functional.quantized.dequantize_q8` into ``out (in, out)``: the same ``q d``."""
+def dequantize_q8(scales, offsets, quants, out):
+    """`glassllm.functional.quantized.dequantize_q8` into ``out (in, out)``: the same ``q d``, or
+    ``q d + m`` where ``offsets`` has rows."""
     blocks, size, outputs = quants.shape
     for b in range(blocks):
         d = scales[b]
         for j in range(size):
             q = quants[b, j]
             row = out[b * size + j]
-            for o in range(outputs):
-                row[o] = np.float32(q[o]) * d[o]
+            if offsets.shape[0] == 0:
+                for o in range(outputs):
+                    row[o] = np.float32(q[o]) * d[o]
+            else:
+                m = offsets[b]
+                for o in range(outputs):
+                    row[o] = np.float32(q[o]) * d[o] + m[o]
 
 
 @_exact
-def q8_is_table(scales, quants, table):
+def q8_is_table(scales, offsets, quants, table):
     """Whether ``table (out, in)`` is the 8-bit blocks' ``W^T``, value for value (``==``, as
     `numpy.array_equal`: a load's check of a tied embedding, without the 4-byte-a-weight
-    dequantized copy). Row by row of ``table``: the 32 x nb bytes a row reads lie on as many cache
-    lines, which serve the next 63 rows too."""
+    dequantized copy). Row by row of ``table``: the size x nb bytes a row reads lie on as many
+    cache lines, which serve the next 63 rows too."""
     blocks, size, outputs = quants.shape
+    with_offsets = offsets.shape[0] > 0
     for o in range(outputs):
         row = table[o]
         for b in range(blocks):
             d = scales[b, o]
+            m = offsets[b, o] if with_offsets else np.float32(0)
             for j in range(size):
-                if np.float32(quants[b, j, o]) * d != row[b * size + j]:
+                value = np.float32(quants[b, j, o]) * d
+                if with_offsets:
+                    value = value + m
+                if value != row[b * size + j]:
                     return False
     return True
 
@@ -311,9 +332,9 @@ def q4_is_matrix(scales, offsets, nibbles, w):
 
 
 @_exact
-def q8_is_matrix(scales, quants, w):
+def q8_is_matrix(scales, offsets, quants, w):
     """Whether ``w (in, out)`` is the 8-bit blocks' matrix, value for value (`dequantize_q8`'s
-    ``q d``, compared as `q4_is_matrix` compares)."""
+    ``q d [+ m]``, compared as `q4_is_matrix` compares)."""
     blocks, size, outputs = quants.shape
     for b in range(blocks):
         d = scales[b]
@@ -321,8 +342,13 @@ def q8_is_matrix(scales, quants, w):
             q = quants[b, j]
             row = w[b * size + j]
             misses = 0
-            for o in range(outputs):
-                misses += np.float32(q[o]) * d[o] != row[o]
+            if offsets.shape[0] == 0:
+                for o in range(outputs):
+                    misses += np.float32(q[o]) * d[o] != row[o]
+            else:
+                m = offsets[b]
+                for o in range(outputs):
+                    misses += np.float32(q[o]) * d[o] + m[o] != row[o]
             if misses:
                 return False
     return True

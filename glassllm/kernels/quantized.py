@@ -60,34 +60,45 @@ def dequantize_q4(scales: np.ndarray, offsets: np.ndarray, nibbles: np.ndarray) 
 Q8_OUTPUTS_PER_THREAD = 4096
 
 
-def q8_matmul(x2: np.ndarray, scales: np.ndarray, quants: np.ndarray) -> np.ndarray:
-    """``x2 @ W`` for rows ``x2 (N, in)`` and the 8-bit blocks of ``W (in, out)``: ``(N, out)``.
-    One row against a wide matrix (a tied head: 49,152 outputs) is split by outputs over the
-    worker threads; each output is still one sum in a fixed order, so the bits do not depend on
-    the thread count."""
+def q8_matmul(
+    x2: np.ndarray, scales: np.ndarray, quants: np.ndarray, offsets: np.ndarray | None = None
+) -> np.ndarray:
+    """``x2 @ W`` for rows ``x2 (N, in)`` and the 8-bit blocks of ``W (in, out)`` (with
+    ``offsets``, ``q d + m``): ``(N, out)``. One row against a wide matrix (a tied head: 49,152
+    outputs) is split by outputs over the worker threads; each output is still one sum in a
+    fixed order, so the bits do not depend on the thread count."""
     fused = compiled.kernels()
     if x2.dtype == np.float32 and len(x2) <= ROWS_ON_BLOCKS:
         outputs = quants.shape[2]
         out = np.empty((len(x2), outputs), np.float32)
         parts = threads.row_blocks(outputs, min_rows=Q8_OUTPUTS_PER_THREAD, align=64)
+        m = NO_OFFSETS if offsets is None else offsets
         for row, result in zip(x2, out, strict=True):
             row = np.ascontiguousarray(row)
             threads.run_blocks(
                 [
                     lambda part=part, row=row, result=result: fused.q8_row_product(
-                        scales, quants, row, result, part.start, part.stop
+                        scales, m, quants, row, result, part.start, part.stop
                     )
                     for part in parts
                 ]
             )
         return out
-    w = dequantize_q8(scales, quants)
+    w = dequantize_q8(scales, quants, offsets)
     return x2 @ (w if x2.dtype == w.dtype else w.astype(x2.dtype))
 
 
-def dequantize_q8(scales: np.ndarray, quants: np.ndarray) -> np.ndarray:
+def dequantize_q8(
+    scales: np.ndarray, quants: np.ndarray, offsets: np.ndarray | None = None
+) -> np.ndarray:
     """The float32 matrix ``(in, out)`` of the 8-bit blocks, a new array (the definition's bits)."""
     blocks, size, outputs = quants.shape
     out = np.empty((blocks * size, outputs), np.float32)
-    compiled.kernels().dequantize_q8(scales, quants, out)
+    m = NO_OFFSETS if offsets is None else offsets
+    compiled.kernels().dequantize_q8(scales, m, quants, out)
     return out
+
+
+# what the compiled 8-bit kernels take for a weight without offsets (they test for rows)
+NO_OFFSETS = np.zeros((0, 0), np.float32)
+NO_OFFSETS.flags.writeable = False

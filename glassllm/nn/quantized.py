@@ -2,7 +2,7 @@
 a GGUF file's blocks (a `Q4Weight` or a `Q8Weight`).
 
 What `glassllm.hf.load_gguf(path, keep_quantized=True)` puts in place of a model's projections
-and embedding whose file blocks are of a kept type (Q4_0, Q4_1, Q4_K, Q5_0, Q6_K, Q8_0:
+and embedding whose file tensors are block-quantized (Q4_0 to Q8_0, Q4_K to Q6_K:
 `glassllm.gguf.unpack`): the weights stay as those blocks (6 or 8 bits a weight here against
 32), and a decoding step sums on them
 (`glassllm.functional.quantized_linear`). A `QuantizedEmbedding` keeps the table as the blocks of

@@ -172,18 +172,23 @@ def test_q4_lookup_is_the_dequantized_columns():
     assert np.array_equal(w.lookup(ids), w.dequantize()[:, ids].T)
 
 
+@pytest.mark.parametrize("offsets", [False, True])
 @pytest.mark.parametrize("size", [32, 16])
 @pytest.mark.parametrize("rows", [1, 2, 3])
-def test_the_q8_kernels_against_the_definition(rows, size):
+def test_the_q8_kernels_against_the_definition(rows, size, offsets):
     optional("numba")
     rng = np.random.default_rng(20 + rows)
     d, q = random_q8_blocks(rng, 72, 128, size)
-    w = q8_weight_of(d, q)
-    assert w.shape == (128, 72)
-    dequantized = w.dequantize()  # W[size b + j, o] = q d
-    assert np.array_equal(dequantized[size + 3], q[:, 1, 3].astype(np.float32) * d[:, 1])
+    m = rng.normal(0, 0.1, d.shape).astype(np.float16).astype(np.float32) if offsets else None
+    w = Q8Weight.from_blocks(d.astype(np.float32), q, m)
+    assert w.shape == (128, 72) and (w.offsets is None) == (not offsets)
+    dequantized = w.dequantize()  # W[size b + j, o] = q d (+ m)
+    expected = q[:, 1, 3].astype(np.float32) * d[:, 1] + (m[:, 1] if offsets else 0)
+    assert np.array_equal(dequantized[size + 3], expected)
     with kernels.use("reference"):
         assert np.array_equal(w.dequantize(), dequantized)
+    ids = np.array([5, 0, 71])
+    assert np.array_equal(w.lookup(ids), dequantized[:, ids].T)
     x = rng.standard_normal((rows, 128), dtype=np.float32)
     fast = F.quantized_linear(Tensor(x), w).data
     with kernels.use("reference"):
@@ -195,10 +200,12 @@ def test_the_q8_kernels_against_the_definition(rows, size):
     assert np.all(np.abs(reference - exact) <= 128 * 2**-24 * scale * 2)
 
 
-def test_one_q8_row_is_summed_in_the_kernels_order_on_any_thread_count():
+@pytest.mark.parametrize("offsets", [False, True])
+def test_one_q8_row_is_summed_in_the_kernels_order_on_any_thread_count(offsets):
     """Each output: per block, q x for j = 0..31 added in order into one float32 sum, then d
-    times it added to the total, block after block: the kernel's bits exactly, whether the
-    outputs are split over threads or not."""
+    times it (plus m times the block's inputs summed in order, with offsets) added to the
+    total, block after block: the kernel's bits exactly, whether the outputs are split over
+    threads or not."""
     needs_kernels()
     from glassllm import threads
     from glassllm.kernels import quantized as kq
@@ -206,14 +213,18 @@ def test_one_q8_row_is_summed_in_the_kernels_order_on_any_thread_count():
     rng = np.random.default_rng(12)
     outputs = 2 * kq.Q8_OUTPUTS_PER_THREAD + 37  # wide enough to be split over two threads
     d, q = random_q8_blocks(rng, outputs, 64)
-    w = q8_weight_of(d, q)
+    m = rng.normal(0, 0.1, d.shape).astype(np.float32) if offsets else None
+    w = Q8Weight.from_blocks(d.astype(np.float32), q, m)
     x = rng.standard_normal(64, dtype=np.float32)
     total = np.zeros(outputs, np.float32)
     for b in range(2):
         block_sum = np.zeros(outputs, np.float32)
+        x_sum = np.float32(0)
         for j in range(32):
             block_sum += q[:, b, j].astype(np.float32) * x[32 * b + j]
-        total += d[:, b].astype(np.float32) * block_sum
+            x_sum = np.float32(x_sum + x[32 * b + j])
+        scaled = d[:, b].astype(np.float32) * block_sum
+        total += scaled + m[:, b] * x_sum if offsets else scaled
     before = threads.get_num_threads()
     try:
         for count in (1, 2):

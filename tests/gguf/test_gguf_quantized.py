@@ -112,22 +112,30 @@ def test_the_blocks_compute_what_the_float32_model_computes(tmp_path, arch, ggml
     assert_computes_the_same(kept, plain)
 
 
-def test_mixed_and_other_block_types_stay_float32(tmp_path):
+def test_a_mix_is_widened_and_other_types_stay_float32(tmp_path):
     path = write_file(tmp_path, types={"ffn_down": Q8_0, "attn_k": Q8_0, "ffn_up": F16})
     kept, plain = load(path, keep_quantized=True), load(path)
     layers = {n: m for n, m in kept.named_modules() if isinstance(m, nn.QuantizedLinear)}
-    # q, k and v share one layer: a Q8_0 k beside Q4_1 q and v keeps it float32; F16 stays F16's
-    # float32; the Q8_0 down projection is kept as 8-bit blocks
+    # q, k and v share one layer: a Q8_0 k beside Q4_1 q and v makes it 8-bit blocks with
+    # offsets (k's -0.0); F16 stays F16's float32; the Q8_0 down projection is 8-bit blocks
     assert set(layers) == {
-        f"blocks.{i}.{p}" for i in range(2) for p in ("attn.proj", "mlp.gate", "mlp.proj")
+        f"blocks.{i}.{p}"
+        for i in range(2)
+        for p in ("attn.qkv", "attn.proj", "mlp.gate", "mlp.proj")
     }
+    qkv = layers["blocks.0.attn.qkv"].blocks
+    assert isinstance(qkv, Q8Weight) and qkv.offsets is not None
+    assert np.all(qkv.offsets[:, 64:96] == 0) and np.all(np.signbit(qkv.offsets[:, 64:96]))
     assert isinstance(layers["blocks.0.mlp.proj"].blocks, Q8Weight)
+    assert layers["blocks.0.mlp.proj"].blocks.offsets is None
     assert isinstance(layers["blocks.0.mlp.gate"].blocks, Q4Weight)
-    assert isinstance(kept.blocks[0].attn.qkv, nn.Linear)
     assert isinstance(kept.blocks[0].mlp.up, nn.Linear)
     assert isinstance(kept.wte, nn.Embedding)  # the file's F32 table
-    ids = [1, 2, 3]
-    assert np.allclose(logits(kept, ids), logits(plain, ids), rtol=1e-5, atol=1e-4)
+    ours, theirs = kept.state_dict(), plain.state_dict()
+    for name, value in theirs.items():  # the file's values, bit for bit, signed zeros too
+        assert np.array_equal(np.signbit(ours[name]), np.signbit(value)), name
+        assert np.array_equal(ours[name], value), name
+    assert_computes_the_same(kept, plain)
 
 
 @pytest.mark.parametrize(
@@ -212,7 +220,7 @@ def test_without_the_compiled_kernels_it_says_which_extra(tmp_path):
         compiled.set_enabled(True)
 
 
-@pytest.mark.parametrize("kind", ["q8", "q4"])
+@pytest.mark.parametrize("kind", ["q8", "q8 with offsets", "q4"])
 def test_a_table_that_is_not_the_blocks_is_refused(kind):
     """The load's check of a tied embedding: the table ``W^T`` bit for bit, one changed value
     (the last, or the first) and it is not."""
@@ -220,8 +228,10 @@ def test_a_table_that_is_not_the_blocks_is_refused(kind):
 
     rng = np.random.default_rng(7)
     d = rng.normal(0, 0.1, (40, 2)).astype(np.float16).astype(np.float32)
-    if kind == "q8":
-        blocks = Q8Weight.from_blocks(d, rng.integers(-128, 128, (40, 2, 32), dtype=np.int8))
+    if kind.startswith("q8"):
+        m = -d if kind.endswith("offsets") else None
+        q8 = rng.integers(-128, 128, (40, 2, 32), dtype=np.int8)
+        blocks = Q8Weight.from_blocks(d, q8, m)
     else:
         q = rng.integers(0, 256, (40, 2, 16), dtype=np.uint8)
         blocks = Q4Weight.from_blocks(d, -8 * d, q)
@@ -233,7 +243,7 @@ def test_a_table_that_is_not_the_blocks_is_refused(kind):
         assert not _is_table(blocks, changed), where
 
 
-@pytest.mark.parametrize("kind", ["q8", "q4"])
+@pytest.mark.parametrize("kind", ["q8", "q8 with offsets", "q4"])
 def test_a_projection_that_is_not_the_blocks_is_refused(kind):
     """The load's check of a projection, compared in place: it agrees with ``np.array_equal``
     against the dequantized matrix for the matrix itself, one value one step off anywhere (a low
@@ -242,8 +252,10 @@ def test_a_projection_that_is_not_the_blocks_is_refused(kind):
 
     rng = np.random.default_rng(8)
     d = rng.normal(0, 0.1, (37, 3)).astype(np.float16).astype(np.float32)  # 37 outputs, in 96
-    if kind == "q8":
-        blocks = Q8Weight.from_blocks(d, rng.integers(-128, 128, (37, 3, 32), dtype=np.int8))
+    if kind.startswith("q8"):
+        m = rng.normal(0, 0.1, (37, 3)).astype(np.float32) if kind.endswith("offsets") else None
+        q8 = rng.integers(-128, 128, (37, 3, 32), dtype=np.int8)
+        blocks = Q8Weight.from_blocks(d, q8, m)
     else:
         m = rng.normal(0, 0.1, (37, 3)).astype(np.float16).astype(np.float32)
         blocks = Q4Weight.from_blocks(d, m, rng.integers(0, 256, (37, 3, 16), dtype=np.uint8))
