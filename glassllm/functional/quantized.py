@@ -20,7 +20,9 @@ input's weights for 16 or so outputs, each output's sum in its own lane
 
 GGUF's Q8_0 stores blocks of 32 signed bytes ``q`` and a float16 scale ``d``: ``w = q d``, exact in
 float32 (8 + 11 significant bits), 8 bits a weight kept (``d`` widened) against 32; Q5_0's
-``q - 16`` and Q6_K's 6-bit ``q`` times its 19-bit scale are of that form too, also exact.
+``q - 16`` and Q6_K's 6-bit ``q`` times its 19-bit scale are of that form too, also exact;
+Q5_1 and Q5_K add an offset per block (``offsets (nb, out)``, ``w = q d + m``, ``q`` of 5 bits:
+``q d`` exact, the sum rounded once).
 `Q8Weight` holds them in the same transposed layout: ``quants (nb, size, out)`` (int8),
 ``scales (nb, out)``, ``size`` 32, or 16 for Q6_K, whose scales cover 16 weights
 (`glassllm.gguf.unpack` says which ggml types become which weight, each exactly).
