@@ -21,6 +21,9 @@ The contract:
   Elsewhere (other BLAS, or NumPy imported first with OpenBLAS's 0.1 s spin) the default is 1.
 * A region opened from a worker, or while another thread is inside one, runs its blocks one
   after another on the caller: no nesting, no deadlock, the same results.
+* One row times block-quantized weights (a decoding step's products, 20-80 us each, too short
+  for these workers' ~58 us hand-off) has helpers of its own, `glassllm.kernels.row_pool`,
+  split into the same number of parts; inside a region it is not split.
 * An exception in any block, or a Ctrl-C meanwhile, is re-raised on the caller once every block
   has finished (a caller that saves on Ctrl-C never races a block still writing).
 * Blocks that call BLAS (attention's stacked products) run with BLAS limited to one thread, so
@@ -77,6 +80,7 @@ __all__ = [
     "size_blocks",
     "split_rows",
     "one_blas_thread",
+    "in_region",
     "AdaptiveThreads",
     "set_adaptive",
     "adaptive_setting",
@@ -144,6 +148,11 @@ class _Worker:
                 done.put(error)
             else:
                 done.put(None)
+
+
+def in_region() -> bool:
+    """Whether this thread is a worker or inside a region (where work is not split again)."""
+    return getattr(_local, "in_region", False)
 
 
 def run_blocks(tasks: Sequence[Callable[[], None]], uses_blas: bool = False) -> None:

@@ -3,7 +3,8 @@
 `glassllm.functional` holds each fused operation's definition: forward, vector-Jacobian product
 and derivation in plain NumPy, one screen each. This package holds the ways to run the same maths
 fast: row blocks on worker threads, a choice of BLAS or einsum row sums by shape, chunked
-elementwise passes, causal attention in query tiles (`attention`), and numba loops with the
+elementwise passes, causal attention in query tiles (`attention`), one-row products on blocks
+shared with helper threads that spin without the GIL (`row_pool`), and numba loops with the
 ``fast`` extra (`compiled`: that switch is ``GLASSLLM_NUMBA=0`` / ``compiled.set_enabled``).
 Each kernel is tested against its definition (``tests/kernels/test_kernels.py``): the same
 bits where it does the same operations in the same order, equal to float rounding where it adds

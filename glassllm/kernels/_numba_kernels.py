@@ -175,18 +175,26 @@ def rotate_pairs(x, cos, sin, inverse, interleaved, out):
 
 
 @_exact
-def q4_row_product(scales, offsets, nibbles, x, out):
-    """`glassllm.kernels.quantized.q4_matmul`'s ``x W`` for one row ``x (in,)`` into ``out
-    (out,)``, as ``sum over blocks b of d (sum q_low x + sum q_high x) + m sum x``: per block, the
-    low-nibble terms ``j = 0..15`` in order in one float32 sum per output, the high-nibble terms
-    in another, the block's 32 inputs summed in order; the blocks added in order. The inner loop
+def q4_row_product(
+    scales, offsets, nibbles, x, out, first, last, first_block, last_block, partials
+):
+    """`glassllm.kernels.quantized.q4_matmul`'s ``x W`` for one row ``x (in,)``: outputs
+    ``first:last`` of ``out (out,)`` from the blocks ``first_block:last_block``, each block's term
+    ``d (sum q_low x + sum q_high x) + m sum x`` (per output, the low-nibble terms ``j = 0..15``
+    in order in one float32 sum, the high-nibble terms in another; the block's 32 inputs summed
+    in order) added in block order onto 0. Where ``partials`` has rows, each block's term goes
+    to its own row ``b - first_block`` instead, for the caller to add on in the same order: so
+    blocks run on another thread give the bits of one pass (`_numba_row_pool`). The inner loop
     runs along the outputs, every output its own lane and its own sum, so LLVM vectorises it
-    without reordering one (nothing relaxed)."""
-    blocks, half, outputs = nibbles.shape
-    low = np.empty(outputs, np.float32)
-    high = np.empty(outputs, np.float32)
-    out[:] = 0
-    for b in range(blocks):
+    without reordering one (nothing relaxed); slices keep numba's index checks out of it."""
+    _, half, _ = nibbles.shape
+    count = last - first
+    low = np.empty(count, np.float32)
+    high = np.empty(count, np.float32)
+    total = out[first:last]
+    if partials.shape[0] == 0:
+        total[:] = 0
+    for b in range(first_block, last_block):
         low[:] = 0
         high[:] = 0
         x_sum = np.float32(0)
@@ -195,14 +203,19 @@ def q4_row_product(scales, offsets, nibbles, x, out):
         for j in range(half):
             x_low = x[b * 2 * half + j]
             x_high = x[b * 2 * half + half + j]
-            q = nibbles[b, j]
-            for o in range(outputs):
+            q = nibbles[b, j, first:last]
+            for o in range(count):
                 low[o] += np.float32(q[o] & 15) * x_low
                 high[o] += np.float32(q[o] >> 4) * x_high
-        d = scales[b]
-        m = offsets[b]
-        for o in range(outputs):
-            out[o] += d[o] * (low[o] + high[o]) + m[o] * x_sum
+        d = scales[b, first:last]
+        m = offsets[b, first:last]
+        if partials.shape[0] == 0:
+            for o in range(count):
+                total[o] += d[o] * (low[o] + high[o]) + m[o] * x_sum
+        else:
+            term = partials[b - first_block, first:last]
+            for o in range(count):
+                term[o] = d[o] * (low[o] + high[o]) + m[o] * x_sum
 
 
 @_exact
@@ -223,22 +236,24 @@ def dequantize_q4(scales, offsets, nibbles, out):
 
 
 @_exact
-def q8_row_product(scales, offsets, quants, x, out, first, last):
-    """`glassllm.kernels.quantized.q8_matmul`'s ``x W`` for one row ``x (in,)``, outputs
-    ``first:last`` into ``out (out,)``, as ``sum over blocks b of d (sum_j q x) [+ m sum x]``: per
-    block and output, ``q x`` for ``j = 0..size-1`` added in order into one float32 sum, then
-    ``d`` times it (plus ``m`` times the block's inputs summed in order, where ``offsets`` has
-    rows: an empty ``offsets`` means none) added to the total, the blocks in order. Four ``j`` a
-    pass (a block's 32 or 16 is a multiple of 4), written as four additions in order so each
-    pass loads and stores the sums once: the same bits as one ``j`` a pass, half the time.
+def q8_row_product(scales, offsets, quants, x, out, first, last, first_block, last_block, partials):
+    """`glassllm.kernels.quantized.q8_matmul`'s ``x W`` for one row ``x (in,)``: outputs
+    ``first:last`` of ``out (out,)`` from the blocks ``first_block:last_block``, each block's term
+    ``d (sum_j q x) [+ m sum x]`` (per output, ``q x`` for ``j = 0..size-1`` added in order into
+    one float32 sum; ``m`` times the block's inputs summed in order where ``offsets`` has rows:
+    an empty ``offsets`` means none) added in block order onto 0; where ``partials`` has rows,
+    each block's term goes to its row ``b - first_block`` instead (as in `q4_row_product`). Four
+    ``j`` a pass (a block's 32 or 16 is a multiple of 4), written as four additions in order so
+    each pass loads and stores the sums once: the same bits as one ``j`` a pass, half the time.
     Slices, not ``o + first`` indices, keep numba's negative-index check out of the loop, which
     would stop LLVM vectorising it."""
-    blocks, size, outputs = quants.shape
+    _, size, _ = quants.shape
     count = last - first
     block_sum = np.empty(count, np.float32)
     total = out[first:last]
-    total[:] = 0
-    for b in range(blocks):
+    if partials.shape[0] == 0:
+        total[:] = 0
+    for b in range(first_block, last_block):
         block_sum[:] = 0
         for j in range(0, size, 4):
             x0 = x[b * size + j]
@@ -255,16 +270,25 @@ def q8_row_product(scales, offsets, quants, x, out, first, last):
                 partial = partial + np.float32(q2[o]) * x2
                 block_sum[o] = partial + np.float32(q3[o]) * x3
         d = scales[b, first:last]
+        into = total if partials.shape[0] == 0 else partials[b - first_block, first:last]
         if offsets.shape[0] == 0:
-            for o in range(count):
-                total[o] += d[o] * block_sum[o]
+            if partials.shape[0] == 0:
+                for o in range(count):
+                    into[o] += d[o] * block_sum[o]
+            else:
+                for o in range(count):
+                    into[o] = d[o] * block_sum[o]
             continue
         x_sum = np.float32(0)
         for j in range(size):
             x_sum += x[b * size + j]
         m = offsets[b, first:last]
-        for o in range(count):
-            total[o] += d[o] * block_sum[o] + m[o] * x_sum
+        if partials.shape[0] == 0:
+            for o in range(count):
+                into[o] += d[o] * block_sum[o] + m[o] * x_sum
+        else:
+            for o in range(count):
+                into[o] = d[o] * block_sum[o] + m[o] * x_sum
 
 
 @_exact

@@ -14,19 +14,22 @@ thread, 0.94 on two, against 4.0 for BLAS on the float32 table. A few rows run t
 per row; more dequantize the matrix and take one BLAS product, where the arithmetic, not the
 memory, is what costs.
 
-The bits: each output is one sum in a fixed order, so they do not depend on the thread count
-(`q8_matmul` splits a wide matrix's outputs over the workers; `q4_matmul`'s products, ~20-70 us,
-are too short to pay a hand-off); they differ from BLAS's (another order of the same sum) by
-float32 rounding. Both need numba (the ``fast`` extra); without it
-`glassllm.functional.quantized` runs its definition (dequantize in NumPy, then BLAS).
+One row's product is shared with the row helpers (`glassllm.kernels.row_pool`: native loops
+handed a part in about a microsecond, where a `glassllm.threads` worker took ~58 us), by blocks,
+or by outputs for a wide matrix; on the guest above, 1536 x 576 from memory: 42 us on two threads.
+
+The bits: each output is one sum in a fixed order, whoever runs which part, so they do not
+depend on the thread count; they differ from BLAS's (another order of the same sum) by float32
+rounding. Both need numba (the ``fast`` extra); without it `glassllm.functional.quantized` runs
+its definition (dequantize in NumPy, then BLAS).
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from glassllm import threads
 from glassllm.kernels import compiled
+from glassllm.kernels.row_pool import Q4, Q8, row_product
 
 # Rows up to which the row kernel runs per row; above, dequantize + BLAS. At 1536 x 576 one row
 # on the blocks is ~0.14 ms and a dequantization ~0.4 ms before its BLAS product.
@@ -41,7 +44,7 @@ def q4_matmul(
     if x2.dtype == np.float32 and len(x2) <= ROWS_ON_BLOCKS:
         out = np.empty((len(x2), nibbles.shape[2]), np.float32)
         for row, result in zip(x2, out, strict=True):
-            fused.q4_row_product(scales, offsets, nibbles, np.ascontiguousarray(row), result)
+            row_product(fused, Q4, scales, offsets, nibbles, np.ascontiguousarray(row), result)
         return out
     w = dequantize_q4(scales, offsets, nibbles)
     return x2 @ (w if x2.dtype == w.dtype else w.astype(x2.dtype))
@@ -55,34 +58,17 @@ def dequantize_q4(scales: np.ndarray, offsets: np.ndarray, nibbles: np.ndarray) 
     return out
 
 
-# Outputs a thread's share of a Q8 row product must reach before the product is split: a hand-off
-# to a worker costs up to ~65 us on a 2-vCPU guest (bench/LOG.md), 4096 outputs of 576 ~100 us.
-Q8_OUTPUTS_PER_THREAD = 4096
-
-
 def q8_matmul(
     x2: np.ndarray, scales: np.ndarray, quants: np.ndarray, offsets: np.ndarray | None = None
 ) -> np.ndarray:
     """``x2 @ W`` for rows ``x2 (N, in)`` and the 8-bit blocks of ``W (in, out)`` (with
-    ``offsets``, ``q d + m``): ``(N, out)``. One row against a wide matrix (a tied head: 49,152
-    outputs) is split by outputs over the worker threads; each output is still one sum in a
-    fixed order, so the bits do not depend on the thread count."""
+    ``offsets``, ``q d + m``): ``(N, out)``."""
     fused = compiled.kernels()
     if x2.dtype == np.float32 and len(x2) <= ROWS_ON_BLOCKS:
-        outputs = quants.shape[2]
-        out = np.empty((len(x2), outputs), np.float32)
-        parts = threads.row_blocks(outputs, min_rows=Q8_OUTPUTS_PER_THREAD, align=64)
+        out = np.empty((len(x2), quants.shape[2]), np.float32)
         m = NO_OFFSETS if offsets is None else offsets
         for row, result in zip(x2, out, strict=True):
-            row = np.ascontiguousarray(row)
-            threads.run_blocks(
-                [
-                    lambda part=part, row=row, result=result: fused.q8_row_product(
-                        scales, m, quants, row, result, part.start, part.stop
-                    )
-                    for part in parts
-                ]
-            )
+            row_product(fused, Q8, scales, m, quants, np.ascontiguousarray(row), result)
         return out
     w = dequantize_q8(scales, quants, offsets)
     return x2 @ (w if x2.dtype == w.dtype else w.astype(x2.dtype))

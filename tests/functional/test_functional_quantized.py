@@ -83,7 +83,9 @@ def test_one_row_is_summed_in_the_kernels_order():
             high += (q[:, b, j] >> 4).astype(np.float32) * x[32 * b + 16 + j]
         total += d[:, b] * (low + high) + m[:, b] * x_sum
     out = np.empty(37, np.float32)
-    compiled.kernels().q4_row_product(w.scales, w.offsets, w.nibbles, x, out)
+    compiled.kernels().q4_row_product(
+        w.scales, w.offsets, w.nibbles, x, out, 0, 37, 0, 3, np.zeros((0, 0), np.float32)
+    )
     assert np.array_equal(out, total)
     assert np.array_equal(F.quantized_linear(Tensor(x[None]), w).data[0], total)
 
@@ -208,10 +210,10 @@ def test_one_q8_row_is_summed_in_the_kernels_order_on_any_thread_count(offsets):
     threads or not."""
     needs_kernels()
     from glassllm import threads
-    from glassllm.kernels import quantized as kq
+    from glassllm.kernels import row_pool
 
     rng = np.random.default_rng(12)
-    outputs = 2 * kq.Q8_OUTPUTS_PER_THREAD + 37  # wide enough to be split over two threads
+    outputs = 2 * row_pool.COLUMNS_PER_THREAD + 37  # wide enough to be split by outputs
     d, q = random_q8_blocks(rng, outputs, 64)
     m = rng.normal(0, 0.1, d.shape).astype(np.float32) if offsets else None
     w = Q8Weight.from_blocks(d.astype(np.float32), q, m)
