@@ -129,12 +129,17 @@ def _states():
     return pool, row_pool._slots[: len(row_pool._events), pool.STATE]
 
 
-def test_a_helper_asleep_is_woken_and_the_product_is_right_meanwhile():
+def _q4_case(seed):
+    """Two threads; 4-bit blocks (6 x 256), a row, and the sequential sum's result."""
     threads.set_num_threads(2)
-    rng = np.random.default_rng(1)
+    rng = np.random.default_rng(seed)
     arrays = q4_arrays(rng, 6, 256)
     x = _x(arrays, rng)
-    expected = q4_sequential(*arrays, x)
+    return arrays, x, q4_sequential(*arrays, x)
+
+
+def test_a_helper_asleep_is_woken_and_the_product_is_right_meanwhile():
+    arrays, x, expected = _q4_case(1)
     assert np.array_equal(q4_product(arrays, x), expected)  # starts the helper
     pool, states = _states()
     deadline = time.monotonic() + 10
@@ -222,11 +227,7 @@ def test_one_thread_and_a_region_of_the_other_pool_use_no_helper(monkeypatch):
 
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="os.fork is POSIX only")
 def test_a_forked_child_starts_helpers_of_its_own():
-    threads.set_num_threads(2)
-    rng = np.random.default_rng(5)
-    arrays = q4_arrays(rng, 6, 256)
-    x = _x(arrays, rng)
-    expected = q4_sequential(*arrays, x)
+    arrays, x, expected = _q4_case(5)
     assert np.array_equal(q4_product(arrays, x), expected)  # the parent's helper running
     pid = os.fork()
     if pid == 0:  # the child: no helper thread was copied; new ones start
