@@ -11,6 +11,7 @@ move the job's fields past the store that publishes them.
 
 from __future__ import annotations
 
+import os
 import platform
 
 from llvmlite import ir
@@ -19,6 +20,7 @@ from numba.core import cgutils
 from numba.extending import intrinsic
 
 _X86 = platform.machine().lower() in ("x86_64", "amd64", "i386", "i686")
+_POSIX = os.name == "posix"
 
 
 def _element(context, builder, array_type, array, index):
@@ -69,6 +71,28 @@ def spin_pause(typingctx):
 
     def codegen(context, builder, signature, args):
         if _X86:
+            pause = ir.FunctionType(ir.VoidType(), [])
+            builder.call(
+                cgutils.get_or_insert_function(builder.module, pause, "llvm.x86.sse2.pause"), []
+            )
+        return context.get_dummy_value()
+
+    return types.none(), codegen
+
+
+@intrinsic
+def yield_thread(typingctx):
+    """POSIX ``sched_yield()``: the core goes to another runnable thread, if there is one (a
+    spinning helper must not take a busy machine's time from the thread it helps); x86's
+    ``pause`` where there is no ``sched_yield`` (Windows)."""
+
+    def codegen(context, builder, signature, args):
+        if _POSIX:
+            function = ir.FunctionType(ir.IntType(32), [])
+            builder.call(
+                cgutils.get_or_insert_function(builder.module, function, "sched_yield"), []
+            )
+        elif _X86:
             pause = ir.FunctionType(ir.VoidType(), [])
             builder.call(
                 cgutils.get_or_insert_function(builder.module, pause, "llvm.x86.sse2.pause"), []

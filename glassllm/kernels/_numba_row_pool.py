@@ -27,6 +27,7 @@ from glassllm.kernels._numba_atomics import (
     spin_pause,
     store_release,
     uint8_at,
+    yield_thread,
 )
 from glassllm.kernels._numba_kernels import _exact, q4_row_product, q8_row_product
 from glassllm.kernels.row_pool import Q4
@@ -47,6 +48,9 @@ LAST_BLOCK = 16
 FIELDS = 24  # 192 bytes: a slot never shares a 64-byte cache line with another
 # a slot's states: IDLE (spinning, free), OWNED (reserved by a caller about to post), POSTED,
 # CLAIMED (running), DONE, SLEEPING (the helper waits on its event), EXIT (the helper returns)
+# polls between two yields of the core: a spinning thread gives way to a runnable one (a busy
+# machine's neighbour, or the thread it helps, descheduled onto the same core) within ~1 us
+YIELD_EVERY = 16
 IDLE, OWNED, POSTED, CLAIMED, DONE, SLEEPING, EXIT = 0, 1, 2, 3, 4, 5, 6
 
 
@@ -98,6 +102,8 @@ def serve(slot, spins):
         else:
             spin_pause()
             idle += 1
+            if idle % YIELD_EVERY == 0:
+                yield_thread()
 
 
 @_exact
@@ -156,8 +162,12 @@ def shared_row_product(slots, kind, scales, offsets, quants, x, out, by_columns)
         if compare_exchange(slot, STATE, POSTED, CLAIMED) == POSTED:  # not claimed: ours now
             _run_posted(slot)
         else:
+            polls = 0
             while load_acquire(slot, STATE) != DONE:
                 spin_pause()
+                polls += 1
+                if polls % YIELD_EVERY == 0:
+                    yield_thread()
         store_release(slot, STATE, IDLE)
     for r in range(rows):  # the further blocks' terms, in block order
         term = partials[r]

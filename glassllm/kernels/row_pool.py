@@ -17,7 +17,9 @@ follows; split by outputs, each thread read half of every row, and the product t
 by outputs for a wide matrix (a tied head's 49,152), whose halves of a row are long runs.
 
 How many threads: `glassllm.threads.get_num_threads` (so ``set_num_threads(1)`` and the
-adaptive controller reach these products too); none from inside a `threads.run_blocks` region.
+adaptive controller reach these products too); none from inside a `threads.run_blocks` region,
+and none while other runnable threads leave no core free for them (`_cores_taken`). Spinning and
+waiting threads yield their core every `_numba_row_pool.YIELD_EVERY` polls.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from __future__ import annotations
 import atexit
 import os
 import threading
+import time
 
 import numpy as np
 
@@ -38,6 +41,9 @@ MIN_WEIGHTS_TO_SPLIT = 1 << 16
 # outputs per thread from which a product is split by outputs rather than by blocks
 COLUMNS_PER_THREAD = 4096
 
+# how often `_cores_taken` reads the machine's runnable threads (~10 us a read)
+BUSY_CHECK_SECONDS = 0.05
+_checked_at, _taken = -1e9, False
 _lock = threading.Lock()  # starting helpers
 _slots: np.ndarray | None = None  # (most helpers, FIELDS) int64, made once: helpers hold rows
 _events: list[threading.Event] = []  # one per helper started
@@ -60,7 +66,8 @@ def row_product(
 
     blocks, _, outputs = quants.shape
     wanted = 0 if threads.in_region() else threads.get_num_threads() - 1
-    if wanted > 0 and blocks * quants.shape[1] * outputs >= MIN_WEIGHTS_TO_SPLIT:
+    big = blocks * quants.shape[1] * outputs >= MIN_WEIGHTS_TO_SPLIT
+    if wanted > 0 and big and not _cores_taken(wanted):
         slots = _helper_slots(min(wanted, blocks - 1))
         by_columns = outputs >= COLUMNS_PER_THREAD * (len(slots) + 1)
         asleep = pool.shared_row_product(slots, kind, scales, offsets, quants, x, out, by_columns)
@@ -69,6 +76,35 @@ def row_product(
         return
     kernel = fused.q4_row_product if kind == Q4 else fused.q8_row_product
     kernel(scales, offsets, quants, x, out, 0, outputs, 0, blocks, NO_PARTIALS)
+
+
+def _cores_taken(wanted: int) -> bool:
+    """Whether other runnable threads leave no core for ``wanted`` helpers: Linux's count of
+    threads running now (``/proc/loadavg``), less this one and the helpers spinning, read every
+    `BUSY_CHECK_SECONDS`. Why: beside a busy neighbour on 2 vCPUs, a helper took a third of the
+    caller's core and generation ran 0.86-0.94x one thread's; then the helpers sleep."""
+    global _checked_at, _taken
+    now = time.monotonic()
+    if now - _checked_at >= BUSY_CHECK_SECONDS:
+        _checked_at = now
+        try:
+            with open("/proc/loadavg") as loadavg:
+                running = int(loadavg.read().split()[3].partition("/")[0])
+        except (OSError, ValueError, IndexError):  # not Linux: no reading, no limit
+            running = 0
+        if _slots is not None:
+            from glassllm.kernels import _numba_row_pool as pool
+
+            running -= int(np.count_nonzero(_slots[: len(_events), pool.STATE] != pool.SLEEPING))
+        _taken = running + wanted > _cores()  # running: this thread and the others
+    return _taken
+
+
+def _cores() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        return os.cpu_count() or 1
 
 
 def _helper_slots(count: int) -> np.ndarray:
