@@ -65,16 +65,19 @@ def compare_exchange(typingctx, array, index, expected, new):
     return types.int64(array, index, types.int64, types.int64), codegen
 
 
+def _call(builder, name, returns):
+    """A call of the argument-less function ``name`` (an LLVM intrinsic or a libc symbol)."""
+    function = ir.FunctionType(returns, [])
+    builder.call(cgutils.get_or_insert_function(builder.module, function, name), [])
+
+
 @intrinsic
 def spin_pause(typingctx):
     """x86's ``pause`` (a spinning core yields its pipeline and saves power); nothing elsewhere."""
 
     def codegen(context, builder, signature, args):
         if _X86:
-            pause = ir.FunctionType(ir.VoidType(), [])
-            builder.call(
-                cgutils.get_or_insert_function(builder.module, pause, "llvm.x86.sse2.pause"), []
-            )
+            _call(builder, "llvm.x86.sse2.pause", ir.VoidType())
         return context.get_dummy_value()
 
     return types.none(), codegen
@@ -88,15 +91,9 @@ def yield_thread(typingctx):
 
     def codegen(context, builder, signature, args):
         if _POSIX:
-            function = ir.FunctionType(ir.IntType(32), [])
-            builder.call(
-                cgutils.get_or_insert_function(builder.module, function, "sched_yield"), []
-            )
+            _call(builder, "sched_yield", ir.IntType(32))
         elif _X86:
-            pause = ir.FunctionType(ir.VoidType(), [])
-            builder.call(
-                cgutils.get_or_insert_function(builder.module, pause, "llvm.x86.sse2.pause"), []
-            )
+            _call(builder, "llvm.x86.sse2.pause", ir.VoidType())
         return context.get_dummy_value()
 
     return types.none(), codegen
