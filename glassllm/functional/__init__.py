@@ -15,25 +15,35 @@ name of `glassllm.kernels.compiled`.
 Modules, by concept: ``shape`` (concatenate, stack, where), ``probability`` (logsumexp,
 softmax, log_softmax), ``losses`` (cross_entropy), ``activations`` (relu, gelu, silu,
 swiglu), ``normalization`` (layer_norm, rms_norm), ``regularization`` (dropout), ``rotary``
-(rotary_frequencies, rotary_cos_sin, rotary, and, on ndarrays, rotary_array), ``affine``
-(linear, embedding), ``quantized`` (quantized_linear and quantized_embedding on a Q4Weight or
-Q8Weight, GGUF blocks), ``attention`` (scaled_dot_product_attention, and, on ndarrays,
-attention_probabilities and split_packed_heads), ``packed_attention`` (split, attend, merge in
-one op), ``special`` (erf, erfc on ndarrays).
+(rotary_frequencies, rotary_cos_sin, rotary), ``affine`` (linear, embedding), ``quantized``
+(quantized_linear and quantized_embedding on a Q4Weight or Q8Weight, GGUF blocks),
+``attention`` (scaled_dot_product_attention, and, on ndarrays, attention_probabilities and
+split_packed_heads), ``packed_attention`` (split, attend, merge in
+one op), ``special`` (erf, erfc on ndarrays). The ``*_array`` functions (rotary_array,
+rms_norm_array, swiglu_array, linear_array, quantized_linear_array, attention_array) are their
+ops' forwards on plain arrays, the same kernels and bits with no Tensor and no checks, for
+decoding under ``no_grad`` (`glassllm.models.decoding`).
 """
 
-from glassllm.functional.activations import gelu, relu, silu, swiglu
-from glassllm.functional.affine import embedding, linear
+from glassllm.functional.activations import gelu, relu, silu, swiglu, swiglu_array
+from glassllm.functional.affine import embedding, linear, linear_array
 from glassllm.functional.attention import (
+    attention_array,
     attention_probabilities,
     scaled_dot_product_attention,
     split_packed_heads,
 )
 from glassllm.functional.losses import cross_entropy
-from glassllm.functional.normalization import layer_norm, rms_norm
+from glassllm.functional.normalization import layer_norm, rms_norm, rms_norm_array
 from glassllm.functional.packed_attention import packed_attention
 from glassllm.functional.probability import log_softmax, logsumexp, softmax
-from glassllm.functional.quantized import Q4Weight, Q8Weight, quantized_embedding, quantized_linear
+from glassllm.functional.quantized import (
+    Q4Weight,
+    Q8Weight,
+    quantized_embedding,
+    quantized_linear,
+    quantized_linear_array,
+)
 from glassllm.functional.regularization import dropout
 from glassllm.functional.rotary import rotary, rotary_array, rotary_cos_sin, rotary_frequencies
 from glassllm.functional.shape import concatenate, stack, where
@@ -56,6 +66,11 @@ __all__ = [
     "dropout",
     "rotary",
     "rotary_array",
+    "rms_norm_array",
+    "swiglu_array",
+    "linear_array",
+    "quantized_linear_array",
+    "attention_array",
     "rotary_cos_sin",
     "rotary_frequencies",
     "embedding",

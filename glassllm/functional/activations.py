@@ -141,6 +141,12 @@ def swiglu(gate: Tensor, up: Tensor) -> Tensor:
     return Tensor.from_op(out, (gate, up), backward).named("swiglu")
 
 
+def swiglu_array(gate: np.ndarray, up: np.ndarray) -> np.ndarray:
+    """`swiglu`'s forward on plain arrays of one dtype and shape, for decoding under ``no_grad``
+    (`glassllm.models.decoding`): the same kernel or definition, so the same bits."""
+    return kernels.select(_swiglu_definition, kernels.swiglu)(gate, up)[0]
+
+
 def _swiglu_definition(gate: np.ndarray, up: np.ndarray | None) -> tuple:
     """``silu(gate) * up`` (``up`` None: ``silu(gate)``) in plain NumPy: ``(y, vjp)``,
     ``vjp(g, need_gate, need_up) -> (d_gate, d_up)``."""

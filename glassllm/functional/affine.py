@@ -67,6 +67,15 @@ def linear(x: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:
     return Tensor.from_op(out.reshape(out_shape), parents, backward).named("linear")
 
 
+def linear_array(x2: np.ndarray, weight: np.ndarray, bias: np.ndarray | None) -> np.ndarray:
+    """`linear`'s forward on rows ``x2 (N, in)`` of plain arrays, for decoding under ``no_grad``
+    (`glassllm.models.decoding`): the same product and the same bits, no Tensor, no checks."""
+    out = kernels.select(np.matmul, kernels.matmul_rows)(x2, weight)  # (N, out)
+    if bias is not None:
+        out += bias
+    return out
+
+
 def _scatter_add_definition(ids: np.ndarray, grad_rows: np.ndarray, num_rows: int) -> np.ndarray:
     """``dW[v] = sum_{i: ids[i] = v} G[i]``, i.e. ``onehot(ids)^T G``: ``np.add.at`` adds every
     row into its table row, one after another, so repeated ids accumulate."""

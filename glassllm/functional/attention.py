@@ -147,22 +147,9 @@ def scaled_dot_product_attention(
     mask = _check_mask("attention", mask)
     dropout_p = check_probability("attention: dropout_p", dropout_p)
     window = _check_window("attention", causal, window)
-    num_queries, head_dim = q.shape[-2:]
-    num_keys = k.shape[-2]
     if mask is not None:
         _check_mask_shape("attention", mask, _scores_shape(q.shape, k.shape, groups))
-    dtype = np.result_type(q.dtype, k.dtype, v.dtype)
-    scale = _scale("attention", scale, head_dim)
-
-    bias = _mask_bias(num_queries, num_keys, causal, mask, dtype, window)
-    if groups > 1 and bias is not None and num_queries == 1 and mask is None and window is None:
-        bias = None  # a decoding step: one query at the end sees every key (the bias is all 0)
-    band = None  # the window of a causal self-attention with no other mask: tiles may run it
-    if causal and mask is None and num_queries == num_keys and (groups > 1 or window):
-        band = num_keys if window is None else window
-    kernel = fast.attention if groups == 1 and band is None else grouped.attention
-    attend = kernels.select(_attention_definition, kernel)
-    out, vjp = attend(q.data, k.data, v.data, scale, bias, dropout_p, rng, dtype, groups, band)
+    out, vjp = _attend(q.data, k.data, v.data, groups, causal, mask, dropout_p, rng, scale, window)
 
     def backward(grad: np.ndarray) -> tuple:
         dq, dk, dv = vjp(grad, q.requires_grad, k.requires_grad, v.requires_grad)
@@ -173,6 +160,50 @@ def scaled_dot_product_attention(
         )
 
     return Tensor.from_op(out, (q, k, v), backward).named("scaled_dot_product_attention")
+
+
+def attention_array(
+    q: np.ndarray,
+    k: np.ndarray,
+    v: np.ndarray,
+    causal: bool = False,
+    *,
+    scale: float | None = None,
+    window: int | None = None,
+) -> np.ndarray:
+    """`scaled_dot_product_attention`'s forward on plain arrays, without dropout or a mask, for
+    decoding under ``no_grad`` (`glassllm.models.decoding`): the same kernel and the same bits,
+    no Tensor and no checks (the caller's shapes are the layer's own)."""
+    groups = _kv_groups("attention", q.shape, k.shape, v.shape)
+    return _attend(q, k, v, groups, causal, None, 0.0, None, scale, window)[0]
+
+
+def _attend(
+    q: np.ndarray,
+    k: np.ndarray,
+    v: np.ndarray,
+    groups: int,
+    causal: bool,
+    mask: np.ndarray | None,
+    dropout_p: float,
+    rng: np.random.Generator | None,
+    scale: float | None,
+    window: int | None,
+) -> tuple:
+    """``(out, vjp)`` of the checked arguments: the mask as a bias, the kernel chosen."""
+    num_queries, head_dim = q.shape[-2:]
+    num_keys = k.shape[-2]
+    dtype = np.result_type(q.dtype, k.dtype, v.dtype)
+    scale = _scale("attention", scale, head_dim)
+    bias = _mask_bias(num_queries, num_keys, causal, mask, dtype, window)
+    if groups > 1 and bias is not None and num_queries == 1 and mask is None and window is None:
+        bias = None  # a decoding step: one query at the end sees every key (the bias is all 0)
+    band = None  # the window of a causal self-attention with no other mask: tiles may run it
+    if causal and mask is None and num_queries == num_keys and (groups > 1 or window):
+        band = num_keys if window is None else window
+    kernel = fast.attention if groups == 1 and band is None else grouped.attention
+    attend = kernels.select(_attention_definition, kernel)
+    return attend(q, k, v, scale, bias, dropout_p, rng, dtype, groups, band)
 
 
 def _check_mask(name: str, mask: np.ndarray | None) -> np.ndarray | None:

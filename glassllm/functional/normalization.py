@@ -138,6 +138,13 @@ def rms_norm(x: Tensor, weight: Tensor | None = None, eps: float = 1e-6) -> Tens
     return Tensor.from_op(out.reshape(x.shape), parents, backward).named("rms_norm")
 
 
+def rms_norm_array(x2: np.ndarray, weight: np.ndarray | None, eps: float) -> np.ndarray:
+    """`rms_norm`'s forward on rows ``x2 (N, D)`` of a plain array, for decoding under
+    ``no_grad`` (`glassllm.models.decoding`): the same kernel or definition, so the same bits,
+    no Tensor and no checks."""
+    return kernels.select(_rms_norm_definition, kernels.rms_norm)(x2, weight, float(eps))[0]
+
+
 def _rms_norm_definition(x: np.ndarray, w: np.ndarray | None, eps: float) -> tuple:
     """`rms_norm` on rows ``x (N, D)`` in plain NumPy: ``(y, vjp)``, ``vjp(dy, need_x, need_w)
     -> (dx, dw)``. What `glassllm.kernels.rms_norm` computes; ``kernels.use("reference")``

@@ -220,13 +220,7 @@ def quantized_linear(x: Tensor, weight: Q4Weight | Q8Weight, bias: Tensor | None
     W^T``, ``db = 1^T G``; ``W`` has no gradient.
     """
     x = float_tensor(x, "quantized_linear: x")
-    if isinstance(weight, Q4Weight):
-        definition, kernel = _q4_matmul_definition, kernels.q4_matmul
-        blocks = (weight.scales, weight.offsets, weight.nibbles)
-    elif isinstance(weight, Q8Weight):
-        definition, kernel = _q8_matmul_definition, kernels.q8_matmul
-        blocks = (weight.scales, weight.quants, weight.offsets)
-    else:
+    if not isinstance(weight, (Q4Weight, Q8Weight)):
         raise TypeError(
             "quantized_linear: weight must be a Q4Weight or a Q8Weight, got "
             f"{type(weight).__name__}"
@@ -241,10 +235,7 @@ def quantized_linear(x: Tensor, weight: Q4Weight | Q8Weight, bias: Tensor | None
         if bias.shape != (fan_out,):
             raise ValueError(f"quantized_linear: bias shape {bias.shape} must be ({fan_out},)")
     x2 = x.data.reshape(-1, fan_in)  # (N, in)
-    product = kernels.select(definition, kernel if compiled.enabled() else definition)
-    out = product(x2, *blocks)  # (N, out)
-    if bias is not None:
-        out += bias.data
+    out = quantized_linear_array(x2, weight, None if bias is None else bias.data)  # (N, out)
     out_shape = x.shape[:-1] + (fan_out,)
 
     def backward(grad: np.ndarray) -> tuple:
@@ -278,3 +269,22 @@ def quantized_embedding(ids: object, weight: Q4Weight | Q8Weight) -> Tensor:
         raise IndexError(f"quantized_embedding: id {bad} is outside [0, {num_rows})")
     rows = weight.lookup(index.reshape(-1))  # (n, dim)
     return Tensor(rows.reshape(*index.shape, dim)).named("quantized_embedding")
+
+
+def quantized_linear_array(
+    x2: np.ndarray, weight: Q4Weight | Q8Weight, bias: np.ndarray | None
+) -> np.ndarray:
+    """`quantized_linear`'s forward on rows ``x2 (N, in)`` of a plain array, for decoding under
+    ``no_grad`` (`glassllm.models.decoding`): the product on the blocks (or the definition), no
+    Tensor and no checks."""
+    if isinstance(weight, Q4Weight):
+        definition, kernel = _q4_matmul_definition, kernels.q4_matmul
+        blocks = (weight.scales, weight.offsets, weight.nibbles)
+    else:
+        definition, kernel = _q8_matmul_definition, kernels.q8_matmul
+        blocks = (weight.scales, weight.quants, weight.offsets)
+    product = kernels.select(definition, kernel if compiled.enabled() else definition)
+    out = product(x2, *blocks)  # (N, out)
+    if bias is not None:
+        out += bias
+    return out

@@ -34,7 +34,7 @@ import numpy as np
 import glassllm.nn as nn
 from glassllm._checks import is_integer
 from glassllm.autograd import no_grad
-from glassllm.models import sampling
+from glassllm.models import decoding, sampling
 from glassllm.models.sampling import SamplingOptions
 from glassllm.rng import get_rng
 from glassllm.tensor import Tensor
@@ -128,7 +128,7 @@ def _steps(
                 caches = None
                 h = last_position_hidden(model, idx[:, -block_size:])  # (B, 1, E)
             elif caches is not None:
-                h = model.hidden_states(idx[:, -1:], caches)  # (B, 1, E): one new position
+                h = decoding.next_position(model, idx[:, -1:], caches, modules)  # (B, 1, E)
             else:  # first step: fill the caches from the prompt, sized for this call only
                 caches = [nn.KVCache(capacity=capacity) for _ in model.blocks]
                 h = model.hidden_states(idx, caches)  # (B, T, E)
