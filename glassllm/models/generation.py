@@ -13,9 +13,11 @@ numbers and compute the same logits, so they give the same tokens for the same s
 
 The key/value cache: each block keeps an ``nn.KVCache`` (of its ``n_kv_head`` key/value heads,
 already rotated where positions are rotary; a local layer's window applies to the cached keys
-as to the recomputed ones), so after the prompt a new token costs one position. Its capacity is
-what the call can use, the prompt plus ``max_new_tokens`` capped at ``block_size``, never a
-whole block up front. Once the context
+as to the recomputed ones), so after the prompt a new token costs one position (run on arrays by
+`glassllm.models.decoding.next_position` where no hook could see the difference: the same bits
+without the engine's bookkeeping, which was a quarter to a third of a SmolLM2 token). Its
+capacity is what the call can use, the prompt plus ``max_new_tokens`` capped at ``block_size``,
+never a whole block up front. Once the context
 exceeds ``block_size``, sliding the window shifts every token's position (learned or rotary) and
 invalidates what is cached, so from then on each token runs the uncached forward over the last
 ``block_size`` tokens, of which the last block computes only the last position
