@@ -60,19 +60,25 @@ def non_point_modules(model):
 
 def both_paths(model, batch=1, steps=STEPS, monkeypatch=None):
     """Hidden states ``(B, 1, E)`` per step from `next_position` and from ``hidden_states``,
-    each with caches of its own, after the same 6-token prompt."""
+    each with caches of its own, after the same 6-token prompt; with ``monkeypatch``, the
+    modules' path raises inside `next_position` (so the array path must have run)."""
     rng = np.random.default_rng(2)
     prompt = rng.integers(0, 50, (batch, 6))
     ours, theirs = [], []
+    real = model.hidden_states
     with no_grad():
         caches = [[nn.KVCache(capacity=16) for _ in model.blocks] for _ in range(2)]
         for side in caches:
-            model.hidden_states(prompt, side)
+            real(prompt, side)
         modules = non_point_modules(model)
         for _ in range(steps):
             ids = rng.integers(0, 50, (batch, 1))
+            if monkeypatch is not None:
+                forbid_modules(monkeypatch, model)
             ours.append(decoding.next_position(model, ids, caches[0], modules).data)
-            theirs.append(model.hidden_states(ids, caches[1]).data)
+            if monkeypatch is not None:
+                monkeypatch.undo()
+            theirs.append(real(ids, caches[1]).data)
     return ours, theirs
 
 
@@ -82,9 +88,7 @@ def forbid_modules(monkeypatch, model):
     def refuse(*args, **kwargs):
         raise AssertionError("next_position ran the modules")
 
-    real = model.hidden_states
     monkeypatch.setattr(model, "hidden_states", refuse)
-    return real
 
 
 CASES = {
@@ -103,32 +107,19 @@ def test_one_position_is_the_modules_bit_for_bit(case, mode, monkeypatch):
     model = llama(**CASES[case])
     assert decoding.mirrors(model)
     with kernels.use(mode):
-        ours, theirs = [], []
-        rng = np.random.default_rng(2)
-        prompt = rng.integers(0, 50, (2, 6))
-        with no_grad():
-            caches = [[nn.KVCache(capacity=16) for _ in model.blocks] for _ in range(2)]
-            for side in caches:
-                model.hidden_states(prompt, side)
-            modules = non_point_modules(model)
-            for _ in range(STEPS):
-                ids = rng.integers(0, 50, (2, 1))
-                real = forbid_modules(monkeypatch, model)
-                ours.append(decoding.next_position(model, ids, caches[0], modules).data)
-                monkeypatch.undo()
-                theirs.append(real(ids, caches[1]).data)
+        ours, theirs = both_paths(model, batch=2, monkeypatch=monkeypatch)
     for a, b in zip(ours, theirs, strict=True):
         assert a.shape == (2, 1, E) and a.dtype == np.float32
         np.testing.assert_array_equal(a, b)
 
 
 @pytest.mark.parametrize("bits", [4, 8])
-def test_block_quantized_projections_are_the_modules_bit_for_bit(bits):
+def test_block_quantized_projections_are_the_modules_bit_for_bit(bits, monkeypatch):
     if not compiled.enabled():
         pytest.skip("the compiled kernels are turned off (GLASSLLM_NUMBA=0)")
     model = quantize_projections(llama(qkv_bias=True), bits)
     assert decoding.mirrors(model)
-    ours, theirs = both_paths(model, batch=2)
+    ours, theirs = both_paths(model, batch=2, monkeypatch=monkeypatch)
     for a, b in zip(ours, theirs, strict=True):
         np.testing.assert_array_equal(a, b)
     assert not np.array_equal(ours[0], ours[1])  # the steps saw different tokens
