@@ -1,20 +1,26 @@
 """A GGUF model's block-quantized tensors kept as their blocks (`Keeper`).
 
-`glassllm.hf.load_gguf(path, keep_quantized=True)` builds the model in float32 as always, and a
-`Keeper` puts, as soon as each weight is filled, a `glassllm.nn.QuantizedLinear` in place of each
+`glassllm.hf.load_gguf(path, keep_quantized=True)` builds the model as a float32 load does, but
+before each weight is read a `Keeper` puts a `glassllm.nn.QuantizedLinear` in place of each
 projection whose file tensors are all of kept types: 4-bit ones (Q4_0, Q4_1, Q4_K) as a
 `Q4Weight`; 8-bit ones (Q8_0, Q5_0, Q5_1, Q5_K, Q6_K), or a mix with 4-bit ones widened, as a
-`Q8Weight` (`glassllm.gguf.unpack` says how each maps, exactly). So the float32 weights of the
-kept layers are freed one by one. The layers: ``attn.qkv`` (the file's q, k and v rows stacked,
-q and k unpermuted as `glassllm.gguf.convert.unpermute` does to the float32 rows),
-``attn.proj``, ``mlp.gate``, ``mlp.up``, ``mlp.proj`` and an untied ``lm_head``; and a
-`glassllm.nn.QuantizedEmbedding` in place of ``wte`` (``token_embd``, also the tied head:
-SmolLM2's is Q8_0). A tensor of another type (F16, BF16, F32) keeps its layer float32.
+`Q8Weight` (`glassllm.gguf.unpack` says how each maps, exactly). So a kept layer's float32 weight
+is never made. The layers: ``attn.qkv`` (the file's q, k and v rows stacked, q and k unpermuted
+as `glassllm.gguf.convert.unpermute` does to the float32 rows), ``attn.proj``, ``mlp.gate``,
+``mlp.up``, ``mlp.proj`` and an untied ``lm_head``; and a `glassllm.nn.QuantizedEmbedding` in
+place of ``wte`` (``token_embd``, also the tied head: SmolLM2's is Q8_0). A tensor of another type
+(F16, BF16, F32) keeps its layer float32.
 
-Each replacement is checked before it is made: its blocks dequantized must equal the float32
-layer's weight bit for bit (what llama.cpp's ``gguf`` package made of the same bytes), so a wrong
-offset or row order is refused here, not seen later as a worse sample. A layer that fails the
-check keeps its float32 weight.
+Each replacement is checked before it is made (`matches_file`): `CHECKED_ROWS` whole rows of each
+file tensor, the first, the last and others spread between, must equal bit for bit what llama.cpp's
+``gguf`` package makes of the same bytes, so a wrong offset, field or row order in the unpacking
+is refused here, not seen later as a worse sample. A layer that fails the check is read as float32.
+
+why rows and not the whole matrix: the check compares two readings of the same bytes, so what it
+can find is a mistake in ours, and such a mistake (a layout, a field's bits, the q and k rows'
+order) shows in every row, each of which holds every block position. Dequantizing the whole model
+with the ``gguf`` package to compare it took ~0.9 s of SmolLM2's ~1.8 s load and made 425 MB of
+float32 to throw away; the tests compare every value (tests/gguf).
 """
 
 from __future__ import annotations
@@ -23,19 +29,17 @@ from typing import Any
 
 import numpy as np
 
-from glassllm._heap import release_free_memory
 from glassllm.functional.quantized import BLOCK, Q4Weight, Q8Weight
 from glassllm.gguf.convert import permuted_heads, unpermute
+from glassllm.gguf.dequantize import dequantize
 from glassllm.gguf.header import GGUFHeader
 from glassllm.gguf.types import GGML_TYPES
 from glassllm.gguf.unpack import KEPT, in_blocks_of, unpack, widened
-from glassllm.kernels import compiled
-from glassllm.kernels.quantized import NO_OFFSETS
 from glassllm.nn.module import Module
 from glassllm.nn.quantized import QuantizedEmbedding, QuantizedLinear
 
-# float32 weights dropped by the replacements between two trims of the heap (see `Keeper`)
-RELEASE_BYTES = 64 * 2**20
+# whole rows of each file tensor compared with the gguf package's values (`matches_file`)
+CHECKED_ROWS = 32
 # glassllm layer (in block i) -> the file's tensors whose rows it holds, in order
 LAYERS = {
     "attn.qkv": ("attn_q", "attn_k", "attn_v"),
@@ -87,84 +91,78 @@ def file_blocks(
 
 
 class Keeper:
-    """Replaces the layers of a model being built from the file ``header`` (with the
-    transformers ``config``) by their blocks, each as soon as its weight is filled (`__call__`,
-    `glassllm.hf.load`'s ``filled``), so the float32 weights of the kept layers are never all in
-    memory at once; `finish` then keeps the embedding and returns the names replaced."""
+    """Puts the blocks of a model being built from the file ``header`` (with the transformers
+    ``config``) in place of its kept layers, each before its weight would be read (`__call__`,
+    `glassllm.hf.load`'s ``kept``), so no float32 weight of a kept layer is ever made."""
 
     def __init__(self, header: GGUFHeader, config: dict[str, Any]) -> None:
         self.header, self.config = header, config
         self.replaced: list[str] = []
-        self._freed = 0  # bytes of float32 weights dropped since the heap was last trimmed
 
-    def __call__(self, model: Module, name: str) -> None:
-        """``name``, a parameter just filled: its layer replaced if it is a kept one's weight."""
+    def __call__(self, model: Module, name: str) -> bool:
+        """``name``, a parameter about to be read: whether its layer was replaced by its blocks
+        (then its float32 values are not needed)."""
         path, _, leaf = name.rpartition(".")
         if leaf != "weight":
-            return
+            return False
+        if path == "wte":
+            blocks = file_blocks(self.header, ("token_embd.weight",), self.config)
+            table = model.wte.weight  # (V, E): the blocks' W (E, V) transposed
+            if blocks is None or table.dtype != np.float32 or blocks.shape != table.shape[::-1]:
+                return False
+            if not matches_file(blocks, self.header, ("token_embd.weight",), self.config):
+                return False
+            model.wte = QuantizedEmbedding(blocks)
+            self.replaced.append(path)
+            return True
         if path == "lm_head" and model.lm_head is not None:
             owner, layer_name, names = model, "lm_head", ("output.weight",)
         else:
             head, _, layer_path = path.partition(".")
             index, _, layer_path = layer_path.partition(".")
             if head != "blocks" or not index.isdigit() or layer_path not in LAYERS:
-                return
+                return False
             owner_name, layer_name = layer_path.split(".")
             owner = getattr(model.blocks[int(index)], owner_name)
             names = tuple(f"blk.{index}.{part}.weight" for part in LAYERS[layer_path])
-        weight_bytes = getattr(owner, layer_name).weight.data.nbytes
-        if _replace_linear(owner, layer_name, self.header, names, self.config):
-            self.replaced.append(path)
-            # why: a tuned heap (glassllm.app.allocator) keeps the freed float32 pages, and then
-            # the load's peak is the whole float32 model's (SmolLM2: 806 MB); handed back every
-            # RELEASE_BYTES (a trim costs ~5 ms: after every layer, the load took 0.8 s longer)
-            self._freed += weight_bytes
-            if self._freed >= RELEASE_BYTES:
-                release_free_memory()
-                self._freed = 0
-
-    def finish(self, model: Module) -> list[str]:
-        """The embedding kept too (after the build: a tied head's check reads its float32 table);
-        the names of every layer replaced."""
-        blocks = file_blocks(self.header, ("token_embd.weight",), self.config)
-        table = model.wte.weight.data  # (V, E): the blocks' W (E, V) transposed
-        if blocks is not None and table.dtype == np.float32 and blocks.shape == table.shape[::-1]:
-            if _is_table(blocks, table):
-                model.wte = QuantizedEmbedding(blocks)
-                self.replaced.append("wte")
-        return self.replaced
+        layer = getattr(owner, layer_name)
+        blocks = file_blocks(self.header, names, self.config)
+        if blocks is None or layer.weight.dtype != np.float32 or blocks.shape != layer.weight.shape:
+            return False
+        if not matches_file(blocks, self.header, names, self.config):
+            return False
+        setattr(owner, layer_name, QuantizedLinear(blocks, layer.bias))
+        self.replaced.append(path)
+        return True
 
 
-def _is_table(blocks: Q4Weight | Q8Weight, table: np.ndarray) -> bool:
-    """Whether ``table (V, E)`` is ``blocks``' ``W^T`` bit for bit; 8-bit blocks compared in
-    place (0.09 against 0.27 s for SmolLM2's 49,152 x 576: no dequantized, transposed copy)."""
-    if isinstance(blocks, Q8Weight):
-        offsets = NO_OFFSETS if blocks.offsets is None else blocks.offsets
-        return bool(compiled.kernels().q8_is_table(blocks.scales, offsets, blocks.quants, table))
-    return np.array_equal(blocks.dequantize().T, table)
-
-
-def _is_matrix(blocks: Q4Weight | Q8Weight, w: np.ndarray) -> bool:
-    """Whether ``w (in, out)`` is ``blocks``' matrix bit for bit, compared in place (SmolLM2's
-    150 projections: ~0.6 s through a dequantized copy of each, most of it the copies' fresh
-    pages)."""
-    fused = compiled.kernels()
-    if isinstance(blocks, Q8Weight):
-        offsets = NO_OFFSETS if blocks.offsets is None else blocks.offsets
-        return bool(fused.q8_is_matrix(blocks.scales, offsets, blocks.quants, w))
-    return bool(fused.q4_is_matrix(blocks.scales, blocks.offsets, blocks.nibbles, w))
-
-
-def _replace_linear(
-    owner: Module, name: str, header: GGUFHeader, names: tuple[str, ...], config: dict[str, Any]
+def matches_file(
+    blocks: Q4Weight | Q8Weight, header: GGUFHeader, names: tuple[str, ...], config: dict[str, Any]
 ) -> bool:
-    """``owner.name`` (a float32 `Linear`) replaced by a `QuantizedLinear` on the file's blocks
-    ``names`` when they hold its weight bit for bit; whether it was."""
-    layer = getattr(owner, name)
-    blocks = file_blocks(header, names, config)
-    if blocks is None or layer.weight.dtype != np.float32 or blocks.shape != layer.weight.shape:
-        return False
-    if not _is_matrix(blocks, layer.weight.data):
-        return False
-    setattr(owner, name, QuantizedLinear(blocks, layer.bias))
+    """Whether ``blocks`` (the file tensors ``names`` with their rows stacked, `file_blocks`)
+    hold, on `CHECKED_ROWS` whole rows of each tensor, the values llama.cpp's ``gguf`` package
+    makes of the same bytes (`glassllm.gguf.dequantize`), bit for bit (``==``, as
+    `numpy.array_equal`)."""
+    first = 0  # the tensor's first output in ``blocks``
+    for name in names:
+        info = header.tensors[name]
+        rows = info.shape[0]
+        picked = checked_rows(rows)  # outputs of ``blocks``, less ``first``
+        heads = permuted_heads(name, config)
+        # output j of the layer is the file's row order[j] (the rows moved as `unpermute` moves
+        # them: the same function on the row numbers)
+        order = np.arange(rows) if heads is None else unpermute(np.arange(rows), heads)
+        expected = dequantize(header, info, order[picked])  # (len(picked), in)
+        if not np.array_equal(blocks.lookup(first + picked), expected):
+            return False
+        first += rows
     return True
+
+
+def checked_rows(rows: int) -> np.ndarray:
+    """The rows of a ``rows``-row tensor `matches_file` compares: the first, the last and
+    `CHECKED_ROWS` - 2 others drawn once for that size (the same rows every load), ascending."""
+    if rows <= CHECKED_ROWS:
+        return np.arange(rows)
+    inner = np.random.default_rng(rows).choice(np.arange(1, rows - 1), CHECKED_ROWS - 2, False)
+    return np.concatenate([[0], np.sort(inner), [rows - 1]])

@@ -110,11 +110,11 @@ def load_gguf(
 
     ``keep_quantized=True`` (float32 only; needs the ``fast`` extra): the projections and the
     embedding the file holds as blocks (Q4_0 to Q8_0, Q4_K to Q6_K: `glassllm.gguf.unpack`)
-    stay as blocks, each a
-    `glassllm.nn.QuantizedLinear` or `glassllm.nn.QuantizedEmbedding` checked bit for bit
-    against its float32 weight (`glassllm.gguf.blocks`) as soon as that weight is made, which is
-    then freed, so the load's peak is not the float32 model's. Their weights are then not
-    parameters (nothing trains them); decoding reads a fifth to a quarter of the memory.
+    stay as blocks, each a `glassllm.nn.QuantizedLinear` or `glassllm.nn.QuantizedEmbedding`
+    checked bit for bit against the ``gguf`` package's values on whole rows of each tensor
+    (`glassllm.gguf.blocks`) in place of its float32 weight, which is never made. Their weights
+    are then not parameters (nothing trains them); decoding reads a fifth to a quarter of the
+    memory.
     """
     from glassllm.gguf import read_gguf
 
@@ -125,10 +125,8 @@ def load_gguf(
     if keep_quantized:
         from glassllm.gguf.blocks import Keeper
 
-        keeper = Keeper(contents.header, contents.config)  # each layer as soon as it is filled
+        keeper = Keeper(contents.header, contents.config)  # each layer before it is read
     model = model_from_hf(contents.config, contents.tensors, str(contents.path), dtype, keeper)
-    if keeper is not None:
-        keeper.finish(model)  # the embedding, once the tied head's check has read it
     tokenizer, chat_template = contents.tokenizer, contents.chat_template
     del contents  # the dequantized tensors, copied into the model: their pages go back now
     release_free_memory()
@@ -341,20 +339,24 @@ def _build(
     read: Callable[[str, np.ndarray], None],
     shape_of: Callable[[str], tuple[int, ...]],
     dtype: Any,
-    filled: Callable[[GPT, str], None] | None = None,
+    kept: Callable[[GPT, str], bool] | None = None,
 ) -> GPT:
     """A GPT of ``config`` whose every parameter is made from file tensors by ``tensor_plan``
     (``read(name, out)`` fills ``out``, of the tensor's shape, with its values), in eval mode.
-    ``filled(model, name)`` runs after each parameter is filled (a GGUF load replaces a layer by
-    its blocks there, so its float32 weight is freed before the next is made)."""
+    ``kept(model, name)`` is asked before each parameter is read: True when it has put that
+    parameter's layer in another form itself (a GGUF load keeps a projection as its blocks), and
+    then the parameter is not read (its array, never written, holds no memory)."""
     model = GPT(config, dtype=dtype, init=False)  # no draws: every array is read from the file
     params = dict(model.named_parameters())
     if set(params) != set(tensor_plan.sources):  # matched to parameter_shapes, GPT's own table
         unmapped = sorted(set(params) ^ set(tensor_plan.sources))
         raise RuntimeError(f"GPT's parameters {unmapped} are not mapped")
     table = params["wte.weight"]  # the head check's, at the end
+    read_anyway = {"wte.weight"} if tensor_plan.head is not None else set()  # that check's
     for ours, (how, names) in tensor_plan.sources.items():
         target = params.pop(ours).data  # held by the model alone once filled
+        if kept is not None and ours not in read_anyway and kept(model, ours):
+            continue
         if how == COPY:
             read(names[0], target)  # straight into place
         else:
@@ -365,8 +367,6 @@ def _build(
             target[...] = from_hf(how, arrays, config)
             del arrays
         del target
-        if filled is not None:
-            filled(model, ours)
     if tensor_plan.head is not None:  # a stored copy of the tied head must be exactly wte.weight
         values = np.empty(table.shape, dtype=table.dtype)
         read(tensor_plan.head, values)
@@ -386,13 +386,13 @@ def model_from_hf(
     tensors: Mapping[str, np.ndarray],
     source: str,
     dtype: Any = np.float32,
-    filled: Callable[[GPT, str], None] | None = None,
+    kept: Callable[[GPT, str], bool] | None = None,
 ) -> GPT:
     """The GPT of a transformers-style ``config.json`` dict and its tensors under transformers'
     names in torch's layout (as ``model.state_dict()`` holds them): the checks and conversion of
     a directory load (`load_model`), on values already in memory (a GGUF file's, say). Float
     arrays only (float16, float32, float64); ``source`` names the model in errors. Raises
-    HFFormatError listing every problem. ``filled(model, name)``: as `_build`'s."""
+    HFFormatError listing every problem. ``kept(model, name)``: as `_build`'s."""
     family = family_of(hf_config, source)
     try:
         config = config_from_hf(hf_config)
@@ -418,4 +418,4 @@ def model_from_hf(
     def read(name: str, out: np.ndarray) -> None:
         np.copyto(out, np.asarray(arrays[name]), casting="unsafe")
 
-    return _build(source, config, tensor_plan, read, lambda name: shapes[name], dtype, filled)
+    return _build(source, config, tensor_plan, read, lambda name: shapes[name], dtype, kept)

@@ -6,6 +6,8 @@ weights bit for bit, the logits to float32 rounding, the state dict, and what is
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 from conftest import optional
@@ -220,84 +222,100 @@ def test_without_the_compiled_kernels_it_says_which_extra(tmp_path):
         compiled.set_enabled(True)
 
 
-@pytest.mark.parametrize("kind", ["q8", "q8 with offsets", "q4"])
-def test_a_table_that_is_not_the_blocks_is_refused(kind):
-    """The load's check of a tied embedding: the table ``W^T`` bit for bit, one changed value
-    (the last, or the first) and it is not."""
-    from glassllm.gguf.blocks import _is_table
-
-    rng = np.random.default_rng(7)
-    d = rng.normal(0, 0.1, (40, 2)).astype(np.float16).astype(np.float32)
-    if kind.startswith("q8"):
-        m = -d if kind.endswith("offsets") else None
-        q8 = rng.integers(-128, 128, (40, 2, 32), dtype=np.int8)
-        blocks = Q8Weight.from_blocks(d, q8, m)
-    else:
-        q = rng.integers(0, 256, (40, 2, 16), dtype=np.uint8)
-        blocks = Q4Weight.from_blocks(d, -8 * d, q)
-    table = np.ascontiguousarray(blocks.dequantize().T)  # (40, 64)
-    assert _is_table(blocks, table)
-    for where in ((39, 63), (0, 0)):
-        changed = table.copy()
-        changed[where] = np.nextafter(changed[where], np.float32(np.inf))
-        assert not _is_table(blocks, changed), where
+def reversed_rows(w):
+    """``w``'s outputs in the opposite order (a row order mistake)."""
+    if isinstance(w, Q4Weight):
+        return Q4Weight(w.scales[:, ::-1], w.offsets[:, ::-1], w.nibbles[..., ::-1])
+    return Q8Weight(w.scales[:, ::-1], w.quants[..., ::-1], w.offsets)
 
 
-@pytest.mark.parametrize("kind", ["q8", "q8 with offsets", "q4"])
-def test_a_projection_that_is_not_the_blocks_is_refused(kind):
-    """The load's check of a projection, compared in place: it agrees with ``np.array_equal``
-    against the dequantized matrix for the matrix itself, one value one step off anywhere (a low
-    and a high nibble's row, the first and the last output), a NaN, and -0.0 for 0.0."""
-    from glassllm.gguf.blocks import _is_matrix
-
-    rng = np.random.default_rng(8)
-    d = rng.normal(0, 0.1, (37, 3)).astype(np.float16).astype(np.float32)  # 37 outputs, in 96
-    if kind.startswith("q8"):
-        m = rng.normal(0, 0.1, (37, 3)).astype(np.float32) if kind.endswith("offsets") else None
-        q8 = rng.integers(-128, 128, (37, 3, 32), dtype=np.int8)
-        blocks = Q8Weight.from_blocks(d, q8, m)
-    else:
-        m = rng.normal(0, 0.1, (37, 3)).astype(np.float16).astype(np.float32)
-        blocks = Q4Weight.from_blocks(d, m, rng.integers(0, 256, (37, 3, 16), dtype=np.uint8))
-    matrix = blocks.dequantize()  # (96, 37)
-    assert _is_matrix(blocks, matrix)
-    changes = [((0, 0), np.inf), ((95, 36), -np.inf), ((5, 17), np.inf), ((16 + 37, 1), np.inf)]
-    for where, towards in changes:
-        changed = matrix.copy()
-        changed[where] = np.nextafter(changed[where], np.float32(towards))
-        assert not _is_matrix(blocks, changed), where
-    changed = matrix.copy()
-    changed[40, 20] = np.nan
-    assert not _is_matrix(blocks, changed)
-    zero = Q8Weight.from_blocks(np.ones((2, 1), np.float32), np.zeros((2, 1, 32), np.int8))
-    signed = -zero.dequantize()  # every value -0.0, equal to 0.0 as array_equal says
-    assert _is_matrix(zero, signed) and np.array_equal(zero.dequantize(), signed)
+def swapped_nibbles(w):
+    """The low and high four bits of every byte swapped (a field mistake): Q4 only."""
+    return Q4Weight(w.scales, w.offsets, (w.nibbles >> 4) | (w.nibbles << 4))
 
 
-def test_each_kept_layers_float32_weight_is_freed_before_the_next_is_made(tmp_path, monkeypatch):
-    """The float32 weights of the kept layers are never all in memory at once: when a weight is
-    filled, every weight replaced before it is already gone (so the load's peak is one layer's
-    float32 more than the blocks, not the whole float32 model's)."""
-    import weakref
+def last_output_off(w):
+    """The last output's scales one float32 step up (a mistake in one row: the last)."""
+    scales = w.scales.copy()
+    scales[:, -1] = np.nextafter(scales[:, -1], np.float32(np.inf))
+    return dataclasses.replace(w, scales=scales)
 
+
+@pytest.mark.parametrize("mistake", [reversed_rows, swapped_nibbles, last_output_off])
+def test_blocks_that_are_not_the_files_values_are_refused(tmp_path, monkeypatch, mistake):
+    """A mistake in reading the blocks (made here in ``file_blocks``' result) fails the check
+    against the gguf package's rows: each layer is read as float32 instead, and the model is the
+    float32 load's, bit for bit."""
     from glassllm.gguf import blocks
 
-    path = write_file(tmp_path, "qwen2")  # Q4_1 projections, with q, k, v biases
-    replaced, alive_at_fill = [], []
-    keep = blocks.Keeper.__call__
+    path = write_file(tmp_path, "qwen2", types={"token_embd": Q4_1})
+    honest = blocks.file_blocks
+    monkeypatch.setattr(blocks, "file_blocks", lambda *a: mistake(honest(*a)))
+    kept, plain = load(path, keep_quantized=True), load(path)
+    modules = dict(kept.named_modules())
+    assert not any(isinstance(m, nn.QuantizedLinear) for m in modules.values())
+    assert isinstance(kept.wte, nn.Embedding)
+    theirs = plain.state_dict()
+    assert all(np.array_equal(kept.state_dict()[n], v) for n, v in theirs.items())
 
-    def spy(self, model, name):
-        alive_at_fill.append(sum(ref() is not None for ref in replaced))
-        path_, _, leaf = name.rpartition(".")
-        modules = dict(model.named_modules())
-        layer = modules.get(path_) if leaf == "weight" else None
-        before = isinstance(layer, nn.Linear) and weakref.ref(layer.weight.data)
-        keep(self, model, name)
-        if before and not isinstance(dict(model.named_modules())[path_], nn.Linear):
-            replaced.append(before)
 
-    monkeypatch.setattr(blocks.Keeper, "__call__", spy)
+def test_the_q_and_k_rows_order_is_checked(tmp_path, monkeypatch):
+    """llama.cpp permutes a Llama q and k projection's rows; blocks left with q's rows in the
+    file's order hold the right values in the wrong rows, and the check sees it (q, k and v
+    share one layer, which is read as float32; the other layers keep their blocks)."""
+    from glassllm.gguf import blocks
+    from glassllm.gguf.convert import unpermute
+
+    path = write_file(tmp_path, "llama")  # q: 4 heads of 16 rows, the layer's outputs 0-63
+    honest = blocks.file_blocks
+    in_file_order = np.argsort(unpermute(np.arange(64), 4))
+
+    def q_unmoved(header, names, config):
+        w = honest(header, names, config)
+        if names[0].endswith("attn_q.weight"):
+            outputs = np.concatenate([in_file_order, np.arange(64, w.shape[1])])
+            w = Q4Weight(w.scales[:, outputs], w.offsets[:, outputs], w.nibbles[..., outputs])
+        return w
+
+    monkeypatch.setattr(blocks, "file_blocks", q_unmoved)
     kept = load(path, keep_quantized=True)
-    assert len(replaced) == 10  # 2 blocks x (qkv, proj, gate, up, proj)
-    assert max(alive_at_fill) == 0 and all(ref() is None for ref in replaced)
+    assert all(isinstance(b.attn.qkv, nn.Linear) for b in kept.blocks)
+    assert all(isinstance(b.mlp.up, nn.QuantizedLinear) for b in kept.blocks)
+    assert_computes_the_same(kept, load(path))
+
+
+def test_the_checked_rows():
+    from glassllm.gguf.blocks import CHECKED_ROWS, checked_rows
+
+    assert checked_rows(5).tolist() == [0, 1, 2, 3, 4]
+    for rows in (CHECKED_ROWS + 1, 576, 49_152):
+        picked = checked_rows(rows)
+        assert len(picked) == CHECKED_ROWS and picked[0] == 0 and picked[-1] == rows - 1
+        assert np.all(np.diff(picked) > 0)  # distinct, ascending
+        assert np.array_equal(picked, checked_rows(rows))  # the same rows every load
+
+
+def test_no_kept_layers_float32_weight_is_made(tmp_path, monkeypatch):
+    """The kept layers' file tensors are never dequantized whole (only the rows the check
+    compares): the load's peak is the blocks' and the float32 layers', not the float32 model's."""
+    from glassllm.gguf import blocks, dequantize
+    from glassllm.gguf import load as gguf_load
+
+    path = write_file(tmp_path, "qwen2", types={"token_embd": Q8_0})  # q, k, v biases too
+    whole, rows_read = [], []
+    honest_tensor, honest_rows = gguf_load._tensor, dequantize.dequantize
+
+    def tensor(header, name, config):
+        whole.append(name)
+        return honest_tensor(header, name, config)
+
+    def some_rows(header, info, rows=None):
+        rows_read.append(len(rows))
+        return honest_rows(header, info, rows)
+
+    monkeypatch.setattr(gguf_load, "_tensor", tensor)
+    monkeypatch.setattr(blocks, "dequantize", some_rows)
+    kept = load(path, keep_quantized=True)
+    assert whole and all(n.endswith(("norm.weight", ".bias")) for n in whole), whole
+    assert len(rows_read) == 2 * 7 + 1 and max(rows_read) == 32  # 7 tensors a block, the table
     assert_computes_the_same(kept, load(path))
