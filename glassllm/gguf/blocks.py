@@ -29,12 +29,13 @@ from typing import Any
 
 import numpy as np
 
-from glassllm.functional.quantized import BLOCK, Q4Weight, Q8Weight
+from glassllm.functional.quantized import BLOCK, Q4Weight, Q8Weight, quantized_linear_array
 from glassllm.gguf.convert import permuted_heads, unpermute
 from glassllm.gguf.dequantize import dequantize
 from glassllm.gguf.header import GGUFHeader
 from glassllm.gguf.types import GGML_TYPES
 from glassllm.gguf.unpack import KEPT, in_blocks_of, unpack, widened
+from glassllm.kernels import compiled
 from glassllm.nn.module import Module
 from glassllm.nn.quantized import QuantizedEmbedding, QuantizedLinear
 
@@ -166,3 +167,21 @@ def checked_rows(rows: int) -> np.ndarray:
         return np.arange(rows)
     inner = np.random.default_rng(rows).choice(np.arange(1, rows - 1), CHECKED_ROWS - 2, False)
     return np.concatenate([[0], np.sort(inner), [rows - 1]])
+
+
+def load_kernels(model: Module) -> None:
+    """Runs the smallest kept blocks of each kind in ``model`` once on zeros, so the compiled
+    kernels a token needs are loaded at the load: one row on the blocks, and for a projection
+    three rows, which are dequantized (as a prompt's are; a head's one row is summed on it).
+    why: numba reads a kernel from its cache on its first call, and the first in a process
+    starts LLVM (~0.3 s and ~60 MB on an EPYC guest); without this, the prompt paid it."""
+    compiled.load()  # the rotary kernels, among others
+    smallest: dict[tuple[type, bool], Q4Weight | Q8Weight] = {}  # (kind, a projection's)
+    for module in model.modules():
+        if isinstance(module, (QuantizedLinear, QuantizedEmbedding)):
+            key = (type(module.blocks), isinstance(module, QuantizedLinear))
+            if key not in smallest or module.blocks.nbytes < smallest[key].nbytes:
+                smallest[key] = module.blocks
+    for (_, projection), blocks in smallest.items():
+        for rows in (1, 3) if projection else (1,):
+            quantized_linear_array(np.zeros((rows, blocks.in_features), np.float32), blocks, None)

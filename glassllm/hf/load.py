@@ -123,10 +123,12 @@ def load_gguf(
     contents = read_gguf(path, deferred=True)  # dequantized one by one as the model is built
     keeper = None
     if keep_quantized:
-        from glassllm.gguf.blocks import Keeper
+        from glassllm.gguf.blocks import Keeper, load_kernels
 
         keeper = Keeper(contents.header, contents.config)  # each layer before it is read
     model = model_from_hf(contents.config, contents.tensors, str(contents.path), dtype, keeper)
+    if keep_quantized:
+        load_kernels(model)  # so that the first token does not wait for numba's cache
     tokenizer, chat_template = contents.tokenizer, contents.chat_template
     del contents  # the dequantized tensors, copied into the model: their pages go back now
     release_free_memory()

@@ -104,8 +104,9 @@ def load() -> bool:
     fused.gelu_tanh_slope(row, row, row, one, one, row.copy())
     fused.adam_update(row.copy(), row, row.copy(), row.copy(), one, zero, *[one] * 6)
     angle = np.ones((1, 1), np.float32)  # rotary: heads as arrays, and as views of packed ones
-    heads = [np.ones((1, 1, 1, 2), np.float32), np.ones((1, 1, 1, 4), np.float32)[..., :2]]
+    # (two heads, so that a view's strides are not a contiguous array's: numba types them apart)
+    heads = [np.ones((1, 2, 1, 2), np.float32), np.ones((1, 2, 1, 4), np.float32)[..., :2]]
     for x in heads:
-        for out in (np.empty_like(heads[0]), np.empty((1, 1, 1, 4), np.float32)[..., 2:]):
+        for out in (np.empty_like(heads[0]), np.empty((1, 2, 1, 4), np.float32)[..., 2:]):
             fused.rotate_pairs(x, angle, angle, False, False, out)
     return True

@@ -319,3 +319,39 @@ def test_no_kept_layers_float32_weight_is_made(tmp_path, monkeypatch):
     assert whole and all(n.endswith(("norm.weight", ".bias")) for n in whole), whole
     assert len(rows_read) == 2 * 7 + 1 and max(rows_read) == 32  # 7 tensors a block, the table
     assert_computes_the_same(kept, load(path))
+
+
+def test_the_load_leaves_no_kernel_for_the_first_token_to_load(tmp_path):
+    """In a fresh process, generating after a kept load loads no compiled kernel that the load
+    did not (numba reads each from its cache on its first call; the first call of a process
+    starts LLVM, ~0.3 s)."""
+    import subprocess
+    import sys
+    import textwrap
+
+    path = write_file(tmp_path, types={"token_embd": Q8_0, "ffn_down": Q8_0})
+    script = textwrap.dedent(
+        f"""
+        import sys
+        import numpy as np
+        from numba.core.registry import CPUDispatcher
+        from glassllm.hf import load_gguf
+
+        def loaded():
+            return {{
+                (name, attr, str(sig))
+                for name, module in list(sys.modules.items()) if name.startswith("glassllm")
+                for attr, value in vars(module).items() if isinstance(value, CPUDispatcher)
+                for sig in value.signatures
+            }}
+
+        model = load_gguf({str(path)!r}, keep_quantized=True)[0]
+        before = loaded()
+        model.generate(np.array([[1, 2, 3, 4, 5]]), 4, top_k=1)
+        print(len(before), sorted(loaded() - before))
+        """
+    )
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    count, new = done.stdout.split(" ", 1)
+    assert int(count) >= 4 and new.strip() == "[]", done.stdout
