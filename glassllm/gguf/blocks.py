@@ -98,7 +98,6 @@ class Keeper:
 
     def __init__(self, header: GGUFHeader, config: dict[str, Any]) -> None:
         self.header, self.config = header, config
-        self.replaced: list[str] = []
 
     def __call__(self, model: Module, name: str) -> bool:
         """``name``, a parameter about to be read: whether its layer was replaced by its blocks
@@ -107,15 +106,11 @@ class Keeper:
         if leaf != "weight":
             return False
         if path == "wte":
-            blocks = file_blocks(self.header, ("token_embd.weight",), self.config)
             table = model.wte.weight  # (V, E): the blocks' W (E, V) transposed
-            if blocks is None or table.dtype != np.float32 or blocks.shape != table.shape[::-1]:
-                return False
-            if not matches_file(blocks, self.header, ("token_embd.weight",), self.config):
-                return False
-            model.wte = QuantizedEmbedding(blocks)
-            self.replaced.append(path)
-            return True
+            blocks = self._checked(("token_embd.weight",), table.shape[::-1], table.dtype)
+            if blocks is not None:
+                model.wte = QuantizedEmbedding(blocks)
+            return blocks is not None
         if path == "lm_head" and model.lm_head is not None:
             owner, layer_name, names = model, "lm_head", ("output.weight",)
         else:
@@ -127,14 +122,20 @@ class Keeper:
             owner = getattr(model.blocks[int(index)], owner_name)
             names = tuple(f"blk.{index}.{part}.weight" for part in LAYERS[layer_path])
         layer = getattr(owner, layer_name)
+        blocks = self._checked(names, layer.weight.shape, layer.weight.dtype)
+        if blocks is not None:
+            setattr(owner, layer_name, QuantizedLinear(blocks, layer.bias))
+        return blocks is not None
+
+    def _checked(
+        self, names: tuple[str, ...], shape: tuple[int, ...], dtype: Any
+    ) -> Q4Weight | Q8Weight | None:
+        """The blocks of the file tensors ``names`` for a float32 weight ``(in, out)`` of
+        ``shape``, when they are kept types and pass `matches_file`; else None."""
         blocks = file_blocks(self.header, names, self.config)
-        if blocks is None or layer.weight.dtype != np.float32 or blocks.shape != layer.weight.shape:
-            return False
-        if not matches_file(blocks, self.header, names, self.config):
-            return False
-        setattr(owner, layer_name, QuantizedLinear(blocks, layer.bias))
-        self.replaced.append(path)
-        return True
+        if blocks is None or dtype != np.float32 or blocks.shape != tuple(shape):
+            return None
+        return blocks if matches_file(blocks, self.header, names, self.config) else None
 
 
 def matches_file(
